@@ -1,0 +1,32 @@
+"""ISO 8601 durations (``PT30S``, ``P7D``) to and from seconds."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import isodate
+
+
+def parse_duration_seconds(text: str) -> float:
+    """Parse an ISO 8601 duration into seconds.
+
+    Months and years are refused (their length varies): write days instead. Raises ValueError with
+    a reason a user can act on.
+    """
+    if not isinstance(text, str) or not text.startswith(("P", "-P")):
+        raise ValueError("must be an ISO 8601 duration such as PT30S, PT5M or P7D")
+    try:
+        value = isodate.parse_duration(text)
+    except (isodate.ISO8601Error, ValueError):
+        raise ValueError("must be an ISO 8601 duration such as PT30S, PT5M or P7D") from None
+    if not isinstance(value, timedelta):
+        raise ValueError("months and years have no fixed length; write the duration in days, e.g. P30D")
+    seconds = value.total_seconds()
+    if seconds < 0:
+        raise ValueError("must not be negative")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Render seconds as an ISO 8601 duration (``PT30S``, ``P7D``, ``PT1.5S``)."""
+    return isodate.duration_isoformat(timedelta(seconds=seconds))

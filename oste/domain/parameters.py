@@ -1,0 +1,148 @@
+"""Rules about names, URI patterns, parameter schemas and parameters. Pure, no I/O.
+
+Every check raises ``InvalidInput`` naming the failing field (a ``/``-separated path into the request
+body) and a reason the user can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import jsonschema
+from jsonschema.validators import Draft202012Validator
+
+from oste.errors import FieldError, InvalidInput
+
+SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def join_path(*parts: object) -> str:
+    """Join field path parts: ``join_path("activities", 3, "parameter")`` -> ``activities/3/parameter``."""
+    return "/".join(str(part) for part in parts if part != "")
+
+
+def check_slug(value: Any, field: str) -> str:
+    """A name: lower-case letters, digits and dashes, starting with a letter or digit, at most 63."""
+    if not isinstance(value, str) or not SLUG.fullmatch(value):
+        raise InvalidInput.field(
+            field, "must be a slug: lower-case letters, digits and '-', starting with a letter or digit, 1-63"
+        )
+    return value
+
+
+def uri_placeholders(pattern: Any, field: str = "uri_pattern") -> tuple[str, ...]:
+    """Validate a URI pattern and return its placeholder names in order of appearance.
+
+    The pattern must be an absolute http(s) URL; placeholders are ``{Name}`` (letters, digits, ``_``
+    and ``-``) in the path or query only, never in the scheme, host or port.
+    """
+    if not isinstance(pattern, str) or not pattern:
+        raise InvalidInput.field(field, "must be a non-empty string such as https://host/song/{SongId}")
+    stripped = _PLACEHOLDER.sub("x", pattern)
+    if "{" in stripped or "}" in stripped:
+        raise InvalidInput.field(field, "has an unbalanced '{' or '}'; placeholders look like {SongId}")
+    names = _PLACEHOLDER.findall(pattern)
+    for name in names:
+        if not _PLACEHOLDER_NAME.fullmatch(name):
+            raise InvalidInput.field(
+                field, f"placeholder {{{name}}} must be a name of letters, digits, '_' or '-'"
+            )
+    try:
+        parts = urlsplit(pattern)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        raise InvalidInput.field(field, f"is not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput.field(field, "must be an absolute http:// or https:// URL with a host")
+    if "{" in parts.netloc:
+        raise InvalidInput.field(field, "placeholders may appear in the path or query, not in the host")
+    if any(ch.isspace() for ch in pattern):
+        raise InvalidInput.field(field, "must not contain whitespace")
+    return tuple(dict.fromkeys(names))
+
+
+def check_parameter_schema(schema: Any, field: str = "parameter_schema") -> dict[str, Any] | None:
+    """A parameter schema must be a valid JSON Schema (draft 2020-12) object, or null for none."""
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise InvalidInput.field(field, "must be a JSON Schema object (draft 2020-12) or null")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = join_path(field, *exc.path)
+        raise InvalidInput.field(where, f"is not a valid JSON Schema: {exc.message}") from None
+    return schema
+
+
+def fill_uri(pattern: str, parameter: dict[str, Any]) -> str:
+    """Fill ``{Name}`` placeholders with the parameter's values, percent-encoded (``/`` too)."""
+    return _PLACEHOLDER.sub(lambda m: quote(_scalar_text(parameter[m.group(1)]), safe=""), pattern)
+
+
+def _scalar_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ParameterRules:
+    """What a parameter of one activity type must satisfy: its schema, placeholders and object id."""
+
+    uri_pattern: str
+    parameter_schema: dict[str, Any] | None
+    object_id_ref: tuple[str, ...]
+
+    @cached_property
+    def placeholders(self) -> tuple[str, ...]:
+        return uri_placeholders(self.uri_pattern)
+
+    @cached_property
+    def _validator(self) -> Draft202012Validator | None:
+        if self.parameter_schema is None:
+            return None
+        return Draft202012Validator(self.parameter_schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+    def check(self, parameter: Any, field: str = "parameter") -> str | None:
+        """Validate a parameter and return its object id (None when the type has no object_id_ref).
+
+        Raises InvalidInput listing every failing field: schema violations, missing placeholder fields,
+        missing object id fields.
+        """
+        if not isinstance(parameter, dict):
+            raise InvalidInput.field(field, "must be a JSON object")
+        errors: list[FieldError] = []
+        if self._validator is not None:
+            for error in sorted(self._validator.iter_errors(parameter), key=lambda e: list(e.path)):
+                errors.append(FieldError(join_path(field, *error.path), error.message))
+        for name in self.placeholders:
+            if name not in parameter:
+                errors.append(FieldError(join_path(field, name), f"is required to fill {{{name}}} in the URI"))
+            elif not _is_scalar(parameter[name]):
+                errors.append(
+                    FieldError(join_path(field, name), f"fills {{{name}}} in the URI, so it must be a string, "
+                               "number or boolean")
+                )
+        for name in self.object_id_ref:
+            if name not in parameter or parameter[name] is None:
+                errors.append(FieldError(join_path(field, name), "is required: it is part of object_id_ref"))
+        if errors:
+            raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)
+        return self.object_id(parameter)
+
+    def object_id(self, parameter: dict[str, Any]) -> str | None:
+        """The object id: the object_id_ref fields' values joined by ``:`` (None without object_id_ref)."""
+        if not self.object_id_ref:
+            return None
+        return ":".join(_scalar_text(parameter[name]) for name in self.object_id_ref)
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool))

@@ -1,0 +1,224 @@
+"""Plain frozen records: what the Store returns and the API renders. No I/O, no ORM objects."""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+PARTITION_COUNT = 64
+"""Fixed number of partitions activities hash into (by company/solution/activity type)."""
+
+
+def partition_of(company_id: uuid.UUID, solution_id: uuid.UUID, activity_type_id: uuid.UUID) -> int:
+    """The partition of every activity of one activity type: stable across processes and releases."""
+    key = f"{company_id}/{solution_id}/{activity_type_id}".encode()
+    return zlib.crc32(key) % PARTITION_COUNT
+
+
+class ActivityState(StrEnum):
+    """Life of an activity: scheduled -> running -> succeeded | scheduled (retry) | dead; cancelled."""
+
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+FINAL_STATES = frozenset({ActivityState.SUCCEEDED, ActivityState.DEAD, ActivityState.CANCELLED})
+
+ALLOWED_TRANSITIONS: dict[ActivityState, frozenset[ActivityState]] = {
+    ActivityState.SCHEDULED: frozenset({ActivityState.RUNNING, ActivityState.CANCELLED}),
+    ActivityState.RUNNING: frozenset(
+        {ActivityState.SUCCEEDED, ActivityState.SCHEDULED, ActivityState.DEAD, ActivityState.CANCELLED}
+    ),
+    ActivityState.SUCCEEDED: frozenset(),
+    ActivityState.DEAD: frozenset({ActivityState.SCHEDULED}),
+    ActivityState.CANCELLED: frozenset({ActivityState.SCHEDULED}),
+}
+
+
+class Outcome(StrEnum):
+    """Outcome of one attempt (an execution)."""
+
+    OK = "ok"
+    FAILED = "failed"
+    RETRY = "retry"
+    ERROR = "error"
+
+
+VERBS = ("POST", "PUT", "PATCH", "DELETE", "GET")
+BODY_VERBS = frozenset({"POST", "PUT", "PATCH"})
+
+
+@dataclass(frozen=True)
+class Company:
+    id: uuid.UUID
+    name: str
+    qos_level: int
+    paused: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: uuid.UUID
+    company_id: uuid.UUID
+    name: str
+    prefix: str
+    created_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Solution:
+    id: uuid.UUID
+    company_id: uuid.UUID
+    name: str
+    qos_level: int
+    success_uri: str | None
+    success_period: float
+    dead_letter_uri: str | None
+    dead_letter_period: float
+    signing_secret: str
+    paused: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Header:
+    """A static header of an activity type; ``secret`` values are never echoed back."""
+
+    value: str
+    secret: bool = False
+
+
+@dataclass(frozen=True)
+class ActivityType:
+    id: uuid.UUID
+    company_id: uuid.UUID
+    solution_id: uuid.UUID
+    name: str
+    verb: str
+    uri_pattern: str
+    parameter_schema: dict[str, Any] | None
+    retries: int
+    timeout: float
+    object_id_ref: tuple[str, ...]
+    headers: dict[str, Header]
+    max_concurrency: int | None
+    rate_limit: float | None
+    backoff_base: float
+    backoff_max: float
+    success_statuses: tuple[int, ...] | None
+    paused: bool
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def partition(self) -> int:
+        return partition_of(self.company_id, self.solution_id, self.id)
+
+
+@dataclass(frozen=True)
+class Activity:
+    id: uuid.UUID
+    company_id: uuid.UUID
+    solution_id: uuid.UUID
+    activity_type_id: uuid.UUID
+    activity_type: str
+    partition: int
+    scheduled_for: datetime
+    next_attempt_at: datetime
+    parameter: dict[str, Any]
+    retries: int
+    priority: int
+    object_id: str | None
+    state: ActivityState
+    attempts: int
+    last_outcome: Outcome | None
+    recurring_activity_id: uuid.UUID | None
+    occurrence_at: datetime | None
+    idempotency_key: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RecurringActivity:
+    id: uuid.UUID
+    company_id: uuid.UUID
+    solution_id: uuid.UUID
+    activity_type_id: uuid.UUID
+    activity_type: str
+    schedule: dict[str, str]
+    timezone: str
+    start_at: datetime | None
+    end_at: datetime | None
+    parameter: dict[str, Any]
+    retries: int | None
+    priority: int
+    object_id: str | None
+    paused: bool
+    next_fire_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Execution:
+    id: uuid.UUID
+    activity_id: uuid.UUID
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
+    duration_ms: float
+    outcome: Outcome
+    http_status: int | None
+    error: str | None
+    response_excerpt: str | None
+    node: str
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing; ``next_cursor`` is None on the last page."""
+
+    items: list[Any] = field(default_factory=list)
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class NewActivity:
+    """A validated request to create one activity (the API or the expander builds it)."""
+
+    activity_type: ActivityType
+    scheduled_for: datetime
+    parameter: dict[str, Any]
+    retries: int
+    priority: int = 0
+    object_id: str | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    recurring_activity_id: uuid.UUID | None = None
+    occurrence_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ActivityFilter:
+    """Filters of an activity listing; None means "any"."""
+
+    state: ActivityState | None = None
+    activity_type_id: uuid.UUID | None = None
+    object_id: str | None = None
+    scheduled_after: datetime | None = None
+    scheduled_before: datetime | None = None
+    recurring_activity_id: uuid.UUID | None = None

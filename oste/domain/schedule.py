@@ -1,0 +1,191 @@
+"""Recurring schedules: cron field expressions, crontab lines and IANA time zones.
+
+OSTE numbers days of the week as the seed and standard cron do: **0 = Sunday … 6 = Saturday** (7 is
+Sunday too). APScheduler 3 numbers them 0 = Monday, even inside ``from_crontab``, so every
+``day_of_week`` expression is expanded here into the explicit set of days and handed to APScheduler as
+names (``sun,tue``) — numbers never reach it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.cron import CronTrigger
+
+from oste.errors import InvalidInput
+
+FIELDS = ("year", "month", "day", "week", "day_of_week", "hour", "minute", "second")
+DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_ONE_SECOND = timedelta(seconds=1)
+_DOW_PART = re.compile(r"(?P<range>\*|[a-z0-9]+(?:-[a-z0-9]+)?)(?:/(?P<step>\d+))?")
+
+
+def check_timezone(name: Any, field: str = "timezone") -> ZoneInfo:
+    """An IANA time zone name such as ``Europe/London``; raises InvalidInput otherwise."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInput.field(field, "must be an IANA time zone name such as Europe/London or UTC")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInput.field(field, f"{name!r} is not an IANA time zone (e.g. America/New_York)") from None
+
+
+def day_of_week_names(expression: str, field: str = "day_of_week") -> str:
+    """Translate an OSTE day-of-week expression (0 = Sunday) into APScheduler day names.
+
+    Accepts ``*``, numbers 0-7, names ``sun``-``sat``, ranges (``1-5``, ``mon-fri``), steps
+    (``*/2``, ``1-5/2``) and lists of those. Returns a comma-separated list of names.
+    """
+    days: set[int] = set()
+    for part in str(expression).strip().lower().split(","):
+        match = _DOW_PART.fullmatch(part.strip())
+        if not match:
+            raise InvalidInput.field(field, f"{part!r} is not a day of week: use 0-6 (0 = Sunday) or sun-sat")
+        lo, hi = _dow_range(match.group("range"), field)
+        step = int(match.group("step") or 1)
+        if step < 1:
+            raise InvalidInput.field(field, "a step must be 1 or more")
+        days.update(day % 7 for day in range(lo, hi + 1, step))
+    return ",".join(DAY_NAMES[day] for day in sorted(days))
+
+
+def _dow_range(text: str, field: str) -> tuple[int, int]:
+    if text == "*":
+        return 0, 6
+    bounds = [_dow_number(piece, field) for piece in text.split("-")]
+    lo, hi = bounds[0], bounds[-1]
+    if hi < lo:
+        raise InvalidInput.field(field, f"range {text!r} runs backwards; write it as a list, e.g. fri,sat,sun")
+    return lo, hi
+
+
+def _dow_number(text: str, field: str) -> int:
+    if text in DAY_NAMES:
+        return DAY_NAMES.index(text)
+    if text.isdigit() and 0 <= int(text) <= 7:
+        return int(text)
+    raise InvalidInput.field(field, f"{text!r} is not a day of week: use 0-7 (0 and 7 = Sunday) or sun-sat")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A validated schedule: cron fields (OSTE numbering) in a time zone, within optional bounds."""
+
+    fields: dict[str, str]
+    timezone: str = "UTC"
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+
+    def trigger(self) -> CronTrigger:
+        """The APScheduler trigger for this schedule (day of week already translated)."""
+        kwargs = dict(self.fields)
+        if "day_of_week" in kwargs:
+            kwargs["day_of_week"] = day_of_week_names(kwargs["day_of_week"])
+        return CronTrigger(
+            **kwargs, timezone=ZoneInfo(self.timezone), start_date=self.start_at, end_date=self.end_at
+        )
+
+    def next_fire_times(self, after: datetime, count: int = 1) -> list[datetime]:
+        """The next ``count`` fire instants strictly after ``after``, in UTC."""
+        trigger = self.trigger()
+        result: list[datetime] = []
+        previous: datetime | None = None
+        now = after
+        while len(result) < count:
+            fire = trigger.get_next_fire_time(previous, now)
+            if fire is None:
+                break
+            if fire <= after:
+                now = fire.replace(microsecond=0) + _ONE_SECOND
+                previous = fire
+                continue
+            result.append(fire.astimezone(UTC))
+            previous = fire
+            now = fire + _ONE_SECOND
+        return result
+
+
+
+
+def parse_schedule(
+    raw: Any,
+    timezone: Any = "UTC",
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+    field: str = "schedule",
+) -> Schedule:
+    """Validate a schedule object: ``{"cron": "*/5 * * * *"}`` or cron fields (``{"minute": "*/5"}``).
+
+    Each field is checked on its own so the error names the field that is wrong.
+    """
+    check_timezone(timezone, "timezone")
+    if not isinstance(raw, dict) or not raw:
+        raise InvalidInput.field(field, "must be an object with either 'cron' or cron fields such as 'minute'")
+    if "cron" in raw:
+        if len(raw) > 1:
+            raise InvalidInput.field(field, "give either 'cron' or cron fields, not both")
+        fields = crontab_fields(raw["cron"], f"{field}/cron")
+    else:
+        unknown = sorted(set(raw) - set(FIELDS))
+        if unknown:
+            raise InvalidInput.field(f"{field}/{unknown[0]}", f"is not a schedule field; use {', '.join(FIELDS)}")
+        fields = {}
+        for name in FIELDS:
+            if name in raw:
+                value = raw[name]
+                if isinstance(value, int) and not isinstance(value, bool):
+                    value = str(value)
+                if not isinstance(value, str) or not value.strip():
+                    raise InvalidInput.field(f"{field}/{name}", "must be a cron expression string, e.g. '*/5'")
+                fields[name] = value.strip()
+    for name, value in fields.items():
+        _check_field(name, value, f"{field}/{name}" if "cron" not in raw else f"{field}/cron")
+    if start_at and end_at and end_at <= start_at:
+        raise InvalidInput.field("end_at", "must be after start_at")
+    schedule = Schedule(fields, str(timezone), start_at, end_at)
+    try:
+        schedule.trigger()
+    except ValueError as exc:
+        raise InvalidInput.field(field, f"is not a valid schedule: {exc}") from None
+    return schedule
+
+
+def _check_field(name: str, value: str, where: str) -> None:
+    if name == "day_of_week":
+        day_of_week_names(value, where)
+        return
+    try:
+        CronTrigger(**{name: value}, timezone=UTC)
+    except ValueError as exc:
+        raise InvalidInput.field(where, f"{value!r} is not a valid {name} expression: {exc}") from None
+
+
+def crontab_fields(line: Any, field: str = "schedule/cron") -> dict[str, str]:
+    """Split a crontab line (5 fields, or 6 with seconds first; or an alias like ``@daily``)."""
+    if not isinstance(line, str) or not line.strip():
+        raise InvalidInput.field(field, "must be a crontab line such as '*/5 * * * *'")
+    text = ALIASES.get(line.strip().lower(), line.strip())
+    parts = text.split()
+    if len(parts) == 5:
+        minute, hour, day, month, dow = parts
+        second = "0"
+    elif len(parts) == 6:
+        second, minute, hour, day, month, dow = parts
+    else:
+        raise InvalidInput.field(
+            field, f"has {len(parts)} fields; write 5 (minute hour day month day_of_week) or 6 (seconds first)"
+        )
+    return {"month": month, "day": day, "day_of_week": dow, "hour": hour, "minute": minute, "second": second}

@@ -1,0 +1,81 @@
+"""One error tree for OSTE. The API maps it to RFC 9457 problem details in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One failing input field: a JSON-pointer-like path (``activities/3/parameter/SongId``) and why."""
+
+    field: str
+    reason: str
+
+
+class OsteError(Exception):
+    """Base of every error OSTE raises on purpose. ``status`` is the HTTP status it maps to."""
+
+    status = 500
+    title = "Internal error"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class ConfigurationError(OsteError):
+    """A setting is missing or malformed; the message names the variable and what is expected."""
+
+    title = "Configuration error"
+
+
+class NotFound(OsteError):
+    """The resource does not exist, or the caller may not see it (isolation answers 404 too)."""
+
+    status = 404
+    title = "Not found"
+
+
+class Conflict(OsteError):
+    """The request clashes with what is stored (a duplicate name, a state that forbids the change)."""
+
+    status = 409
+    title = "Conflict"
+
+
+class Forbidden(OsteError):
+    """The caller is authenticated but the operation is reserved to the operator."""
+
+    status = 403
+    title = "Forbidden"
+
+
+class Unauthorized(OsteError):
+    """No valid bearer token."""
+
+    status = 401
+    title = "Unauthorized"
+
+
+class InvalidInput(OsteError):
+    """Input that cannot be accepted; ``errors`` names every failing field and the reason."""
+
+    status = 422
+    title = "Invalid input"
+
+    def __init__(self, detail: str, errors: list[FieldError] | None = None) -> None:
+        super().__init__(detail)
+        self.errors = list(errors or [])
+
+    @classmethod
+    def field(cls, field: str, reason: str) -> InvalidInput:
+        """A single-field error whose detail repeats the field and reason."""
+        return cls(f"{field or 'body'}: {reason}", [FieldError(field, reason)])
+
+
+class Unavailable(OsteError):
+    """A dependency (the database) is temporarily unreachable; retrying later may succeed."""
+
+    status = 503
+    title = "Service unavailable"

@@ -1,0 +1,202 @@
+"""OSTE's settings: read once, from the environment (and CLI flags), validated loudly.
+
+This module is the only reader of ``os.environ``. Every setting is listed in ``SETTINGS`` with its
+environment variable, default and meaning; the README's settings table is that list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oste.domain.durations import parse_duration_seconds
+from oste.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One documented setting: its field name, environment variable, default and meaning."""
+
+    field: str
+    env: str
+    default: str
+    help: str
+
+
+SETTINGS: tuple[SettingSpec, ...] = (
+    SettingSpec("host", "OSTE_HOST", "127.0.0.1", "Address the API listens on."),
+    SettingSpec("port", "OSTE_PORT", "8080", "Port the API listens on (1-65535)."),
+    SettingSpec("data_dir", "OSTE_DATA_DIR", "./oste-data", "Directory for the SQLite file and the admin token."),
+    SettingSpec(
+        "database_url",
+        "OSTE_DATABASE_URL",
+        "sqlite://<data dir>/oste.sqlite3",
+        "Database: a `sqlite://PATH` file or `postgres://user@host:port/db` (scale-out).",
+    ),
+    SettingSpec(
+        "admin_token",
+        "OSTE_ADMIN_TOKEN",
+        "(generated)",
+        "Bearer token of the operator. If unset, one is generated into `<data dir>/admin-token` "
+        "at first start and printed once.",
+    ),
+    SettingSpec(
+        "allowed_targets",
+        "OSTE_ALLOWED_TARGETS",
+        "(none)",
+        "Comma-separated hosts or CIDRs that may be called although they are private, "
+        "loopback or link-local (the SSRF guard refuses those otherwise).",
+    ),
+    SettingSpec(
+        "roller_interval",
+        "OSTE_ROLLER_INTERVAL",
+        "PT1H",
+        "How often the log rollers look for records to ship (seconds or ISO 8601 duration).",
+    ),
+    SettingSpec(
+        "max_in_flight", "OSTE_MAX_IN_FLIGHT", "64", "Outbound requests one node may have open at once."
+    ),
+    SettingSpec(
+        "max_body_bytes",
+        "OSTE_MAX_BODY_BYTES",
+        "4194304",
+        "Largest request body the API accepts, in bytes (larger answers 413).",
+    ),
+    SettingSpec(
+        "node_name",
+        "OSTE_NODE_NAME",
+        "(host name)",
+        "Human-readable name of this node; its unique id is registered in the store at start.",
+    ),
+    SettingSpec("log_level", "OSTE_LOG_LEVEL", "INFO", "Logging level: DEBUG, INFO, WARNING or ERROR."),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated configuration of one OSTE process. Build it with ``Settings.from_env``."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = Path("./oste-data")
+    database_url: str = ""
+    admin_token: str | None = None
+    allowed_targets: tuple[str, ...] = ()
+    roller_interval: float = 3600.0
+    max_in_flight: int = 64
+    max_body_bytes: int = 4 * 1024 * 1024
+    node_name: str = ""
+    log_level: str = "INFO"
+
+    @property
+    def is_postgres(self) -> bool:
+        """True when the database is PostgreSQL (the scale-out engine)."""
+        return self.database_url.startswith(("postgres://", "postgresql://", "asyncpg://"))
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> Settings:
+        """Read ``OSTE_*`` variables (then ``overrides``, e.g. CLI flags) and validate every value.
+
+        Raises ConfigurationError naming the variable, the bad value and what is expected.
+        """
+        env = os.environ if environ is None else environ
+        raw: dict[str, Any] = {}
+        for spec in SETTINGS:
+            value = env.get(spec.env)
+            if value is not None and value.strip() != "":
+                raw[spec.field] = value.strip()
+        for key, value in (overrides or {}).items():
+            if value is not None:
+                raw[key] = value
+        return cls._validated(raw)
+
+    @classmethod
+    def _validated(cls, raw: dict[str, Any]) -> Settings:
+        values: dict[str, Any] = {}
+        for name, value in raw.items():
+            parser = _PARSERS.get(name, str)
+            try:
+                values[name] = parser(value)
+            except (ValueError, TypeError) as exc:
+                env = next(s.env for s in SETTINGS if s.field == name)
+                raise ConfigurationError(f"{env} {exc}, got {value!r}") from None
+        settings = cls(**values)
+        if not settings.database_url:
+            db_path = (settings.data_dir / "oste.sqlite3").resolve()
+            settings = dataclasses.replace(settings, database_url=f"sqlite://{db_path}")
+        if not settings.database_url.startswith(("sqlite://", "postgres://", "postgresql://", "asyncpg://")):
+            raise ConfigurationError(
+                "OSTE_DATABASE_URL must start with sqlite:// or postgres://, "
+                f"got {settings.database_url!r}"
+            )
+        if not settings.node_name:
+            settings = dataclasses.replace(settings, node_name=os.uname().nodename)
+        return settings
+
+
+def _port(value: Any) -> int:
+    port = _int_in(1, 65535)(value)
+    return port
+
+
+def _int_in(low: int, high: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be an integer {low}-{high}") from None
+        if not low <= number <= high:
+            raise ValueError(f"must be an integer {low}-{high}")
+        return number
+
+    return parse
+
+
+def _targets(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    targets = tuple(item.strip() for item in items if item.strip())
+    for target in targets:
+        if "/" in target:
+            try:
+                ipaddress.ip_network(target, strict=False)
+            except ValueError:
+                raise ValueError(f"has an invalid CIDR {target!r}; use e.g. 127.0.0.0/8") from None
+    return targets
+
+
+def _interval(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        try:
+            seconds = parse_duration_seconds(str(value))
+        except ValueError:
+            raise ValueError("must be seconds or an ISO 8601 duration such as PT1H") from None
+    if seconds <= 0:
+        raise ValueError("must be positive")
+    return seconds
+
+
+def _log_level(value: Any) -> str:
+    level = str(value).upper()
+    if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "port": _port,
+    "data_dir": lambda value: Path(value),
+    "allowed_targets": _targets,
+    "roller_interval": _interval,
+    "max_in_flight": _int_in(1, 100_000),
+    "max_body_bytes": _int_in(1024, 1024**3),
+    "log_level": _log_level,
+}

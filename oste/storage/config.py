@@ -1,0 +1,44 @@
+"""Tortoise configuration for a database URL (SQLite or PostgreSQL)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+SQLITE_PRAGMAS = {"journal_mode": "WAL", "synchronous": "NORMAL", "busy_timeout": "5000"}
+POSTGRES_POOL = {"minsize": "1", "maxsize": "20"}
+
+
+def normalise_url(url: str) -> str:
+    """Tortoise's spelling of a database URL, with OSTE's defaults (SQLite pragmas, PG pool size)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    if parts.scheme == "sqlite":
+        defaults = SQLITE_PRAGMAS
+        scheme = "sqlite"
+    else:
+        defaults = POSTGRES_POOL
+        scheme = "postgres"
+    for key, value in defaults.items():
+        query.setdefault(key, value)
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
+
+
+def tortoise_config(url: str) -> dict[str, Any]:
+    """The Tortoise config dict for OSTE's one app (``oste``) on the given database URL."""
+    return {
+        "connections": {"default": normalise_url(url)},
+        "apps": {
+            "oste": {
+                "models": ["oste.storage.models"],
+                "default_connection": "default",
+                "migrations": "oste.storage.migrations",
+            }
+        },
+        "use_tz": True,
+        "timezone": "UTC",
+    }
+
+
+# For the `tortoise` CLI (`tortoise makemigrations`), configured in pyproject.toml.
+MIGRATION_CONFIG = tortoise_config("sqlite://./oste-makemigrations.sqlite3")

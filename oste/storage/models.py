@@ -1,0 +1,198 @@
+"""Tortoise models: the tables. Only ``oste.storage`` imports this module.
+
+Indexes follow the engine's queries: due activities by (state, partition, next_attempt_at); lookups by
+object id; listings by (solution, state, id); expired leases by (state, lease_expires_at).
+"""
+
+from __future__ import annotations
+
+from tortoise import fields
+from tortoise.indexes import Index
+from tortoise.models import Model
+
+
+class Company(Model):
+    id = fields.UUIDField(primary_key=True)
+    name = fields.CharField(max_length=63, unique=True)
+    qos_level = fields.IntField(default=1)
+    paused = fields.BooleanField(default=False)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "company"
+
+
+class ApiKey(Model):
+    id = fields.UUIDField(primary_key=True)
+    company: fields.ForeignKeyRelation[Company] = fields.ForeignKeyField(
+        "oste.Company", related_name="api_keys", on_delete=fields.CASCADE
+    )
+    name = fields.CharField(max_length=63)
+    prefix = fields.CharField(max_length=16)
+    key_hash = fields.CharField(max_length=64, unique=True)
+    created_at = fields.DatetimeField()
+    revoked_at = fields.DatetimeField(null=True)
+    last_used_at = fields.DatetimeField(null=True)
+
+    class Meta:
+        table = "api_key"
+
+
+class Solution(Model):
+    id = fields.UUIDField(primary_key=True)
+    company: fields.ForeignKeyRelation[Company] = fields.ForeignKeyField(
+        "oste.Company", related_name="solutions", on_delete=fields.CASCADE
+    )
+    name = fields.CharField(max_length=63)
+    qos_level = fields.IntField(default=1)
+    success_uri = fields.TextField(null=True)
+    success_period = fields.FloatField()
+    dead_letter_uri = fields.TextField(null=True)
+    dead_letter_period = fields.FloatField()
+    signing_secret = fields.CharField(max_length=128)
+    paused = fields.BooleanField(default=False)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "solution"
+        unique_together = (("company", "name"),)
+
+
+class ActivityType(Model):
+    id = fields.UUIDField(primary_key=True)
+    company_id = fields.UUIDField()
+    solution: fields.ForeignKeyRelation[Solution] = fields.ForeignKeyField(
+        "oste.Solution", related_name="activity_types", on_delete=fields.CASCADE
+    )
+    name = fields.CharField(max_length=63)
+    verb = fields.CharField(max_length=8)
+    uri_pattern = fields.TextField()
+    parameter_schema = fields.JSONField(null=True)
+    retries = fields.IntField()
+    timeout = fields.FloatField()
+    object_id_ref = fields.JSONField()
+    headers = fields.JSONField()
+    max_concurrency = fields.IntField(null=True)
+    rate_limit = fields.FloatField(null=True)
+    backoff_base = fields.FloatField()
+    backoff_max = fields.FloatField()
+    success_statuses = fields.JSONField(null=True)
+    paused = fields.BooleanField(default=False)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "activity_type"
+        unique_together = (("solution", "name"),)
+
+
+class RecurringActivity(Model):
+    id = fields.UUIDField(primary_key=True)
+    company_id = fields.UUIDField()
+    solution_id = fields.UUIDField(db_index=True)
+    activity_type: fields.ForeignKeyRelation[ActivityType] = fields.ForeignKeyField(
+        "oste.ActivityType", related_name="recurring_activities", on_delete=fields.CASCADE
+    )
+    partition = fields.SmallIntField()
+    schedule = fields.JSONField()
+    timezone = fields.CharField(max_length=64)
+    start_at = fields.DatetimeField(null=True)
+    end_at = fields.DatetimeField(null=True)
+    parameter = fields.JSONField()
+    retries = fields.IntField(null=True)
+    priority = fields.IntField(default=0)
+    object_id = fields.CharField(max_length=255, null=True)
+    paused = fields.BooleanField(default=False)
+    next_fire_at = fields.DatetimeField(null=True)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "recurring_activity"
+        indexes = (Index(fields=("partition", "next_fire_at"), name="recurring_due_idx"),)
+
+
+class Activity(Model):
+    id = fields.UUIDField(primary_key=True)
+    company_id = fields.UUIDField()
+    solution_id = fields.UUIDField()
+    activity_type: fields.ForeignKeyRelation[ActivityType] = fields.ForeignKeyField(
+        "oste.ActivityType", related_name="activities", on_delete=fields.CASCADE, db_index=False
+    )
+    partition = fields.SmallIntField()
+    scheduled_for = fields.DatetimeField()
+    next_attempt_at = fields.DatetimeField()
+    parameter = fields.JSONField()
+    retries = fields.IntField()
+    priority = fields.IntField(default=0)
+    object_id = fields.CharField(max_length=255, null=True)
+    state = fields.CharField(max_length=16)
+    attempts = fields.IntField(default=0)
+    last_outcome = fields.CharField(max_length=16, null=True)
+    recurring_activity_id = fields.UUIDField(null=True)
+    occurrence_at = fields.DatetimeField(null=True)
+    idempotency_key = fields.CharField(max_length=255, null=True)
+    request_hash = fields.CharField(max_length=64, null=True)
+    claimed_by = fields.CharField(max_length=64, null=True)
+    claim_token = fields.UUIDField(null=True)
+    lease_expires_at = fields.DatetimeField(null=True)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+    finished_at = fields.DatetimeField(null=True)
+
+    class Meta:
+        table = "activity"
+        unique_together = (("solution_id", "idempotency_key"), ("recurring_activity_id", "occurrence_at"))
+        indexes = (
+            Index(fields=("state", "partition", "next_attempt_at"), name="activity_due_idx"),
+            Index(fields=("solution_id", "state", "id"), name="activity_listing_idx"),
+            Index(fields=("solution_id", "object_id"), name="activity_object_idx"),
+            Index(fields=("activity_type_id", "state"), name="activity_type_state_idx"),
+            Index(fields=("state", "lease_expires_at"), name="activity_lease_idx"),
+            Index(fields=("state", "finished_at"), name="activity_finished_idx"),
+        )
+
+
+class Execution(Model):
+    id = fields.UUIDField(primary_key=True)
+    activity: fields.ForeignKeyRelation[Activity] = fields.ForeignKeyField(
+        "oste.Activity", related_name="executions", on_delete=fields.CASCADE
+    )
+    attempt = fields.IntField()
+    started_at = fields.DatetimeField()
+    finished_at = fields.DatetimeField()
+    duration_ms = fields.FloatField()
+    outcome = fields.CharField(max_length=16)
+    http_status = fields.IntField(null=True)
+    error = fields.TextField(null=True)
+    response_excerpt = fields.TextField(null=True)
+    node = fields.CharField(max_length=64)
+
+    class Meta:
+        table = "execution"
+
+
+class Node(Model):
+    """A registered engine node (seed 001's sysid): unique per store, heartbeating while alive."""
+
+    id = fields.CharField(max_length=64, primary_key=True)
+    name = fields.CharField(max_length=255)
+    role = fields.CharField(max_length=16)
+    started_at = fields.DatetimeField()
+    heartbeat_at = fields.DatetimeField()
+
+    class Meta:
+        table = "node"
+
+
+class PartitionLease(Model):
+    """Which node holds a partition, until when."""
+
+    partition = fields.SmallIntField(primary_key=True, generated=False)
+    owner = fields.CharField(max_length=64, null=True)
+    expires_at = fields.DatetimeField(null=True)
+
+    class Meta:
+        table = "partition_lease"

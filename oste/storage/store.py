@@ -1,0 +1,518 @@
+"""The Store contract: every read and write OSTE makes, in domain verbs, returning frozen records.
+
+The API, the engine and the UI talk to storage only through ``Store``. Its methods:
+
+- return plain records from ``oste.domain.records`` (never ORM objects);
+- raise ``NotFound`` when a resource does not exist *in the given parent* (so another company's
+  resources are indistinguishable from missing ones), ``Conflict`` on duplicate names or a state that
+  forbids the change, ``InvalidInput`` for an idempotency key reused with another body, and
+  ``Unavailable`` when the database cannot be reached;
+- write multi-row changes all-or-nothing (one transaction).
+
+SQLite and PostgreSQL share this implementation; they differ only in the claim strategy the engine uses.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.queryset import QuerySet
+from tortoise.transactions import in_transaction
+
+from oste.domain import records as r
+from oste.domain.clock import Clock
+from oste.domain.ids import hash_secret, new_api_key, new_id, new_signing_secret
+from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
+from oste.storage import models as m
+
+R = TypeVar("R")
+MAX_PAGE = 1000
+
+
+def to_record(cls: type[R], row: Any, **overrides: Any) -> R:
+    """Copy the record's fields from an ORM row (or a dict), overriding some."""
+    get = row.get if isinstance(row, dict) else lambda name: getattr(row, name)
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        values[f.name] = overrides[f.name] if f.name in overrides else get(f.name)
+    return cls(**values)
+
+
+def encode_cursor(last_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(str(last_id).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> uuid.UUID:
+    """Decode an opaque cursor; raises InvalidInput naming ``cursor`` when it was not ours."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        return uuid.UUID(base64.urlsafe_b64decode(padded.encode()).decode())
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput.field("cursor", "is not a cursor this API returned; start again without it") from None
+
+
+async def page_of(query: QuerySet, limit: int, cursor: str | None, convert: Callable[[Any], Any]) -> r.Page:
+    """One page of ``query`` in id order (ids are time-sortable, so this is creation order)."""
+    if cursor:
+        query = query.filter(id__gt=decode_cursor(cursor))
+    rows = await query.order_by("id").limit(limit + 1)
+    items = [convert(row) for row in rows[:limit]]
+    next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
+    return r.Page(items, next_cursor)
+
+
+def _header_record(headers: dict[str, Any]) -> dict[str, r.Header]:
+    return {name: r.Header(value["value"], bool(value.get("secret"))) for name, value in headers.items()}
+
+
+def _header_json(headers: dict[str, r.Header]) -> dict[str, Any]:
+    return {name: {"value": h.value, "secret": h.secret} for name, h in headers.items()}
+
+
+def _storable(values: dict[str, Any]) -> dict[str, Any]:
+    """Turn record-typed values (headers, tuples) into what the JSON columns hold."""
+    out = dict(values)
+    if "headers" in out:
+        out["headers"] = _header_json(out["headers"])
+    for key in ("object_id_ref", "success_statuses"):
+        if isinstance(out.get(key), tuple):
+            out[key] = list(out[key])
+    return out
+
+
+class Store:
+    """OSTE's storage, over Tortoise ORM (SQLite or PostgreSQL). See the module docstring."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    # --- companies -------------------------------------------------------------------------------
+
+    async def create_company(self, name: str, qos_level: int = 1, paused: bool = False) -> r.Company:
+        """Create a company. Raises Conflict if the name is taken."""
+        now = self.clock.now()
+        row = m.Company(
+            id=new_id(), name=name, qos_level=qos_level, paused=paused, created_at=now, updated_at=now
+        )
+        await self._save_new(row, f"a company named {name!r} already exists")
+        return self._company(row)
+
+    async def get_company(self, name: str) -> r.Company:
+        """The company with this name. Raises NotFound."""
+        row = await self._one(m.Company.filter(name=name), f"company {name!r} not found")
+        return self._company(row)
+
+    async def get_company_by_id(self, company_id: uuid.UUID) -> r.Company:
+        row = await self._one(m.Company.filter(id=company_id), "company not found")
+        return self._company(row)
+
+    async def list_companies(self, limit: int, cursor: str | None = None) -> r.Page:
+        return await page_of(m.Company.all(), limit, cursor, self._company)
+
+    async def update_company(self, company: r.Company, changes: dict[str, Any]) -> r.Company:
+        """Apply validated changes (qos_level, paused)."""
+        await self._update(m.Company.filter(id=company.id), changes, "company not found")
+        return await self.get_company_by_id(company.id)
+
+    async def delete_company(self, company: r.Company, cascade: bool = False) -> None:
+        """Delete a company. Without ``cascade`` raises Conflict while it still has solutions."""
+        if not cascade and await m.Solution.filter(company_id=company.id).exists():
+            raise Conflict(
+                f"company {company.name!r} still has solutions; delete them first or pass ?cascade=true"
+            )
+        async with in_transaction():
+            await self._delete_activities(m.Activity.filter(company_id=company.id))
+            await m.Company.filter(id=company.id).delete()
+
+    # --- API keys ----------------------------------------------------------------------------------
+
+    async def create_api_key(self, company: r.Company, name: str) -> tuple[r.ApiKey, str]:
+        """Create an API key for the company; returns the record and the secret (shown once only)."""
+        secret = new_api_key()
+        row = m.ApiKey(
+            id=new_id(),
+            company_id=company.id,
+            name=name,
+            prefix=secret[:12],
+            key_hash=hash_secret(secret),
+            created_at=self.clock.now(),
+        )
+        await row.save()
+        return to_record(r.ApiKey, row), secret
+
+    async def list_api_keys(self, company: r.Company, limit: int, cursor: str | None = None) -> r.Page:
+        query = m.ApiKey.filter(company_id=company.id)
+        return await page_of(query, limit, cursor, lambda row: to_record(r.ApiKey, row))
+
+    async def revoke_api_key(self, company: r.Company, key_id: uuid.UUID) -> r.ApiKey:
+        """Revoke a key of this company (idempotent). Raises NotFound for another company's key."""
+        query = m.ApiKey.filter(id=key_id, company_id=company.id)
+        row = await self._one(query, "API key not found")
+        if row.revoked_at is None:
+            row.revoked_at = self.clock.now()
+            await row.save(update_fields=["revoked_at"])
+        return to_record(r.ApiKey, row)
+
+    async def company_for_api_key(self, secret: str) -> r.Company | None:
+        """The company an unrevoked key belongs to, or None."""
+        row = await m.ApiKey.filter(key_hash=hash_secret(secret), revoked_at__isnull=True).first()
+        if row is None:
+            return None
+        return await self.get_company_by_id(row.company_id)
+
+    # --- solutions ---------------------------------------------------------------------------------
+
+    async def create_solution(self, company: r.Company, values: dict[str, Any]) -> r.Solution:
+        """Create a solution in a company (values validated by the caller); a signing secret is generated."""
+        now = self.clock.now()
+        row = m.Solution(
+            id=new_id(),
+            company_id=company.id,
+            signing_secret=new_signing_secret(),
+            created_at=now,
+            updated_at=now,
+            **values,
+        )
+        await self._save_new(row, f"company {company.name!r} already has a solution named {values['name']!r}")
+        return to_record(r.Solution, row)
+
+    async def get_solution(self, company: r.Company, name: str) -> r.Solution:
+        query = m.Solution.filter(company_id=company.id, name=name)
+        return to_record(r.Solution, await self._one(query, f"solution {name!r} not found"))
+
+    async def list_solutions(self, company: r.Company, limit: int, cursor: str | None = None) -> r.Page:
+        query = m.Solution.filter(company_id=company.id)
+        return await page_of(query, limit, cursor, lambda row: to_record(r.Solution, row))
+
+    async def update_solution(self, solution: r.Solution, changes: dict[str, Any]) -> r.Solution:
+        await self._update(m.Solution.filter(id=solution.id), changes, "solution not found")
+        return await self._solution_by_id(solution.id)
+
+    async def rotate_signing_secret(self, solution: r.Solution) -> r.Solution:
+        """Replace the solution's signing secret with a new random one."""
+        return await self.update_solution(solution, {"signing_secret": new_signing_secret()})
+
+    async def delete_solution(self, solution: r.Solution, cascade: bool = False) -> None:
+        """Delete a solution. Without ``cascade`` raises Conflict while it has activity types."""
+        if not cascade and await m.ActivityType.filter(solution_id=solution.id).exists():
+            raise Conflict(
+                f"solution {solution.name!r} still has activity types; delete them first or pass ?cascade=true"
+            )
+        async with in_transaction():
+            await self._delete_activities(m.Activity.filter(solution_id=solution.id))
+            await m.Solution.filter(id=solution.id).delete()
+
+    async def _solution_by_id(self, solution_id: uuid.UUID) -> r.Solution:
+        return to_record(r.Solution, await self._one(m.Solution.filter(id=solution_id), "solution not found"))
+
+    # --- activity types ----------------------------------------------------------------------------
+
+    async def create_activity_type(self, solution: r.Solution, values: dict[str, Any]) -> r.ActivityType:
+        now = self.clock.now()
+        row = m.ActivityType(
+            id=new_id(),
+            company_id=solution.company_id,
+            solution_id=solution.id,
+            created_at=now,
+            updated_at=now,
+            **_storable(values),
+        )
+        message = f"solution {solution.name!r} already has an activity type named {values['name']!r}"
+        await self._save_new(row, message)
+        return self._activity_type(row)
+
+    async def get_activity_type(self, solution: r.Solution, name: str) -> r.ActivityType:
+        query = m.ActivityType.filter(solution_id=solution.id, name=name)
+        return self._activity_type(await self._one(query, f"activity type {name!r} not found"))
+
+    async def list_activity_types(self, solution: r.Solution, limit: int, cursor: str | None = None) -> r.Page:
+        query = m.ActivityType.filter(solution_id=solution.id)
+        return await page_of(query, limit, cursor, self._activity_type)
+
+    async def update_activity_type(self, activity_type: r.ActivityType, changes: dict[str, Any]) -> r.ActivityType:
+        query = m.ActivityType.filter(id=activity_type.id)
+        await self._update(query, _storable(changes), "activity type not found")
+        return self._activity_type(await self._one(query, "activity type not found"))
+
+    async def delete_activity_type(self, activity_type: r.ActivityType, cascade: bool = False) -> None:
+        """Delete a type. Without ``cascade`` raises Conflict while it has live or recurring activities."""
+        live = m.Activity.filter(
+            activity_type_id=activity_type.id,
+            state__in=[r.ActivityState.SCHEDULED, r.ActivityState.RUNNING],
+        )
+        recurring = m.RecurringActivity.filter(activity_type_id=activity_type.id)
+        if not cascade and (await live.exists() or await recurring.exists()):
+            raise Conflict(
+                f"activity type {activity_type.name!r} has scheduled, running or recurring activities; "
+                "cancel or delete them first or pass ?cascade=true"
+            )
+        async with in_transaction():
+            await self._delete_activities(m.Activity.filter(activity_type_id=activity_type.id))
+            await m.ActivityType.filter(id=activity_type.id).delete()
+
+    # --- activities --------------------------------------------------------------------------------
+
+    async def create_activities(self, new: list[r.NewActivity]) -> list[r.Activity]:
+        """Insert validated activities all-or-nothing, in one transaction, in the order given.
+
+        Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is
+        written then).
+        """
+        now = self.clock.now()
+        rows = [self._activity_row(item, now) for item in new]
+        try:
+            async with in_transaction():
+                await m.Activity.bulk_create(rows, batch_size=500)
+        except IntegrityError:
+            raise Conflict("an activity with the same idempotency key or occurrence already exists") from None
+        except DBConnectionError as exc:
+            raise Unavailable(f"the database is unreachable: {exc}") from None
+        return [self._activity(row, item.activity_type.name) for row, item in zip(rows, new, strict=True)]
+
+    async def create_activity_once(self, new: r.NewActivity) -> tuple[r.Activity, bool]:
+        """Create an activity under an idempotency key; returns (activity, created).
+
+        The same key with the same request hash returns the stored activity and ``created=False``; the
+        same key with a different hash raises InvalidInput naming the ``Idempotency-Key`` header.
+        """
+        if new.idempotency_key is None:
+            return (await self.create_activities([new]))[0], True
+        for _ in range(2):
+            existing = await m.Activity.filter(
+                solution_id=new.activity_type.solution_id, idempotency_key=new.idempotency_key
+            ).first()
+            if existing is not None:
+                if existing.request_hash != new.request_hash:
+                    raise InvalidInput.field(
+                        "Idempotency-Key", "was already used in this solution with a different request body"
+                    )
+                return await self._with_type_name(existing), False
+            try:
+                return (await self.create_activities([new]))[0], True
+            except Conflict:
+                continue  # a concurrent request with the same key won the race: read its activity
+        raise Conflict("the idempotency key is being used concurrently; retry the request")
+
+    async def get_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> r.Activity:
+        row = await self._one(m.Activity.filter(id=activity_id, solution_id=solution.id), "activity not found")
+        return await self._with_type_name(row)
+
+    async def list_activities(
+        self, solution: r.Solution, filters: r.ActivityFilter, limit: int, cursor: str | None = None
+    ) -> r.Page:
+        """Activities of a solution in creation order, filtered."""
+        query = m.Activity.filter(solution_id=solution.id)
+        conditions = {
+            "state": filters.state,
+            "activity_type_id": filters.activity_type_id,
+            "object_id": filters.object_id,
+            "scheduled_for__gte": filters.scheduled_after,
+            "scheduled_for__lt": filters.scheduled_before,
+            "recurring_activity_id": filters.recurring_activity_id,
+        }
+        query = query.filter(**{key: value for key, value in conditions.items() if value is not None})
+        names = await self._type_names(solution.id)
+        return await page_of(query, limit, cursor, lambda row: self._activity(row, names[row.activity_type_id]))
+
+    async def update_scheduled_activity(self, activity: r.Activity, changes: dict[str, Any]) -> r.Activity:
+        """Apply changes only while the activity is still ``scheduled`` (checked atomically).
+
+        ``scheduled_for`` also moves ``next_attempt_at``. Raises Conflict in any other state.
+        """
+        values = dict(changes, updated_at=self.clock.now())
+        if "scheduled_for" in values:
+            values["next_attempt_at"] = values["scheduled_for"]
+        query = m.Activity.filter(id=activity.id, state=r.ActivityState.SCHEDULED)
+        if await query.update(**values) == 0:
+            current = await self._activity_by_id(activity.id)
+            raise Conflict(f"activity is {current.state}; only a scheduled activity can be changed")
+        return await self._activity_by_id(activity.id)
+
+    async def cancel_activity(self, activity: r.Activity) -> r.Activity:
+        """Cancel a scheduled or running activity (a running attempt's completion is then ignored).
+
+        Raises Conflict if it already finished (succeeded, dead or cancelled).
+        """
+        now = self.clock.now()
+        query = m.Activity.filter(
+            id=activity.id, state__in=[r.ActivityState.SCHEDULED, r.ActivityState.RUNNING]
+        )
+        changed = await query.update(
+            state=r.ActivityState.CANCELLED,
+            claim_token=None,
+            claimed_by=None,
+            lease_expires_at=None,
+            finished_at=now,
+            updated_at=now,
+        )
+        if changed == 0:
+            current = await self._activity_by_id(activity.id)
+            raise Conflict(f"activity is already {current.state}; nothing to cancel")
+        return await self._activity_by_id(activity.id)
+
+    async def list_executions(self, activity: r.Activity, limit: int, cursor: str | None = None) -> r.Page:
+        query = m.Execution.filter(activity_id=activity.id)
+        return await page_of(query, limit, cursor, lambda row: to_record(r.Execution, row))
+
+    # --- recurring activities ----------------------------------------------------------------------
+
+    async def create_recurring(
+        self, activity_type: r.ActivityType, values: dict[str, Any]
+    ) -> r.RecurringActivity:
+        now = self.clock.now()
+        row = m.RecurringActivity(
+            id=new_id(),
+            company_id=activity_type.company_id,
+            solution_id=activity_type.solution_id,
+            activity_type_id=activity_type.id,
+            partition=activity_type.partition,
+            created_at=now,
+            updated_at=now,
+            **values,
+        )
+        await row.save()
+        return to_record(r.RecurringActivity, row, activity_type=activity_type.name)
+
+    async def get_recurring(self, solution: r.Solution, recurring_id: uuid.UUID) -> r.RecurringActivity:
+        query = m.RecurringActivity.filter(id=recurring_id, solution_id=solution.id)
+        row = await self._one(query, "recurring activity not found")
+        names = await self._type_names(solution.id)
+        return to_record(r.RecurringActivity, row, activity_type=names[row.activity_type_id])
+
+    async def list_recurring(
+        self,
+        solution: r.Solution,
+        limit: int,
+        cursor: str | None = None,
+        activity_type: r.ActivityType | None = None,
+    ) -> r.Page:
+        query = m.RecurringActivity.filter(solution_id=solution.id)
+        if activity_type is not None:
+            query = query.filter(activity_type_id=activity_type.id)
+        names = await self._type_names(solution.id)
+        return await page_of(
+            query,
+            limit,
+            cursor,
+            lambda row: to_record(r.RecurringActivity, row, activity_type=names[row.activity_type_id]),
+        )
+
+    async def update_recurring(
+        self, recurring: r.RecurringActivity, changes: dict[str, Any], activity_type: r.ActivityType | None = None
+    ) -> r.RecurringActivity:
+        """Apply validated changes; a new ``activity_type`` moves it (and its partition)."""
+        values = dict(changes)
+        if activity_type is not None:
+            values["activity_type_id"] = activity_type.id
+            values["partition"] = activity_type.partition
+        query = m.RecurringActivity.filter(id=recurring.id)
+        await self._update(query, values, "recurring activity not found")
+        return await self.get_recurring(await self._solution_by_id(recurring.solution_id), recurring.id)
+
+    async def delete_recurring(self, recurring: r.RecurringActivity) -> None:
+        """Delete a recurring activity and cancel its occurrences that have not fired yet."""
+        now = self.clock.now()
+        async with in_transaction():
+            await m.Activity.filter(
+                recurring_activity_id=recurring.id, state=r.ActivityState.SCHEDULED
+            ).update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
+            await m.RecurringActivity.filter(id=recurring.id).delete()
+
+    # --- helpers -----------------------------------------------------------------------------------
+
+    async def _one(self, query: QuerySet, message: str) -> Any:
+        try:
+            row = await query.first()
+        except DBConnectionError as exc:
+            raise Unavailable(f"the database is unreachable: {exc}") from None
+        if row is None:
+            raise NotFound(message)
+        return row
+
+    async def _save_new(self, row: Any, conflict_message: str) -> None:
+        try:
+            await row.save(force_create=True)
+        except IntegrityError:
+            raise Conflict(conflict_message) from None
+
+    async def _update(self, query: QuerySet, changes: dict[str, Any], missing: str) -> None:
+        if not changes:
+            return
+        try:
+            count = await query.update(**changes, updated_at=self.clock.now())
+        except IntegrityError:
+            raise Conflict("the change clashes with another resource's name") from None
+        if count == 0:
+            raise NotFound(missing)
+
+    async def _delete_activities(self, query: QuerySet) -> None:
+        ids = query.values_list("id", flat=True)
+        await m.Execution.filter(activity_id__in=ids).delete()
+        await query.delete()
+
+    async def _type_names(self, solution_id: uuid.UUID) -> dict[uuid.UUID, str]:
+        rows = await m.ActivityType.filter(solution_id=solution_id).values_list("id", "name")
+        return dict(rows)
+
+    async def _activity_by_id(self, activity_id: uuid.UUID) -> r.Activity:
+        return await self._with_type_name(await self._one(m.Activity.filter(id=activity_id), "activity not found"))
+
+    async def _with_type_name(self, row: m.Activity) -> r.Activity:
+        name = await m.ActivityType.filter(id=row.activity_type_id).values_list("name", flat=True).first()
+        return self._activity(row, name or "")
+
+    @staticmethod
+    def _activity_row(item: r.NewActivity, now: datetime) -> m.Activity:
+        kind = item.activity_type
+        return m.Activity(
+            id=new_id(),
+            company_id=kind.company_id,
+            solution_id=kind.solution_id,
+            activity_type_id=kind.id,
+            partition=kind.partition,
+            scheduled_for=item.scheduled_for,
+            next_attempt_at=item.scheduled_for,
+            parameter=item.parameter,
+            retries=item.retries,
+            priority=item.priority,
+            object_id=item.object_id,
+            state=r.ActivityState.SCHEDULED,
+            attempts=0,
+            recurring_activity_id=item.recurring_activity_id,
+            occurrence_at=item.occurrence_at,
+            idempotency_key=item.idempotency_key,
+            request_hash=item.request_hash,
+            created_at=now,
+            updated_at=now,
+        )
+
+    @staticmethod
+    def _activity(row: m.Activity, type_name: str) -> r.Activity:
+        return to_record(
+            r.Activity,
+            row,
+            activity_type=type_name,
+            state=r.ActivityState(row.state),
+            last_outcome=r.Outcome(row.last_outcome) if row.last_outcome else None,
+        )
+
+    @staticmethod
+    def _company(row: m.Company) -> r.Company:
+        return to_record(r.Company, row)
+
+    @staticmethod
+    def _activity_type(row: m.ActivityType) -> r.ActivityType:
+        return to_record(
+            r.ActivityType,
+            row,
+            object_id_ref=tuple(row.object_id_ref or ()),
+            headers=_header_record(row.headers or {}),
+            success_statuses=tuple(row.success_statuses) if row.success_statuses is not None else None,
+        )
+
