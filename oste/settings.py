@@ -31,7 +31,9 @@ class SettingSpec:
 SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("host", "OSTE_HOST", "127.0.0.1", "Address the API listens on."),
     SettingSpec("port", "OSTE_PORT", "8080", "Port the API listens on (1-65535)."),
-    SettingSpec("data_dir", "OSTE_DATA_DIR", "./oste-data", "Directory for the SQLite file and the admin token."),
+    SettingSpec(
+        "data_dir", "OSTE_DATA_DIR", "./oste-data", "Directory for the SQLite file and the admin token."
+    ),
     SettingSpec(
         "database_url",
         "OSTE_DATABASE_URL",
@@ -133,8 +135,7 @@ class Settings:
             settings = dataclasses.replace(settings, database_url=f"sqlite://{db_path}")
         if not settings.database_url.startswith(("sqlite://", "postgres://", "postgresql://", "asyncpg://")):
             raise ConfigurationError(
-                "OSTE_DATABASE_URL must start with sqlite:// or postgres://, "
-                f"got {settings.database_url!r}"
+                f"OSTE_DATABASE_URL must start with sqlite:// or postgres://, got {settings.database_url!r}"
             )
         if not settings.node_name:
             settings = dataclasses.replace(settings, node_name=os.uname().nodename)

@@ -124,11 +124,15 @@ class ParameterRules:
                 errors.append(FieldError(join_path(field, *error.path), error.message))
         for name in self.placeholders:
             if name not in parameter:
-                errors.append(FieldError(join_path(field, name), f"is required to fill {{{name}}} in the URI"))
+                errors.append(
+                    FieldError(join_path(field, name), f"is required to fill {{{name}}} in the URI")
+                )
             elif not _is_scalar(parameter[name]):
                 errors.append(
-                    FieldError(join_path(field, name), f"fills {{{name}}} in the URI, so it must be a string, "
-                               "number or boolean")
+                    FieldError(
+                        join_path(field, name),
+                        f"fills {{{name}}} in the URI, so it must be a string, number or boolean",
+                    )
                 )
         for name in self.object_id_ref:
             if name not in parameter or parameter[name] is None:

@@ -40,7 +40,9 @@ def check_timezone(name: Any, field: str = "timezone") -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidInput.field(field, f"{name!r} is not an IANA time zone (e.g. America/New_York)") from None
+        raise InvalidInput.field(
+            field, f"{name!r} is not an IANA time zone (e.g. America/New_York)"
+        ) from None
 
 
 def day_of_week_names(expression: str, field: str = "day_of_week") -> str:
@@ -68,7 +70,9 @@ def _dow_range(text: str, field: str) -> tuple[int, int]:
     bounds = [_dow_number(piece, field) for piece in text.split("-")]
     lo, hi = bounds[0], bounds[-1]
     if hi < lo:
-        raise InvalidInput.field(field, f"range {text!r} runs backwards; write it as a list, e.g. fri,sat,sun")
+        raise InvalidInput.field(
+            field, f"range {text!r} runs backwards; write it as a list, e.g. fri,sat,sun"
+        )
     return lo, hi
 
 
@@ -118,8 +122,6 @@ class Schedule:
         return result
 
 
-
-
 def parse_schedule(
     raw: Any,
     timezone: Any = "UTC",
@@ -133,7 +135,9 @@ def parse_schedule(
     """
     check_timezone(timezone, "timezone")
     if not isinstance(raw, dict) or not raw:
-        raise InvalidInput.field(field, "must be an object with either 'cron' or cron fields such as 'minute'")
+        raise InvalidInput.field(
+            field, "must be an object with either 'cron' or cron fields such as 'minute'"
+        )
     if "cron" in raw:
         if len(raw) > 1:
             raise InvalidInput.field(field, "give either 'cron' or cron fields, not both")
@@ -141,7 +145,9 @@ def parse_schedule(
     else:
         unknown = sorted(set(raw) - set(FIELDS))
         if unknown:
-            raise InvalidInput.field(f"{field}/{unknown[0]}", f"is not a schedule field; use {', '.join(FIELDS)}")
+            raise InvalidInput.field(
+                f"{field}/{unknown[0]}", f"is not a schedule field; use {', '.join(FIELDS)}"
+            )
         fields = {}
         for name in FIELDS:
             if name in raw:
@@ -149,7 +155,9 @@ def parse_schedule(
                 if isinstance(value, int) and not isinstance(value, bool):
                     value = str(value)
                 if not isinstance(value, str) or not value.strip():
-                    raise InvalidInput.field(f"{field}/{name}", "must be a cron expression string, e.g. '*/5'")
+                    raise InvalidInput.field(
+                        f"{field}/{name}", "must be a cron expression string, e.g. '*/5'"
+                    )
                 fields[name] = value.strip()
     for name, value in fields.items():
         _check_field(name, value, f"{field}/{name}" if "cron" not in raw else f"{field}/cron")
@@ -186,6 +194,7 @@ def crontab_fields(line: Any, field: str = "schedule/cron") -> dict[str, str]:
         second, minute, hour, day, month, dow = parts
     else:
         raise InvalidInput.field(
-            field, f"has {len(parts)} fields; write 5 (minute hour day month day_of_week) or 6 (seconds first)"
+            field,
+            f"has {len(parts)} fields; write 5 (minute hour day month day_of_week) or 6 (seconds first)",
         )
     return {"month": month, "day": day, "day_of_week": dow, "hour": hour, "minute": minute, "second": second}

@@ -54,7 +54,9 @@ def decode_cursor(cursor: str) -> uuid.UUID:
         padded = cursor + "=" * (-len(cursor) % 4)
         return uuid.UUID(base64.urlsafe_b64decode(padded.encode()).decode())
     except (ValueError, UnicodeDecodeError):
-        raise InvalidInput.field("cursor", "is not a cursor this API returned; start again without it") from None
+        raise InvalidInput.field(
+            "cursor", "is not a cursor this API returned; start again without it"
+        ) from None
 
 
 async def page_of(query: QuerySet, limit: int, cursor: str | None, convert: Callable[[Any], Any]) -> r.Page:
@@ -91,6 +93,13 @@ class Store:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
+
+    async def ping(self) -> None:
+        """Raise Unavailable unless the database answers a trivial query."""
+        try:
+            await m.Company.all().limit(1).values_list("id", flat=True)
+        except (DBConnectionError, OSError) as exc:
+            raise Unavailable(f"the database does not answer: {exc}") from None
 
     # --- companies -------------------------------------------------------------------------------
 
@@ -202,7 +211,8 @@ class Store:
         """Delete a solution. Without ``cascade`` raises Conflict while it has activity types."""
         if not cascade and await m.ActivityType.filter(solution_id=solution.id).exists():
             raise Conflict(
-                f"solution {solution.name!r} still has activity types; delete them first or pass ?cascade=true"
+                f"solution {solution.name!r} still has activity types; "
+                "delete them first or pass ?cascade=true"
             )
         async with in_transaction():
             await self._delete_activities(m.Activity.filter(solution_id=solution.id))
@@ -231,11 +241,15 @@ class Store:
         query = m.ActivityType.filter(solution_id=solution.id, name=name)
         return self._activity_type(await self._one(query, f"activity type {name!r} not found"))
 
-    async def list_activity_types(self, solution: r.Solution, limit: int, cursor: str | None = None) -> r.Page:
+    async def list_activity_types(
+        self, solution: r.Solution, limit: int, cursor: str | None = None
+    ) -> r.Page:
         query = m.ActivityType.filter(solution_id=solution.id)
         return await page_of(query, limit, cursor, self._activity_type)
 
-    async def update_activity_type(self, activity_type: r.ActivityType, changes: dict[str, Any]) -> r.ActivityType:
+    async def update_activity_type(
+        self, activity_type: r.ActivityType, changes: dict[str, Any]
+    ) -> r.ActivityType:
         query = m.ActivityType.filter(id=activity_type.id)
         await self._update(query, _storable(changes), "activity type not found")
         return self._activity_type(await self._one(query, "activity type not found"))
@@ -300,7 +314,9 @@ class Store:
         raise Conflict("the idempotency key is being used concurrently; retry the request")
 
     async def get_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> r.Activity:
-        row = await self._one(m.Activity.filter(id=activity_id, solution_id=solution.id), "activity not found")
+        row = await self._one(
+            m.Activity.filter(id=activity_id, solution_id=solution.id), "activity not found"
+        )
         return await self._with_type_name(row)
 
     async def list_activities(
@@ -318,7 +334,9 @@ class Store:
         }
         query = query.filter(**{key: value for key, value in conditions.items() if value is not None})
         names = await self._type_names(solution.id)
-        return await page_of(query, limit, cursor, lambda row: self._activity(row, names[row.activity_type_id]))
+        return await page_of(
+            query, limit, cursor, lambda row: self._activity(row, names[row.activity_type_id])
+        )
 
     async def update_scheduled_activity(self, activity: r.Activity, changes: dict[str, Any]) -> r.Activity:
         """Apply changes only while the activity is still ``scheduled`` (checked atomically).
@@ -404,7 +422,10 @@ class Store:
         )
 
     async def update_recurring(
-        self, recurring: r.RecurringActivity, changes: dict[str, Any], activity_type: r.ActivityType | None = None
+        self,
+        recurring: r.RecurringActivity,
+        changes: dict[str, Any],
+        activity_type: r.ActivityType | None = None,
     ) -> r.RecurringActivity:
         """Apply validated changes; a new ``activity_type`` moves it (and its partition)."""
         values = dict(changes)
@@ -461,7 +482,9 @@ class Store:
         return dict(rows)
 
     async def _activity_by_id(self, activity_id: uuid.UUID) -> r.Activity:
-        return await self._with_type_name(await self._one(m.Activity.filter(id=activity_id), "activity not found"))
+        return await self._with_type_name(
+            await self._one(m.Activity.filter(id=activity_id), "activity not found")
+        )
 
     async def _with_type_name(self, row: m.Activity) -> r.Activity:
         name = await m.ActivityType.filter(id=row.activity_type_id).values_list("name", flat=True).first()
@@ -515,4 +538,3 @@ class Store:
             headers=_header_record(row.headers or {}),
             success_statuses=tuple(row.success_statuses) if row.success_statuses is not None else None,
         )
-

@@ -1,0 +1,27 @@
+"""The REST API: Starlette routes per resource, request/response schemas, error mapping."""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute
+
+from oste.api import activities, activity_types, recurring, system, tenants
+from oste.api.context import ApiContext
+from oste.api.problems import http_error, oste_error, unexpected_error
+from oste.errors import OsteError
+
+__all__ = ["EXCEPTION_HANDLERS", "ApiContext", "api_routes"]
+
+
+def api_routes() -> list[BaseRoute]:
+    """Every route of the API, in matching order."""
+    return [
+        *system.ROUTES,
+        *tenants.ROUTES,
+        *activity_types.ROUTES,
+        *activities.ROUTES,
+        *recurring.ROUTES,
+    ]
+
+
+EXCEPTION_HANDLERS = {OsteError: oste_error, HTTPException: http_error, Exception: unexpected_error}

@@ -1,0 +1,88 @@
+"""RFC 9457 problem details: the one place errors become HTTP responses."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from oste.errors import InvalidInput, OsteError
+
+log = logging.getLogger("oste.api")
+PROBLEM_TYPE = "tag:oste,2026:problem/"
+_TITLES = {
+    400: "Malformed request",
+    404: "Not found",
+    405: "Method not allowed",
+    413: "Request body too large",
+    415: "Unsupported media type",
+}
+
+
+class HttpProblem(OsteError):
+    """An HTTP-level problem (malformed JSON, wrong content type, too large) with its own status."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = _TITLES.get(status, "Error")
+
+
+def problem(
+    status: int, title: str, detail: str, instance: str = "", extra: dict[str, Any] | None = None
+) -> Response:
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE + title.lower().replace(" ", "-"),
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if instance:
+        body["instance"] = instance
+    extra = dict(extra or {})
+    headers = {"Allow": extra.pop("allow")} if "allow" in extra else None
+    body.update(extra)
+    return Response(
+        orjson.dumps(body), status_code=status, media_type="application/problem+json", headers=headers
+    )
+
+
+async def oste_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OsteError)
+    extra: dict[str, Any] = {}
+    if isinstance(exc, InvalidInput):
+        extra["errors"] = [
+            {"field": e.field, "pointer": "/" + e.field if e.field else "", "reason": e.reason}
+            for e in exc.errors
+        ]
+    if exc.status >= 500:
+        log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
+    return problem(exc.status, exc.title, exc.detail, request.url.path, extra)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    if status == 404:
+        detail = f"no route {request.url.path}; see /docs for the API"
+    elif status == 405:
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        detail = str(exc.detail)
+    extra = {"allow": exc.headers["Allow"]} if exc.headers and "Allow" in exc.headers else None
+    return problem(status, _TITLES.get(status, "Error"), detail, request.url.path, extra)
+
+
+async def unexpected_error(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem(
+        500,
+        "Internal error",
+        "OSTE hit an unexpected error; it is logged on the server. Nothing was half-written: retry, and "
+        "report it if it persists.",
+        request.url.path,
+    )

@@ -1,0 +1,141 @@
+"""Records to JSON bodies. Secrets never leave here unless the caller owns them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oste.api.requests import Principal, iso
+from oste.domain import records as r
+from oste.domain.durations import format_duration
+
+
+def company(c: r.Company) -> dict[str, Any]:
+    return {
+        "id": str(c.id),
+        "name": c.name,
+        "qos_level": c.qos_level,
+        "paused": c.paused,
+        "created_at": iso(c.created_at),
+        "updated_at": iso(c.updated_at),
+    }
+
+
+def api_key(k: r.ApiKey, secret: str | None = None) -> dict[str, Any]:
+    out = {
+        "id": str(k.id),
+        "name": k.name,
+        "prefix": k.prefix,
+        "created_at": iso(k.created_at),
+        "revoked_at": iso(k.revoked_at),
+        "last_used_at": iso(k.last_used_at),
+    }
+    if secret is not None:
+        out["key"] = secret
+    return out
+
+
+def solution(s: r.Solution, company_name: str, who: Principal) -> dict[str, Any]:
+    out = {
+        "id": str(s.id),
+        "company": company_name,
+        "name": s.name,
+        "qos_level": s.qos_level,
+        "success_uri": s.success_uri,
+        "success_period": format_duration(s.success_period),
+        "dead_letter_uri": s.dead_letter_uri,
+        "dead_letter_period": format_duration(s.dead_letter_period),
+        "paused": s.paused,
+        "created_at": iso(s.created_at),
+        "updated_at": iso(s.updated_at),
+    }
+    if who.company is not None and who.company.id == s.company_id:
+        out["signing_secret"] = s.signing_secret
+    return out
+
+
+def activity_type(t: r.ActivityType, solution_name: str) -> dict[str, Any]:
+    return {
+        "id": str(t.id),
+        "solution": solution_name,
+        "name": t.name,
+        "verb": t.verb,
+        "uri_pattern": t.uri_pattern,
+        "parameter_schema": t.parameter_schema,
+        "retries": t.retries,
+        "timeout": format_duration(t.timeout),
+        "object_id_ref": list(t.object_id_ref),
+        "headers": {
+            name: {"secret": True} if h.secret else {"secret": False, "value": h.value}
+            for name, h in t.headers.items()
+        },
+        "max_concurrency": t.max_concurrency,
+        "rate_limit": t.rate_limit,
+        "backoff_base": format_duration(t.backoff_base),
+        "backoff_max": format_duration(t.backoff_max),
+        "success_statuses": list(t.success_statuses) if t.success_statuses is not None else None,
+        "paused": t.paused,
+        "created_at": iso(t.created_at),
+        "updated_at": iso(t.updated_at),
+    }
+
+
+def activity(a: r.Activity) -> dict[str, Any]:
+    return {
+        "id": str(a.id),
+        "activity_type": a.activity_type,
+        "scheduled_for": iso(a.scheduled_for),
+        "next_attempt_at": iso(a.next_attempt_at),
+        "parameter": a.parameter,
+        "retries": a.retries,
+        "priority": a.priority,
+        "object_id": a.object_id,
+        "state": a.state.value,
+        "attempts": a.attempts,
+        "last_outcome": a.last_outcome.value if a.last_outcome else None,
+        "recurring_activity": str(a.recurring_activity_id) if a.recurring_activity_id else None,
+        "occurrence_at": iso(a.occurrence_at),
+        "finished_at": iso(a.finished_at),
+        "created_at": iso(a.created_at),
+        "updated_at": iso(a.updated_at),
+    }
+
+
+def recurring(ra: r.RecurringActivity, next_fire_times: list[Any] | None = None) -> dict[str, Any]:
+    out = {
+        "id": str(ra.id),
+        "activity_type": ra.activity_type,
+        "schedule": ra.schedule,
+        "timezone": ra.timezone,
+        "start_at": iso(ra.start_at),
+        "end_at": iso(ra.end_at),
+        "parameter": ra.parameter,
+        "retries": ra.retries,
+        "priority": ra.priority,
+        "object_id": ra.object_id,
+        "paused": ra.paused,
+        "next_fire_at": iso(ra.next_fire_at),
+        "created_at": iso(ra.created_at),
+        "updated_at": iso(ra.updated_at),
+    }
+    if next_fire_times is not None:
+        out["next_fire_times"] = [iso(t) for t in next_fire_times]
+    return out
+
+
+def execution(e: r.Execution) -> dict[str, Any]:
+    return {
+        "id": str(e.id),
+        "attempt": e.attempt,
+        "started_at": iso(e.started_at),
+        "finished_at": iso(e.finished_at),
+        "duration_ms": e.duration_ms,
+        "outcome": e.outcome.value if hasattr(e.outcome, "value") else e.outcome,
+        "http_status": e.http_status,
+        "error": e.error,
+        "response_excerpt": e.response_excerpt,
+        "node": e.node,
+    }
+
+
+def page(p: r.Page, convert: Any) -> dict[str, Any]:
+    return {"items": [convert(item) for item in p.items], "next_cursor": p.next_cursor}

@@ -1,0 +1,140 @@
+"""Reading requests: JSON bodies (415/413/400 as problems), query parameters, auth, times."""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from oste.api.problems import HttpProblem
+from oste.domain.durations import parse_duration_seconds
+from oste.domain.records import Company
+from oste.errors import Forbidden, InvalidInput, NotFound, Unauthorized
+from oste.storage.store import MAX_PAGE, Store
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the operator (admin token) or one company (its API key)."""
+
+    company: Company | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.company is None
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    """The request's JSON body; 415 unless JSON, 413 past ``max_bytes``, 400 when malformed."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json" and not content_type.endswith("+json"):
+        raise HttpProblem(
+            415, f"send the body as application/json (got {content_type or 'no content type'!r})"
+        )
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise HttpProblem(
+            413, f"the body has {declared} bytes; the limit is {max_bytes} (OSTE_MAX_BODY_BYTES)"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise HttpProblem(
+                413, f"the body is larger than the limit of {max_bytes} bytes (OSTE_MAX_BODY_BYTES)"
+            )
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise HttpProblem(400, "the request body is empty; send a JSON object")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HttpProblem(400, f"the body is not valid JSON: {exc}") from None
+
+
+async def authenticate(request: Request, store: Store, admin_token: str) -> Principal:
+    """Resolve the bearer token to a Principal; 401 when missing or unknown."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("send 'Authorization: Bearer <token>' with the admin token or a company API key")
+    if hmac.compare_digest(token.encode(), admin_token.encode()):
+        return Principal()
+    company = await store.company_for_api_key(token) if token.startswith("oste_") else None
+    if company is None:
+        raise Unauthorized("the bearer token is not the admin token nor a valid (unrevoked) API key")
+    return Principal(company)
+
+
+def require_admin(principal: Principal) -> None:
+    if not principal.is_admin:
+        raise Forbidden(
+            "this operation is reserved to the operator (admin token); company API keys cannot do it"
+        )
+
+
+def check_company_access(principal: Principal, company: Company) -> None:
+    """A company key reaches its own company only; others answer 404 as if missing."""
+    if principal.company is not None and principal.company.id != company.id:
+        raise NotFound(f"company {company.name!r} not found")
+
+
+def paging(request: Request) -> tuple[int, str | None]:
+    """``limit`` (1-1000, default 100) and ``cursor`` query parameters."""
+    raw = request.query_params.get("limit", "100")
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise InvalidInput.field("limit", f"must be an integer 1-{MAX_PAGE}")
+    return int(raw), request.query_params.get("cursor") or None
+
+
+def query_flag(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name, "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise InvalidInput.field(name, "must be true or false")
+    return raw in ("true", "1")
+
+
+def parse_time(value: Any, field: str) -> datetime:
+    """An RFC 3339 timestamp with an offset, as UTC."""
+    if not isinstance(value, str):
+        raise InvalidInput.field(
+            field, "must be an RFC 3339 timestamp with offset, e.g. 2026-01-31T09:00:00Z"
+        )
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput.field(
+            field, "must be an RFC 3339 timestamp with offset, e.g. 2026-01-31T09:00:00Z"
+        ) from None
+    if parsed.tzinfo is None:
+        raise InvalidInput.field(field, "needs a UTC offset (Z or +01:00): a time without one is ambiguous")
+    return parsed.astimezone(UTC)
+
+
+def parse_duration(value: Any, field: str, maximum: float | None = None) -> float:
+    try:
+        seconds = parse_duration_seconds(value)
+    except ValueError as exc:
+        raise InvalidInput.field(field, str(exc)) from None
+    if maximum is not None and seconds > maximum:
+        raise InvalidInput.field(field, f"must be at most {timedelta(seconds=maximum)}")
+    return seconds
+
+
+def parse_uuid(value: str, field: str, what: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise NotFound(f"{what} {value!r} not found") from None
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None

@@ -1,0 +1,329 @@
+"""JSON Schemas (2020-12) of every request and response body: one source for validation and OpenAPI.
+
+Request bodies are checked against these schemas first (shape, types, bounds), so a client gets every
+shape error at once with its field path; the domain rules (URI patterns, cron, time zones…) run after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema.validators import Draft202012Validator
+
+from oste.domain.parameters import SLUG
+from oste.domain.records import VERBS
+from oste.errors import FieldError, InvalidInput
+
+SLUG_SCHEMA = {"type": "string", "pattern": f"^{SLUG.pattern}$", "description": "lower-case slug"}
+DURATION = {"type": "string", "description": "ISO 8601 duration, e.g. PT30S or P7D", "example": "PT30S"}
+DATETIME = {"type": "string", "format": "date-time", "description": "RFC 3339 with offset"}
+NULLABLE_DATETIME = {"type": ["string", "null"], "format": "date-time"}
+URI = {"type": "string", "description": "absolute http(s) URL", "minLength": 1, "maxLength": 2048}
+ID = {"type": "string", "format": "uuid", "description": "time-sortable id (UUIDv7)"}
+QOS = {"type": "integer", "minimum": 1, "maximum": 1000}
+PRIORITY = {"type": "integer", "minimum": -1000, "maximum": 1000, "default": 0}
+RETRIES = {"type": "integer", "minimum": 0, "maximum": 100}
+PARAMETER = {"type": "object", "description": "fills the URI pattern; the JSON body of POST/PUT/PATCH"}
+HEADER_VALUE = {
+    "oneOf": [
+        {"type": "string", "maxLength": 8192},
+        {
+            "type": "object",
+            "properties": {"value": {"type": "string", "maxLength": 8192}, "secret": {"type": "boolean"}},
+            "required": ["value"],
+            "additionalProperties": False,
+        },
+    ]
+}
+SCHEDULE = {
+    "type": "object",
+    "description": "either `cron` (5 or 6 fields, or @daily…) or cron fields; day_of_week 0 = Sunday",
+    "properties": {
+        name: {"type": "string", "minLength": 1, "maxLength": 200}
+        for name in ("cron", "year", "month", "day", "week", "day_of_week", "hour", "minute", "second")
+    },
+    "additionalProperties": False,
+    "minProperties": 1,
+}
+
+
+def _obj(properties: dict[str, Any], required: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = list(required)
+    schema.update(extra)
+    return schema
+
+
+def _patch(create: dict[str, Any], drop: tuple[str, ...] = ("name",)) -> dict[str, Any]:
+    properties = {k: v for k, v in create["properties"].items() if k not in drop}
+    return _obj(properties, minProperties=1)
+
+
+COMPANY_CREATE = _obj({"name": SLUG_SCHEMA, "qos_level": QOS, "paused": {"type": "boolean"}}, ("name",))
+COMPANY_PATCH = _patch(COMPANY_CREATE)
+API_KEY_CREATE = _obj({"name": {"type": "string", "minLength": 1, "maxLength": 63}})
+SOLUTION_CREATE = _obj(
+    {
+        "name": SLUG_SCHEMA,
+        "qos_level": QOS,
+        "success_uri": {**URI, "type": ["string", "null"]},
+        "success_period": DURATION,
+        "dead_letter_uri": {**URI, "type": ["string", "null"]},
+        "dead_letter_period": DURATION,
+        "paused": {"type": "boolean"},
+    },
+    ("name",),
+)
+SOLUTION_PATCH = _patch(SOLUTION_CREATE)
+ACTIVITY_TYPE_CREATE = _obj(
+    {
+        "name": SLUG_SCHEMA,
+        "verb": {"type": "string", "enum": list(VERBS)},
+        "uri_pattern": {**URI, "example": "https://api.example.com/song/{SongId}/republish"},
+        "parameter_schema": {"type": ["object", "null"], "description": "JSON Schema (2020-12)"},
+        "retries": RETRIES,
+        "timeout": DURATION,
+        "object_id_ref": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": 100},
+            "maxItems": 10,
+            "uniqueItems": True,
+        },
+        "headers": {"type": "object", "additionalProperties": HEADER_VALUE, "maxProperties": 50},
+        "max_concurrency": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
+        "rate_limit": {
+            "type": ["number", "null"],
+            "exclusiveMinimum": 0,
+            "description": "requests per second",
+        },
+        "backoff_base": DURATION,
+        "backoff_max": DURATION,
+        "success_statuses": {
+            "type": ["array", "null"],
+            "items": {"type": "integer", "minimum": 100, "maximum": 599},
+            "minItems": 1,
+        },
+        "paused": {"type": "boolean"},
+    },
+    ("name", "verb", "uri_pattern"),
+)
+ACTIVITY_TYPE_PATCH = _patch(ACTIVITY_TYPE_CREATE)
+ACTIVITY_CREATE = _obj(
+    {
+        "activity_type": SLUG_SCHEMA,
+        "scheduled_for": DATETIME,
+        "delay": DURATION,
+        "parameter": PARAMETER,
+        "retries": {**RETRIES, "type": ["integer", "null"]},
+        "priority": PRIORITY,
+    },
+    ("activity_type",),
+)
+ACTIVITY_BATCH = _obj(
+    {"activities": {"type": "array", "items": ACTIVITY_CREATE, "minItems": 1, "maxItems": 1000}},
+    ("activities",),
+)
+ACTIVITY_PATCH = _patch(ACTIVITY_CREATE, drop=("activity_type",))
+RECURRING_CREATE = _obj(
+    {
+        "activity_type": SLUG_SCHEMA,
+        "schedule": SCHEDULE,
+        "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
+        "start_at": NULLABLE_DATETIME,
+        "end_at": NULLABLE_DATETIME,
+        "parameter": PARAMETER,
+        "retries": {**RETRIES, "type": ["integer", "null"]},
+        "priority": PRIORITY,
+        "paused": {"type": "boolean"},
+    },
+    ("activity_type", "schedule"),
+)
+RECURRING_PATCH = _patch(RECURRING_CREATE, drop=())
+SCHEDULE_PREVIEW = _obj(
+    {
+        "schedule": SCHEDULE,
+        "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
+        "start_at": NULLABLE_DATETIME,
+        "end_at": NULLABLE_DATETIME,
+        "after": DATETIME,
+        "count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+    },
+    ("schedule",),
+)
+
+_TIMES = {"created_at": DATETIME, "updated_at": DATETIME}
+
+COMPANY = _obj(
+    {"id": ID, "name": SLUG_SCHEMA, "qos_level": QOS, "paused": {"type": "boolean"}, **_TIMES},
+    ("id", "name", "qos_level", "paused", "created_at", "updated_at"),
+)
+API_KEY = _obj(
+    {
+        "id": ID,
+        "name": {"type": "string"},
+        "prefix": {"type": "string", "description": "first characters of the key, to recognise it"},
+        "key": {"type": "string", "description": "the key itself: returned once, at creation"},
+        "created_at": DATETIME,
+        "revoked_at": NULLABLE_DATETIME,
+        "last_used_at": NULLABLE_DATETIME,
+    },
+    ("id", "name", "prefix", "created_at", "revoked_at"),
+)
+SOLUTION = _obj(
+    {
+        "id": ID,
+        "company": SLUG_SCHEMA,
+        **SOLUTION_CREATE["properties"],
+        "signing_secret": {
+            "type": "string",
+            "description": "Standard Webhooks secret (whsec_…); shown to the owning company only",
+        },
+        **_TIMES,
+    },
+    ("id", "company", "name", "qos_level", "success_period", "dead_letter_period", "paused"),
+)
+HEADER_OUT = _obj({"secret": {"type": "boolean"}, "value": {"type": "string"}}, ("secret",))
+ACTIVITY_TYPE = _obj(
+    {
+        "id": ID,
+        "solution": SLUG_SCHEMA,
+        **ACTIVITY_TYPE_CREATE["properties"],
+        "headers": {"type": "object", "additionalProperties": HEADER_OUT},
+        **_TIMES,
+    },
+    ("id", "name", "verb", "uri_pattern", "retries", "timeout", "object_id_ref", "headers", "paused"),
+)
+STATE = {"type": "string", "enum": ["scheduled", "running", "succeeded", "dead", "cancelled"]}
+OUTCOME = {"type": ["string", "null"], "enum": ["ok", "failed", "retry", "error", None]}
+ACTIVITY = _obj(
+    {
+        "id": ID,
+        "activity_type": SLUG_SCHEMA,
+        "scheduled_for": DATETIME,
+        "next_attempt_at": DATETIME,
+        "parameter": PARAMETER,
+        "retries": RETRIES,
+        "priority": PRIORITY,
+        "object_id": {"type": ["string", "null"]},
+        "state": STATE,
+        "attempts": {"type": "integer", "minimum": 0},
+        "last_outcome": OUTCOME,
+        "recurring_activity": {"type": ["string", "null"], "format": "uuid"},
+        "occurrence_at": NULLABLE_DATETIME,
+        "finished_at": NULLABLE_DATETIME,
+        **_TIMES,
+    },
+    ("id", "activity_type", "scheduled_for", "parameter", "retries", "priority", "state", "attempts"),
+)
+RECURRING = _obj(
+    {
+        "id": ID,
+        **RECURRING_CREATE["properties"],
+        "object_id": {"type": ["string", "null"]},
+        "next_fire_at": NULLABLE_DATETIME,
+        "next_fire_times": {"type": "array", "items": DATETIME},
+        **_TIMES,
+    },
+    ("id", "activity_type", "schedule", "timezone", "parameter", "priority", "paused", "next_fire_at"),
+)
+EXECUTION = _obj(
+    {
+        "id": ID,
+        "attempt": {"type": "integer", "minimum": 1},
+        "started_at": DATETIME,
+        "finished_at": DATETIME,
+        "duration_ms": {"type": "number"},
+        "outcome": {"type": "string", "enum": ["ok", "failed", "retry", "error"]},
+        "http_status": {"type": ["integer", "null"]},
+        "error": {"type": ["string", "null"]},
+        "response_excerpt": {"type": ["string", "null"]},
+        "node": {"type": "string"},
+    },
+    ("id", "attempt", "started_at", "finished_at", "duration_ms", "outcome", "node"),
+)
+SCHEDULE_PREVIEW_RESULT = _obj(
+    {"timezone": {"type": "string"}, "fire_times": {"type": "array", "items": DATETIME}}, ("fire_times",)
+)
+PROBLEM = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "instance": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": _obj(
+                {"field": {"type": "string"}, "pointer": {"type": "string"}, "reason": {"type": "string"}},
+                ("field", "reason"),
+            ),
+        },
+    },
+    "required": ["type", "title", "status", "detail"],
+}
+
+
+def page_schema(item_ref: str) -> dict[str, Any]:
+    """A listing: ``items`` and the ``next_cursor`` to pass back for the next page (null at the end)."""
+    return _obj(
+        {
+            "items": {"type": "array", "items": {"$ref": item_ref}},
+            "next_cursor": {"type": ["string", "null"]},
+        },
+        ("items", "next_cursor"),
+    )
+
+
+REQUESTS: dict[str, dict[str, Any]] = {
+    "CompanyCreate": COMPANY_CREATE,
+    "CompanyPatch": COMPANY_PATCH,
+    "ApiKeyCreate": API_KEY_CREATE,
+    "SolutionCreate": SOLUTION_CREATE,
+    "SolutionPatch": SOLUTION_PATCH,
+    "ActivityTypeCreate": ACTIVITY_TYPE_CREATE,
+    "ActivityTypePatch": ACTIVITY_TYPE_PATCH,
+    "ActivityCreate": ACTIVITY_CREATE,
+    "ActivityBatchCreate": ACTIVITY_BATCH,
+    "ActivityPatch": ACTIVITY_PATCH,
+    "RecurringActivityCreate": RECURRING_CREATE,
+    "RecurringActivityPatch": RECURRING_PATCH,
+    "SchedulePreviewRequest": SCHEDULE_PREVIEW,
+}
+RESPONSES: dict[str, dict[str, Any]] = {
+    "Company": COMPANY,
+    "ApiKey": API_KEY,
+    "Solution": SOLUTION,
+    "ActivityType": ACTIVITY_TYPE,
+    "Activity": ACTIVITY,
+    "RecurringActivity": RECURRING,
+    "Execution": EXECUTION,
+    "SchedulePreview": SCHEDULE_PREVIEW_RESULT,
+    "Problem": PROBLEM,
+}
+
+_VALIDATORS = {id(schema): Draft202012Validator(schema) for schema in REQUESTS.values()}
+
+
+def check_shape(schema: dict[str, Any], body: Any, prefix: tuple[Any, ...] = ()) -> dict[str, Any]:
+    """Validate a request body against its schema; raise InvalidInput listing every failing field."""
+    validator = _VALIDATORS.get(id(schema)) or Draft202012Validator(schema)
+    errors = [
+        FieldError("/".join(str(p) for p in (*prefix, *error.absolute_path)), _reason(error))
+        for error in validator.iter_errors(body)
+    ]
+    if errors:
+        errors.sort(key=lambda e: e.field)
+        raise InvalidInput("; ".join(f"{e.field or 'body'}: {e.reason}" for e in errors[:20]), errors)
+    return body
+
+
+def _reason(error: Any) -> str:
+    if error.validator == "additionalProperties":
+        return f"unknown field(s): {error.message.split('(')[-1].rstrip(')')}"
+    if error.validator == "pattern" and error.schema is SLUG_SCHEMA:
+        return "must be a slug: lower-case letters, digits and '-', starting with a letter or digit, 1-63"
+    if error.validator == "oneOf" and error.schema is HEADER_VALUE:
+        return 'must be a string or {"value": "...", "secret": true}'
+    return error.message

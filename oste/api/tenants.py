@@ -1,0 +1,174 @@
+"""Companies, their API keys and their solutions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from oste.api import render, schemas
+from oste.api.context import body, company_in_path, ctx, principal, solution_in_path
+from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
+from oste.domain.parameters import uri_placeholders
+from oste.errors import InvalidInput
+
+DEFAULT_SUCCESS_PERIOD = 7 * 86400.0
+DEFAULT_DEAD_LETTER_PERIOD = 30 * 86400.0
+MAX_PERIOD = 3650 * 86400.0
+
+
+def json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def no_content() -> Response:
+    return Response(status_code=204)
+
+
+# --- companies ------------------------------------------------------------------------------------
+
+
+async def list_companies(request: Request) -> Response:
+    require_admin(await principal(request))
+    limit, cursor = paging(request)
+    return json(render.page(await ctx(request).store.list_companies(limit, cursor), render.company))
+
+
+async def create_company(request: Request) -> Response:
+    require_admin(await principal(request))
+    data = schemas.check_shape(schemas.COMPANY_CREATE, await body(request))
+    company = await ctx(request).store.create_company(
+        data["name"], data.get("qos_level", 1), data.get("paused", False)
+    )
+    return json(render.company(company), 201)
+
+
+async def get_company(request: Request) -> Response:
+    _, company = await company_in_path(request)
+    return json(render.company(company))
+
+
+async def patch_company(request: Request) -> Response:
+    who, company = await company_in_path(request)
+    require_admin(who)
+    data = schemas.check_shape(schemas.COMPANY_PATCH, await body(request))
+    return json(render.company(await ctx(request).store.update_company(company, data)))
+
+
+async def delete_company(request: Request) -> Response:
+    who, company = await company_in_path(request)
+    require_admin(who)
+    await ctx(request).store.delete_company(company, cascade=query_flag(request, "cascade"))
+    return no_content()
+
+
+# --- API keys -------------------------------------------------------------------------------------
+
+
+async def list_api_keys(request: Request) -> Response:
+    _, company = await company_in_path(request)
+    limit, cursor = paging(request)
+    return json(render.page(await ctx(request).store.list_api_keys(company, limit, cursor), render.api_key))
+
+
+async def create_api_key(request: Request) -> Response:
+    _, company = await company_in_path(request)
+    data = schemas.check_shape(schemas.API_KEY_CREATE, await body(request))
+    key, secret = await ctx(request).store.create_api_key(company, data.get("name", "default"))
+    return json(render.api_key(key, secret), 201)
+
+
+async def revoke_api_key(request: Request) -> Response:
+    _, company = await company_in_path(request)
+    key_id = parse_uuid(request.path_params["key_id"], "key_id", "API key")
+    await ctx(request).store.revoke_api_key(company, key_id)
+    return no_content()
+
+
+# --- solutions ------------------------------------------------------------------------------------
+
+
+def solution_values(data: dict[str, Any], creating: bool) -> dict[str, Any]:
+    """Validated column values of a solution from a create or patch body."""
+    values = {k: data[k] for k in ("name", "qos_level", "paused") if k in data}
+    for uri_field in ("success_uri", "dead_letter_uri"):
+        if data.get(uri_field) is not None and uri_placeholders(data[uri_field], uri_field):
+            raise InvalidInput.field(uri_field, "must be a plain URL, without {placeholders}")
+        if uri_field in data:
+            values[uri_field] = data[uri_field]
+    for period, default in (
+        ("success_period", DEFAULT_SUCCESS_PERIOD),
+        ("dead_letter_period", DEFAULT_DEAD_LETTER_PERIOD),
+    ):
+        if period in data:
+            values[period] = parse_duration(data[period], period, MAX_PERIOD)
+        elif creating:
+            values[period] = default
+    if creating:
+        values.setdefault("qos_level", 1)
+        values.setdefault("paused", False)
+        values.setdefault("success_uri", None)
+        values.setdefault("dead_letter_uri", None)
+    return values
+
+
+async def list_solutions(request: Request) -> Response:
+    who, company = await company_in_path(request)
+    limit, cursor = paging(request)
+    listing = await ctx(request).store.list_solutions(company, limit, cursor)
+    return json(render.page(listing, lambda s: render.solution(s, company.name, who)))
+
+
+async def create_solution(request: Request) -> Response:
+    who, company = await company_in_path(request)
+    data = schemas.check_shape(schemas.SOLUTION_CREATE, await body(request))
+    solution = await ctx(request).store.create_solution(company, solution_values(data, creating=True))
+    return json(render.solution(solution, company.name, who), 201)
+
+
+async def get_solution(request: Request) -> Response:
+    who, solution = await solution_in_path(request)
+    return json(render.solution(solution, request.path_params["company"], who))
+
+
+async def patch_solution(request: Request) -> Response:
+    who, solution = await solution_in_path(request)
+    data = schemas.check_shape(schemas.SOLUTION_PATCH, await body(request))
+    updated = await ctx(request).store.update_solution(solution, solution_values(data, creating=False))
+    return json(render.solution(updated, request.path_params["company"], who))
+
+
+async def rotate_signing_secret(request: Request) -> Response:
+    who, solution = await solution_in_path(request)
+    updated = await ctx(request).store.rotate_signing_secret(solution)
+    return json(render.solution(updated, request.path_params["company"], who))
+
+
+async def delete_solution(request: Request) -> Response:
+    _, solution = await solution_in_path(request)
+    await ctx(request).store.delete_solution(solution, cascade=query_flag(request, "cascade"))
+    return no_content()
+
+
+COMPANY = "/v1/companies/{company}"
+SOLUTION = COMPANY + "/solutions/{solution}"
+
+ROUTES = [
+    Route("/v1/companies", list_companies, methods=["GET"]),
+    Route("/v1/companies", create_company, methods=["POST"]),
+    Route(COMPANY, get_company, methods=["GET"]),
+    Route(COMPANY, patch_company, methods=["PATCH"]),
+    Route(COMPANY, delete_company, methods=["DELETE"]),
+    Route(COMPANY + "/api-keys", list_api_keys, methods=["GET"]),
+    Route(COMPANY + "/api-keys", create_api_key, methods=["POST"]),
+    Route(COMPANY + "/api-keys/{key_id}", revoke_api_key, methods=["DELETE"]),
+    Route(COMPANY + "/solutions", list_solutions, methods=["GET"]),
+    Route(COMPANY + "/solutions", create_solution, methods=["POST"]),
+    Route(SOLUTION, get_solution, methods=["GET"]),
+    Route(SOLUTION, patch_solution, methods=["PATCH"]),
+    Route(SOLUTION, delete_solution, methods=["DELETE"]),
+    Route(SOLUTION + "/rotate-signing-secret", rotate_signing_secret, methods=["POST"]),
+]
