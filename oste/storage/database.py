@@ -34,7 +34,7 @@ async def migrate(url: str) -> None:
     except (OSError, DBConnectionError, OperationalError) as exc:
         raise Unavailable(
             f"cannot migrate the {describe(url)}: {exc}. Is the database running and reachable?"
-        )
+        ) from None
     finally:
         await Tortoise.close_connections()
 
@@ -47,7 +47,9 @@ async def open_database(url: str, apply_migrations: bool = True) -> None:
     try:
         await Tortoise.init(config=tortoise_config(url), _enable_global_fallback=True)
     except (OSError, DBConnectionError) as exc:
-        raise Unavailable(f"cannot open the {describe(url)}: {exc}. Is the database running and reachable?") from None
+        raise Unavailable(
+            f"cannot open the {describe(url)}: {exc}. Is the database running and reachable?"
+        ) from None
     log.info("database ready: %s", describe(normalise_url(url)))
 
 
