@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -25,7 +26,9 @@ def _postgres_reachable() -> str | None:
         await conn.close()
 
     try:
-        asyncio.run(probe())
+        # The callers are async fixtures, so a loop is already running here: probe in a thread of its own.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(lambda: asyncio.run(probe())).result()
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
