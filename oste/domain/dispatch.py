@@ -1,0 +1,142 @@
+"""Frozen records of the dispatch engine: nodes, claims, completions and what the Store reports."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from oste.domain.records import ActivityState, Outcome
+
+IDEMPOTENCY_NAMESPACE = uuid.UUID("6f1d3a52-3c0e-4c59-9f0b-0e5f1d0a0c57")
+"""Namespace of the UUIDv5 Idempotency-Key of a recurring occurrence (never change it)."""
+
+
+def idempotency_key(
+    activity_id: uuid.UUID, recurring_activity_id: uuid.UUID | None, occurrence_at: datetime | None
+) -> str:
+    """The ``Idempotency-Key`` (and ``webhook-id``) of every attempt of one activity.
+
+    A point-in-time activity uses its id. An occurrence of a recurring activity uses a UUIDv5 of the
+    recurring activity and the occurrence instant, so the same occurrence keeps its key even if it were
+    ever re-created under another activity id.
+    """
+    if recurring_activity_id is None or occurrence_at is None:
+        return str(activity_id)
+    instant = occurrence_at.timestamp()
+    return str(uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{recurring_activity_id}/{instant:.6f}"))
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A registered engine node. ``id`` is unique within the store (seed 001's sysid)."""
+
+    id: str
+    name: str
+    role: str
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True)
+class DispatchTarget:
+    """What the executor needs of an activity type and its solution to make a request."""
+
+    activity_type_id: uuid.UUID
+    company_id: uuid.UUID
+    solution_id: uuid.UUID
+    name: str
+    verb: str
+    uri_pattern: str
+    headers: Mapping[str, str]
+    timeout: float
+    backoff_base: float
+    backoff_max: float
+    success_statuses: tuple[int, ...] | None
+    signing_secret: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One activity claimed by a node under a lease: everything needed to fire it once.
+
+    ``attempt`` is the number of this attempt (1 on the first); ``retries`` the retries left before it.
+    ``claim_token`` identifies this claim: a completion carrying another token is ignored.
+    """
+
+    activity_id: uuid.UUID
+    claim_token: uuid.UUID
+    owner: str
+    attempt: int
+    retries: int
+    partition: int
+    scheduled_for: datetime
+    due_at: datetime
+    parameter: dict[str, Any]
+    recurring_activity_id: uuid.UUID | None
+    occurrence_at: datetime | None
+    lease_expires_at: datetime
+    target: DispatchTarget
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.activity_id, self.recurring_activity_id, self.occurrence_at)
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    """What happened on the wire during one attempt (before any retry decision)."""
+
+    outcome: Outcome
+    started_at: datetime
+    finished_at: datetime
+    duration_ms: float
+    http_status: int | None = None
+    error: str | None = None
+    response_excerpt: str | None = None
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The end of one claim: the execution to record and the activity's next state.
+
+    ``next_attempt_at`` is set when ``state`` is ``scheduled`` (a retry); ``finished_at`` when final.
+    """
+
+    activity_id: uuid.UUID
+    claim_token: uuid.UUID
+    attempt: int
+    state: ActivityState
+    retries: int
+    next_attempt_at: datetime | None
+    node: str
+    report: AttemptReport
+
+    @property
+    def finished_at(self) -> datetime | None:
+        return self.report.finished_at if self.state != ActivityState.SCHEDULED else None
+
+
+@dataclass(frozen=True)
+class CompletionResult:
+    """What ``complete`` wrote: completions applied, and those ignored because their token was stale."""
+
+    applied: int = 0
+    stale: int = 0
+
+
+@dataclass(frozen=True)
+class ExpiredClaim:
+    """A running activity whose lease expired: its node died or stalled mid-attempt."""
+
+    activity_id: uuid.UUID
+    claim_token: uuid.UUID
+    owner: str
+    attempt: int
+    retries: int
+    lease_expires_at: datetime
+    backoff_base: float
+    backoff_max: float

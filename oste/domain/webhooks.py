@@ -1,0 +1,87 @@
+"""The outbound request of one attempt: URI, body, static and OSTE headers, Standard Webhooks signature.
+
+Pure: ``build_request`` turns a claim and the attempt's instant into bytes and headers; no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+
+from oste import __version__
+from oste.domain.dispatch import Claim
+from oste.domain.parameters import fill_uri
+from oste.domain.records import BODY_VERBS
+
+SECRET_PREFIX = "whsec_"
+USER_AGENT = f"OSTE/{__version__} (+https://github.com/oste/oste)"
+
+
+@dataclass(frozen=True)
+class OutboundRequest:
+    """One HTTP request, ready to send."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes | None
+
+
+def signing_key(secret: str) -> bytes:
+    """The HMAC key of a ``whsec_<base64>`` signing secret: the decoded bytes after the prefix."""
+    encoded = secret.removeprefix(SECRET_PREFIX)
+    return base64.b64decode(encoded)
+
+
+def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
+    """The Standard Webhooks ``webhook-signature`` value: ``v1,<base64 HMAC-SHA256("id.ts.body")>``."""
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(signing_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def rfc3339(instant: datetime) -> str:
+    """An instant as RFC 3339 in UTC with a ``Z`` (``2026-01-02T03:04:05.123456Z``)."""
+    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def traceparent(claim: Claim, span_id: str | None = None) -> str:
+    """A W3C ``traceparent``: one trace per activity (its id), one span per attempt, sampled."""
+    span = span_id or secrets.token_hex(8)
+    return f"00-{claim.activity_id.hex}-{span}-01"
+
+
+def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> OutboundRequest:
+    """The request of this attempt, exactly as PRODUCT.md "How an activity fires" specifies.
+
+    The URI pattern filled with percent-encoded values; the parameter as JSON for POST/PUT/PATCH and
+    no body for GET/DELETE; the type's static headers, then OSTE's own (which win on a clash).
+    """
+    target = claim.target
+    verb = target.verb.upper()
+    body = orjson.dumps(claim.parameter) if verb in BODY_VERBS else None
+    key = claim.idempotency_key
+    timestamp = int(now.timestamp())
+    headers = dict(target.headers)
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    headers.update(
+        {
+            "User-Agent": USER_AGENT,
+            "Idempotency-Key": key,
+            "OSTE-Activity-Id": str(claim.activity_id),
+            "OSTE-Attempt": str(claim.attempt),
+            "OSTE-Scheduled-For": rfc3339(claim.scheduled_for),
+            "webhook-id": key,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": sign(target.signing_secret, key, timestamp, body or b""),
+            "traceparent": traceparent(claim, span_id),
+        }
+    )
+    return OutboundRequest(verb, fill_uri(target.uri_pattern, claim.parameter), headers, body)

@@ -1,0 +1,240 @@
+"""The claim strategy per SQL dialect: the only place where SQLite and PostgreSQL differ.
+
+``DispatchStore`` picks one strategy when it is created (from the connection's dialect) and builds
+every dispatch statement through it: placeholders, row locking, list parameters, value encoding, and
+the two batch writes (completions, executions) whose fastest form differs per database.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from tortoise.backends.base.client import BaseDBAsyncClient
+
+from oste.domain.dispatch import Completion
+
+EXECUTION_COLUMNS = (
+    "id, activity_id, attempt, started_at, finished_at, duration_ms, outcome, http_status, error, "
+    "response_excerpt, node"
+)
+
+
+@dataclass(frozen=True)
+class ExecutionRow:
+    """One execution to insert (the applied completions' attempts)."""
+
+    id: uuid.UUID
+    completion: Completion
+
+
+class Params:
+    """Collects query parameters and hands out the dialect's placeholders in order."""
+
+    def __init__(self, strategy: ClaimStrategy) -> None:
+        self.strategy = strategy
+        self.values: list[Any] = []
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return self.strategy.placeholder(len(self.values))
+
+    def uid(self, value: uuid.UUID) -> str:
+        return self.add(self.strategy.encode_uuid(value))
+
+
+class ClaimStrategy:
+    """Dialect hooks shared by both strategies; subclasses fill in the differences."""
+
+    name = "generic"
+
+    def placeholder(self, index: int) -> str:
+        raise NotImplementedError
+
+    def encode_uuid(self, value: uuid.UUID) -> Any:
+        return value
+
+    def in_list(self, column: str, values: Sequence[Any], params: Params, sql_type: str) -> str:
+        """``column IN (...)`` over a Python list (``sql_type`` names the PostgreSQL array type)."""
+        raise NotImplementedError
+
+    def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
+        """One statement that picks rows (``pick``: ``WHERE … ORDER BY … LIMIT n``), updates them with
+        ``assign`` and returns ``returning``; concurrent callers pick disjoint rows."""
+        raise NotImplementedError
+
+    @staticmethod
+    def uuid_of(value: Any) -> uuid.UUID | None:
+        if value is None or isinstance(value, uuid.UUID):
+            return value
+        return uuid.UUID(str(value))
+
+    @staticmethod
+    def time_of(value: Any) -> datetime | None:
+        """Raw query datetimes: aware datetimes on PostgreSQL, ISO strings on SQLite."""
+        if value is None or isinstance(value, datetime):
+            return value
+        return datetime.fromisoformat(value)
+
+    @staticmethod
+    def json_of(value: Any) -> Any:
+        return orjson.loads(value) if isinstance(value, (str, bytes)) else value
+
+    async def apply_completions(
+        self, conn: BaseDBAsyncClient, completions: Sequence[Completion], now: datetime
+    ) -> set[uuid.UUID]:
+        """Write each completion's activity state if its claim token is still current; the ids written."""
+        raise NotImplementedError
+
+    async def insert_executions(self, conn: BaseDBAsyncClient, rows: Sequence[ExecutionRow]) -> None:
+        raise NotImplementedError
+
+
+_SET_COMPLETED = (
+    "state = v.state, retries = v.retries, attempts = v.attempts, last_outcome = v.outcome, "
+    "next_attempt_at = COALESCE(v.next_at, {table}.next_attempt_at), finished_at = v.finished_at, "
+    "claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, updated_at = {now}"
+)
+
+
+class PostgresClaimStrategy(ClaimStrategy):
+    """PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, array parameters, ``unnest`` batch writes."""
+
+    name = "postgres"
+
+    def placeholder(self, index: int) -> str:
+        return f"${index}"
+
+    def in_list(self, column: str, values: Sequence[Any], params: Params, sql_type: str) -> str:
+        return f"{column} = ANY({params.add(list(values))}::{sql_type}[])"
+
+    def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
+        # A MATERIALIZED CTE runs the LIMIT once: "WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)"
+        # may be re-executed by the planner and then update more than n rows.
+        columns = ", ".join(f"{table}.{c}" for c in returning)
+        return (
+            f"WITH picked AS MATERIALIZED (SELECT {key} FROM {table} {pick} FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {table} SET {assign} FROM picked WHERE {table}.{key} = picked.{key} RETURNING {columns}"
+        )
+
+    async def apply_completions(
+        self, conn: BaseDBAsyncClient, completions: Sequence[Completion], now: datetime
+    ) -> set[uuid.UUID]:
+        sql = (
+            "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::int[], "
+            "$6::text[], $7::timestamptz[], $8::timestamptz[]) "
+            "AS v(id, token, state, retries, attempts, outcome, next_at, finished_at)) "
+            f"UPDATE activity SET {_SET_COMPLETED.format(table='activity', now='$9')} FROM v "
+            "WHERE activity.id = v.id AND activity.claim_token = v.token AND activity.state = 'running' "
+            "RETURNING activity.id"
+        )
+        columns = _completion_columns(completions)
+        rows = await conn.execute_query_dict(sql, [*columns, now])
+        return {self.uuid_of(row["id"]) for row in rows}  # type: ignore[misc]
+
+    async def insert_executions(self, conn: BaseDBAsyncClient, rows: Sequence[ExecutionRow]) -> None:
+        sql = (
+            f"INSERT INTO execution ({EXECUTION_COLUMNS}) SELECT * FROM unnest($1::uuid[], $2::uuid[], "
+            "$3::int[], $4::timestamptz[], $5::timestamptz[], $6::float8[], $7::text[], $8::int[], "
+            "$9::text[], $10::text[], $11::text[])"
+        )
+        columns = list(zip(*(_execution_values(row) for row in rows), strict=True))
+        await conn.execute_query_dict(sql, [list(column) for column in columns])
+
+
+class SqliteClaimStrategy(ClaimStrategy):
+    """SQLite: one writer at a time, so a single ``UPDATE … WHERE id IN (SELECT … LIMIT n)`` claims
+    atomically; list parameters are expanded, uuids are text, batch writes use ``VALUES`` lists."""
+
+    name = "sqlite"
+
+    def placeholder(self, index: int) -> str:
+        return "?"
+
+    def encode_uuid(self, value: uuid.UUID) -> Any:
+        return str(value)
+
+    def in_list(self, column: str, values: Sequence[Any], params: Params, sql_type: str) -> str:
+        if not values:
+            return "1 = 0"
+        marks = ", ".join(params.add(v) for v in values)
+        return f"{column} IN ({marks})"
+
+    def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
+        # One writer at a time: the sub-select and the update are one atomic statement.
+        columns = ", ".join(returning)
+        picked = f"SELECT {key} FROM {table} {pick}"
+        return f"UPDATE {table} SET {assign} WHERE {key} IN ({picked}) RETURNING {columns}"
+
+    async def apply_completions(
+        self, conn: BaseDBAsyncClient, completions: Sequence[Completion], now: datetime
+    ) -> set[uuid.UUID]:
+        rows = list(zip(*_completion_columns(completions), strict=True))
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
+        sql = (
+            "WITH v(id, token, state, retries, attempts, outcome, next_at, finished_at) "
+            f"AS (VALUES {values}) "
+            f"UPDATE activity SET {_SET_COMPLETED.format(table='activity', now='?')} FROM v "
+            "WHERE activity.id = v.id AND activity.claim_token = v.token AND activity.state = 'running' "
+            "RETURNING id"
+        )
+        flat: list[Any] = []
+        for row in rows:
+            flat.extend((str(row[0]), str(row[1]), *row[2:]))
+        found = await conn.execute_query_dict(sql, [*flat, now])
+        return {self.uuid_of(row["id"]) for row in found}  # type: ignore[misc]
+
+    async def insert_executions(self, conn: BaseDBAsyncClient, rows: Sequence[ExecutionRow]) -> None:
+        sql = f"INSERT INTO execution ({EXECUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        values = []
+        for row in rows:
+            item = list(_execution_values(row))
+            item[0], item[1] = str(item[0]), str(item[1])
+            values.append(item)
+        await conn.execute_many(sql, values)
+
+
+def _completion_columns(completions: Sequence[Completion]) -> list[list[Any]]:
+    """Column lists (id, token, state, retries, attempts, outcome, next_at, finished_at)."""
+    return [
+        [c.activity_id for c in completions],
+        [c.claim_token for c in completions],
+        [str(c.state) for c in completions],
+        [c.retries for c in completions],
+        [c.attempt for c in completions],
+        [str(c.report.outcome) for c in completions],
+        [c.next_attempt_at for c in completions],
+        [c.finished_at for c in completions],
+    ]
+
+
+def _execution_values(row: ExecutionRow) -> tuple[Any, ...]:
+    c, report = row.completion, row.completion.report
+    return (
+        row.id,
+        c.activity_id,
+        c.attempt,
+        report.started_at,
+        report.finished_at,
+        report.duration_ms,
+        str(report.outcome),
+        report.http_status,
+        report.error,
+        report.response_excerpt,
+        c.node,
+    )
+
+
+def strategy_for(dialect: str) -> ClaimStrategy:
+    """The strategy of a Tortoise connection dialect (``sqlite`` or ``postgres``)."""
+    strategies: dict[str, type[ClaimStrategy]] = {
+        "postgres": PostgresClaimStrategy,
+        "sqlite": SqliteClaimStrategy,
+    }
+    if dialect not in strategies:
+        raise ValueError(f"OSTE's dispatch supports SQLite and PostgreSQL, not {dialect!r}")
+    return strategies[dialect]()

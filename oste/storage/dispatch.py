@@ -1,0 +1,427 @@
+"""The engine's half of the Store contract: nodes, partition leases, claims, completions, rescue.
+
+``DispatchStore`` is what the dispatch engine talks to. Its methods:
+
+- return plain frozen records from ``oste.domain.dispatch`` (never ORM objects or raw rows);
+- never block on another node: claims and partition acquisition skip rows another transaction has
+  locked (PostgreSQL), or run as one single-writer statement (SQLite);
+- guard every write to a claimed activity with its claim token, so a node whose lease expired (and
+  whose work was handed to another node) can never overwrite the newer claim's result;
+- raise ``Unavailable`` when the database cannot be reached; nothing else on purpose.
+
+SQL that differs per dialect lives in the claim strategy (``oste.storage.dialects``), picked once here.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from tortoise import connections
+from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.transactions import in_transaction
+
+from oste.domain.clock import Clock
+from oste.domain.delivery import conclude_expired
+from oste.domain.dispatch import (
+    Claim,
+    Completion,
+    CompletionResult,
+    DispatchTarget,
+    ExpiredClaim,
+    NodeInfo,
+)
+from oste.domain.ids import new_id
+from oste.domain.partitions import ALL_PARTITIONS
+from oste.domain.records import ActivityState
+from oste.errors import Unavailable
+from oste.storage import models as m
+from oste.storage.dialects import ClaimStrategy, ExecutionRow, Params, strategy_for
+
+DEFAULT_TARGET_TTL = 5.0
+"""Seconds a loaded activity type (verb, URI, headers, secret…) is reused before it is read again."""
+WRITE_CHUNK = 500
+"""Completions written per statement."""
+_CLAIM_COLUMNS = (
+    "id",
+    "activity_type_id",
+    "parameter",
+    "attempts",
+    "retries",
+    "partition",
+    "scheduled_for",
+    "next_attempt_at",
+    "recurring_activity_id",
+    "occurrence_at",
+)
+_NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
+
+
+class DispatchStore:
+    """The dispatch engine's storage contract over Tortoise (SQLite or PostgreSQL).
+
+    Create it after the database is open: it picks the claim strategy from the connection's dialect.
+    """
+
+    def __init__(
+        self, clock: Clock, target_ttl: float = DEFAULT_TARGET_TTL, connection: str = "default"
+    ) -> None:
+        self.clock = clock
+        self.target_ttl = target_ttl
+        self.connection = connection
+        self.strategy: ClaimStrategy = strategy_for(connections.get(connection).capabilities.dialect)
+        self._targets: dict[uuid.UUID, tuple[DispatchTarget, datetime]] = {}
+
+    # --- nodes ----------------------------------------------------------------------------------
+
+    async def register_node(self, name: str, role: str) -> NodeInfo:
+        """Register a new node under an id unique in this store (``<name>-<random>``) and return it.
+
+        Also makes sure every partition has its lease row. Never reuses the id of another node.
+        """
+        await self.ensure_partitions()
+        now = self.clock.now()
+        stem = _NODE_ID_CHARS.sub("-", name.lower()).strip("-")[:40] or "node"
+        async with self._db():
+            for _ in range(8):
+                row = m.Node(
+                    id=f"{stem}-{secrets.token_hex(6)}",
+                    name=name[:255],
+                    role=role,
+                    started_at=now,
+                    heartbeat_at=now,
+                )
+                try:
+                    await row.save(force_create=True)
+                except IntegrityError:
+                    continue
+                return _node(row)
+        raise Unavailable("could not register a unique node id; is the node table writable?")
+
+    async def heartbeat(self, node: NodeInfo) -> NodeInfo:
+        """Record that ``node`` is alive now; re-inserts its row if it was pruned meanwhile."""
+        now = self.clock.now()
+        async with self._db():
+            if await m.Node.filter(id=node.id).update(heartbeat_at=now) == 0:
+                await m.Node.create(
+                    id=node.id, name=node.name, role=node.role, started_at=node.started_at, heartbeat_at=now
+                )
+        return NodeInfo(node.id, node.name, node.role, node.started_at, now)
+
+    async def live_nodes(self, since: datetime) -> list[NodeInfo]:
+        """Nodes whose last heartbeat is at or after ``since``, in id order."""
+        async with self._db():
+            rows = await m.Node.filter(heartbeat_at__gte=since).order_by("id")
+        return [_node(row) for row in rows]
+
+    async def deregister_node(self, node_id: str) -> None:
+        """Forget a stopping node and give up its partitions, so others rebalance at once."""
+        async with self._db():
+            await self.release_partitions(node_id)
+            await m.Node.filter(id=node_id).delete()
+
+    async def prune_nodes(self, before: datetime) -> int:
+        """Delete nodes silent since before ``before``; returns how many."""
+        async with self._db():
+            return await m.Node.filter(heartbeat_at__lt=before).delete()
+
+    # --- partitions -----------------------------------------------------------------------------
+
+    async def ensure_partitions(self) -> None:
+        """Create the lease row of every partition that has none (idempotent, concurrency-safe)."""
+        params = Params(self.strategy)
+        rows = ", ".join(f"({params.add(p)}, NULL, NULL)" for p in ALL_PARTITIONS)
+        sql = (
+            f"INSERT INTO partition_lease (partition, owner, expires_at) VALUES {rows} ON CONFLICT DO NOTHING"
+        )
+        async with self._db():
+            await self._conn().execute_query_dict(sql, params.values)
+
+    async def renew_partitions(self, owner: str, until: datetime) -> tuple[int, ...]:
+        """Extend every partition lease ``owner`` holds to ``until``; returns those partitions."""
+        params = Params(self.strategy)
+        sql = (
+            f"UPDATE partition_lease SET expires_at = {params.add(until)} "
+            f"WHERE owner = {params.add(owner)} RETURNING partition"
+        )
+        async with self._db():
+            rows = await self._conn().execute_query_dict(sql, params.values)
+        return tuple(sorted(int(row["partition"]) for row in rows))
+
+    async def acquire_partitions(self, owner: str, count: int, until: datetime) -> tuple[int, ...]:
+        """Take up to ``count`` partitions that are free or whose lease expired; returns those taken.
+
+        Safe when several nodes acquire at once: a partition goes to exactly one of them.
+        """
+        if count <= 0:
+            return ()
+        params = Params(self.strategy)
+        taken = f"owner = {params.add(owner)}, expires_at = {params.add(until)}"
+        pick = (
+            f"WHERE owner IS NULL OR expires_at < {params.add(self.clock.now())} "
+            f"ORDER BY partition LIMIT {params.add(count)}"
+        )
+        sql = self.strategy.update_picked("partition_lease", "partition", taken, pick, ["partition"])
+        async with self._db():
+            rows = await self._conn().execute_query_dict(sql, params.values)
+        return tuple(sorted(int(row["partition"]) for row in rows))
+
+    async def release_partitions(self, owner: str, partitions: Iterable[int] | None = None) -> int:
+        """Give up ``partitions`` (all when None) held by ``owner``; returns how many were released."""
+        query = m.PartitionLease.filter(owner=owner)
+        if partitions is not None:
+            query = query.filter(partition__in=list(partitions))
+        async with self._db():
+            return await query.update(owner=None, expires_at=None)
+
+    async def partition_owners(self) -> dict[int, str | None]:
+        """Every partition's current owner (None when free), ignoring lease expiry."""
+        async with self._db():
+            rows = await m.PartitionLease.all().values_list("partition", "owner")
+        return {int(p): owner for p, owner in rows}
+
+    # --- claims ---------------------------------------------------------------------------------
+
+    async def claim_due(
+        self, owner: str, partitions: Sequence[int], limit: int, lease_seconds: float, horizon: datetime
+    ) -> list[Claim]:
+        """Claim up to ``limit`` scheduled activities due at or before ``horizon`` in ``partitions``.
+
+        Each claimed activity becomes ``running`` under one new claim token, owned by ``owner`` until
+        ``now + lease_seconds``. Concurrent claimers get disjoint activities. Activities of paused
+        companies, solutions or types are left alone. Returns claims ordered by due time, each carrying
+        its activity type and solution secret (loaded in one query per batch, then cached).
+        """
+        if limit <= 0 or not partitions:
+            return []
+        now = self.clock.now()
+        token = new_id()
+        lease_until = now + timedelta(seconds=lease_seconds)
+        sql, values = self._claim_statement(owner, token, lease_until, now, partitions, limit, horizon)
+        async with self._db():
+            rows = await self._conn().execute_query_dict(sql, values)
+        if not rows:
+            return []
+        targets = await self._targets_of({self.strategy.uuid_of(row["activity_type_id"]) for row in rows})
+        claims = [self._claim(row, owner, token, lease_until, targets) for row in rows]
+        return sorted((c for c in claims if c is not None), key=lambda c: c.due_at)
+
+    def _claim_statement(
+        self,
+        owner: str,
+        token: uuid.UUID,
+        lease_until: datetime,
+        now: datetime,
+        partitions: Sequence[int],
+        limit: int,
+        horizon: datetime,
+    ) -> tuple[str, list[Any]]:
+        p = Params(self.strategy)
+        lease = (
+            f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
+            f"lease_expires_at = {p.add(lease_until)}, updated_at = {p.add(now)}"
+        )
+        where = f"state = 'scheduled' AND next_attempt_at <= {p.add(horizon)}"
+        if len(set(partitions)) < len(ALL_PARTITIONS):
+            where += " AND " + self.strategy.in_list("partition", sorted(set(partitions)), p, "smallint")
+        paused = (
+            "activity_type_id NOT IN (SELECT t.id FROM activity_type t "
+            "JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = s.company_id "
+            "WHERE t.paused OR s.paused OR c.paused)"
+        )
+        pick = f"WHERE {where} AND {paused} ORDER BY next_attempt_at LIMIT {p.add(limit)}"
+        return self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS), p.values
+
+    def _claim(
+        self,
+        row: dict[str, Any],
+        owner: str,
+        token: uuid.UUID,
+        lease_until: datetime,
+        targets: dict[uuid.UUID, DispatchTarget],
+    ) -> Claim | None:
+        s = self.strategy
+        target = targets.get(s.uuid_of(row["activity_type_id"]))  # type: ignore[arg-type]
+        if target is None:  # the type was deleted meanwhile (its activities go with it)
+            return None
+        return Claim(
+            activity_id=s.uuid_of(row["id"]),  # type: ignore[arg-type]
+            claim_token=token,
+            owner=owner,
+            attempt=int(row["attempts"]) + 1,
+            retries=int(row["retries"]),
+            partition=int(row["partition"]),
+            scheduled_for=s.time_of(row["scheduled_for"]),  # type: ignore[arg-type]
+            due_at=s.time_of(row["next_attempt_at"]),  # type: ignore[arg-type]
+            parameter=s.json_of(row["parameter"]),
+            recurring_activity_id=s.uuid_of(row["recurring_activity_id"]),
+            occurrence_at=s.time_of(row["occurrence_at"]),
+            lease_expires_at=lease_until,
+            target=target,
+        )
+
+    async def _targets_of(self, type_ids: set[uuid.UUID]) -> dict[uuid.UUID, DispatchTarget]:
+        """The dispatch targets of these activity types, from the cache or one query for the rest."""
+        now = self.clock.now()
+        fresh_after = now - timedelta(seconds=self.target_ttl)
+        found: dict[uuid.UUID, DispatchTarget] = {}
+        for type_id in type_ids:
+            cached = self._targets.get(type_id)
+            if cached is not None and cached[1] >= fresh_after:
+                found[type_id] = cached[0]
+        missing = type_ids - found.keys()
+        if missing:
+            async with self._db():
+                rows = await m.ActivityType.filter(id__in=list(missing)).select_related("solution")
+            for row in rows:
+                target = _target(row)
+                self._targets[row.id] = (target, now)
+                found[row.id] = target
+        return found
+
+    def forget_targets(self) -> None:
+        """Drop cached activity types (the next claims read them again)."""
+        self._targets.clear()
+
+    async def complete(self, completions: Sequence[Completion]) -> CompletionResult:
+        """Record finished attempts in batches: each activity's next state and one execution row.
+
+        A completion is applied only if its activity is still ``running`` under the same claim token;
+        otherwise (the lease expired and the activity was rescued, re-claimed or cancelled) it is
+        ignored entirely and counted as stale. Each chunk is written in one transaction.
+        """
+        applied = stale = 0
+        for start in range(0, len(completions), WRITE_CHUNK):
+            chunk = completions[start : start + WRITE_CHUNK]
+            done = await self._complete_chunk(chunk)
+            applied += done
+            stale += len(chunk) - done
+        return CompletionResult(applied, stale)
+
+    async def _complete_chunk(self, chunk: Sequence[Completion]) -> int:
+        now = self.clock.now()
+        async with self._db(), in_transaction(self.connection) as conn:
+            ids = await self.strategy.apply_completions(conn, chunk, now)
+            rows = [ExecutionRow(new_id(), c) for c in chunk if c.activity_id in ids]
+            if rows:
+                await self.strategy.insert_executions(conn, rows)
+        return len(rows)
+
+    async def extend_leases(self, tokens: Iterable[uuid.UUID], until: datetime) -> int:
+        """Extend the lease of every running activity claimed under ``tokens`` to ``until``."""
+        token_list = list(set(tokens))
+        if not token_list:
+            return 0
+        async with self._db():
+            return await m.Activity.filter(claim_token__in=token_list, state=ActivityState.RUNNING).update(
+                lease_expires_at=until
+            )
+
+    async def release_claims(self, claims: Iterable[Claim]) -> int:
+        """Hand unstarted claims back: ``scheduled`` again, due as before, the attempt not counted."""
+        by_token: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for claim in claims:
+            by_token.setdefault(claim.claim_token, []).append(claim.activity_id)
+        released = 0
+        async with self._db():
+            for token, ids in by_token.items():
+                for start in range(0, len(ids), WRITE_CHUNK):
+                    released += await m.Activity.filter(
+                        claim_token=token,
+                        id__in=ids[start : start + WRITE_CHUNK],
+                        state=ActivityState.RUNNING,
+                    ).update(
+                        state=ActivityState.SCHEDULED,
+                        claimed_by=None,
+                        claim_token=None,
+                        lease_expires_at=None,
+                        updated_at=self.clock.now(),
+                    )
+        return released
+
+    # --- rescue ---------------------------------------------------------------------------------
+
+    async def expired_claims(self, now: datetime, limit: int) -> list[ExpiredClaim]:
+        """Up to ``limit`` running activities whose lease expired before ``now``."""
+        async with self._db():
+            rows = await (
+                m.Activity.filter(state=ActivityState.RUNNING, lease_expires_at__lt=now)
+                .order_by("lease_expires_at")
+                .limit(limit)
+                .select_related("activity_type")
+            )
+        return [
+            ExpiredClaim(
+                row.id,
+                row.claim_token,
+                row.claimed_by or "?",
+                row.attempts + 1,
+                row.retries,
+                row.lease_expires_at,
+                row.activity_type.backoff_base,
+                row.activity_type.backoff_max,
+            )
+            for row in rows
+            if row.claim_token is not None and row.lease_expires_at is not None
+        ]
+
+    async def reap_expired(self, limit: int, rng: random.Random | None = None) -> tuple[int, int]:
+        """Return expired claims to the queue, counting the lost attempt (an ``error`` execution).
+
+        Each becomes ``scheduled`` after the type's backoff, or ``dead`` when no retries are left.
+        A claim completed or rescued meanwhile by someone else is skipped (its token is stale).
+        Returns (rescheduled, dead).
+        """
+        now = self.clock.now()
+        expired = await self.expired_claims(now, limit)
+        completions = [conclude_expired(e, now, rng) for e in expired]
+        if not completions:
+            return 0, 0
+        async with self._db(), in_transaction(self.connection) as conn:
+            ids = await self.strategy.apply_completions(conn, completions, now)
+            rows = [ExecutionRow(new_id(), c) for c in completions if c.activity_id in ids]
+            if rows:
+                await self.strategy.insert_executions(conn, rows)
+        dead = sum(1 for row in rows if row.completion.state == ActivityState.DEAD)
+        return len(rows) - dead, dead
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _conn(self) -> Any:
+        return connections.get(self.connection)
+
+    @asynccontextmanager
+    async def _db(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except (DBConnectionError, ConnectionError, OSError) as exc:
+            raise Unavailable(f"the database is unreachable: {exc}") from exc
+
+
+def _node(row: m.Node) -> NodeInfo:
+    return NodeInfo(row.id, row.name, row.role, row.started_at, row.heartbeat_at)
+
+
+def _target(row: m.ActivityType) -> DispatchTarget:
+    headers = {name: str(h["value"]) for name, h in (row.headers or {}).items()}
+    statuses = tuple(int(s) for s in row.success_statuses) if row.success_statuses else None
+    return DispatchTarget(
+        activity_type_id=row.id,
+        company_id=row.company_id,
+        solution_id=row.solution.id,
+        name=row.name,
+        verb=row.verb,
+        uri_pattern=row.uri_pattern,
+        headers=headers,
+        timeout=row.timeout,
+        backoff_base=row.backoff_base,
+        backoff_max=row.backoff_max,
+        success_statuses=statuses,
+        signing_secret=row.solution.signing_secret,
+    )
