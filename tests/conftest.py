@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ def _postgres_reachable() -> str | None:
     return None
 
 
-_PG_PROBLEM: str | None | bool = False
+_PG_PROBLEM: str | bool | None = False
 
 
 def require_postgres() -> None:
@@ -43,36 +44,30 @@ def require_postgres() -> None:
     if _PG_PROBLEM is False:
         _PG_PROBLEM = _postgres_reachable()
     if _PG_PROBLEM:
-        message = (
-            f"PostgreSQL is not reachable at {PG_ADMIN_DSN} ({_PG_PROBLEM}). "
-            f"Start it with: {PG_START}"
-        )
+        message = f"PostgreSQL is not reachable at {PG_ADMIN_DSN} ({_PG_PROBLEM}). Start it with: {PG_START}"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip("SKIPPING PostgreSQL TESTS — " + message)
 
 
-async def _create_pg_database() -> str:
+@contextlib.asynccontextmanager
+async def fresh_postgres_database() -> AsyncIterator[str]:
+    """A new, empty PostgreSQL database for one test, dropped afterwards; yields its URL."""
+    require_postgres()
     name = f"oste_test_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(PG_ADMIN_DSN)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    return name
-
-
-async def _drop_pg_database(name: str) -> None:
-    conn = await asyncpg.connect(PG_ADMIN_DSN)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        yield f"{PG_ADMIN_DSN.rsplit('/', 1)[0]}/{name}"
     finally:
-        await conn.close()
-
-
-def pg_url(name: str) -> str:
-    base = PG_ADMIN_DSN.rsplit("/", 1)[0]
-    return f"{base}/{name}"
+        conn = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -81,12 +76,8 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     if request.param == "sqlite":
         yield f"sqlite://{tmp_path / 'oste.sqlite3'}"
         return
-    require_postgres()
-    name = await _create_pg_database()
-    try:
-        yield pg_url(name)
-    finally:
-        await _drop_pg_database(name)
+    async with fresh_postgres_database() as url:
+        yield url
 
 
 @pytest.fixture
@@ -96,12 +87,8 @@ async def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 async def postgres_url() -> AsyncIterator[str]:
-    require_postgres()
-    name = await _create_pg_database()
-    try:
-        yield pg_url(name)
-    finally:
-        await _drop_pg_database(name)
+    async with fresh_postgres_database() as url:
+        yield url
 
 
 @pytest.fixture
