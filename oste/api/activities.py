@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,10 +20,12 @@ from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json
 from oste.domain import records as r
 from oste.domain.parameters import join_path
-from oste.errors import FieldError, InvalidInput, NotFound
+from oste.errors import Conflict, FieldError, InvalidInput, NotFound
+from oste.storage.store import MAX_PAGE, Store
 
 MAX_DELAY = 10 * 365 * 86400.0
 MAX_IDEMPOTENCY_KEY = 255
+BULK_UPDATE_LIMIT = 10_000
 
 
 def when(data: dict[str, Any], now: datetime, prefix: str = "") -> datetime | None:
@@ -126,39 +129,51 @@ async def activity_in_path(request: Request) -> tuple[r.Solution, r.Activity]:
     return solution, await ctx(request).store.get_activity(solution, activity_id)
 
 
-def activity_filter(request: Request, types: dict[str, uuid.UUID]) -> r.ActivityFilter:
-    q = request.query_params
-    state = q.get("state")
+def activity_filter(
+    source: Mapping[str, Any], types: dict[str, uuid.UUID], prefix: str = ""
+) -> r.ActivityFilter:
+    """Filters from query parameters or a bulk body's ``filter`` object (same names, string values)."""
+    state = source.get("state")
     if state is not None and state not in r.ActivityState.__members__.values():
-        raise InvalidInput.field("state", f"must be one of {', '.join(s.value for s in r.ActivityState)}")
-    type_name = q.get("activity_type")
+        raise InvalidInput.field(
+            join_path(prefix, "state"), f"must be one of {', '.join(s.value for s in r.ActivityState)}"
+        )
+    type_name = source.get("activity_type")
     if type_name is not None and type_name not in types:
-        raise InvalidInput.field("activity_type", f"there is no activity type {type_name!r} in this solution")
-    recurring = q.get("recurring_activity")
+        raise InvalidInput.field(
+            join_path(prefix, "activity_type"), f"there is no activity type {type_name!r} in this solution"
+        )
+    recurring = source.get("recurring_activity")
     try:
         recurring_id = uuid.UUID(recurring) if recurring else None
     except ValueError:
-        raise InvalidInput.field("recurring_activity", "must be a recurring activity id") from None
+        raise InvalidInput.field(
+            join_path(prefix, "recurring_activity"), "must be a recurring activity id"
+        ) from None
+
+    def time(name: str) -> datetime | None:
+        return parse_time(source[name], join_path(prefix, name)) if name in source else None
+
     return r.ActivityFilter(
         state=r.ActivityState(state) if state else None,
         activity_type_id=types[type_name] if type_name else None,
-        object_id=q.get("object_id"),
-        scheduled_after=parse_time(q["scheduled_after"], "scheduled_after")
-        if "scheduled_after" in q
-        else None,
-        scheduled_before=parse_time(q["scheduled_before"], "scheduled_before")
-        if "scheduled_before" in q
-        else None,
+        object_id=source.get("object_id"),
+        scheduled_after=time("scheduled_after"),
+        scheduled_before=time("scheduled_before"),
         recurring_activity_id=recurring_id,
     )
+
+
+async def type_ids(store: Store, solution: r.Solution) -> dict[str, uuid.UUID]:
+    page = await store.list_activity_types(solution, MAX_PAGE)
+    return {t.name: t.id for t in page.items}
 
 
 async def list_activities(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     store = ctx(request).store
     limit, cursor = paging(request)
-    type_page = await store.list_activity_types(solution, 1000)
-    filters = activity_filter(request, {t.name: t.id for t in type_page.items})
+    filters = activity_filter(request.query_params, await type_ids(store, solution))
     return json(render.page(await store.list_activities(solution, filters, limit, cursor), render.activity))
 
 
@@ -196,6 +211,78 @@ async def cancel_activity(request: Request) -> Response:
     return json(render.activity(await ctx(request).store.cancel_activity(activity)))
 
 
+async def requeue_activity(request: Request) -> Response:
+    """Dead or cancelled -> scheduled, due now, retries reset to the type's."""
+    solution, activity = await activity_in_path(request)
+    api = ctx(request)
+    if activity.state not in (r.ActivityState.DEAD, r.ActivityState.CANCELLED):
+        raise Conflict(f"activity is {activity.state}; only a dead or cancelled activity can be requeued")
+    await api.store.requeue_activities(solution, r.ActivityFilter(), activity.id)
+    requeued = await api.store.get_activity(solution, activity.id)
+    api.notify_due(requeued.next_attempt_at)
+    return json(render.activity(requeued))
+
+
+async def bulk(request: Request) -> Response:
+    """Cancel, requeue or update every activity matching a filter."""
+    solution, api = (await solution_in_path(request))[1], ctx(request)
+    data = schemas.check_shape(schemas.ACTIVITY_BULK, await body(request))
+    filters = activity_filter(data["filter"], await type_ids(api.store, solution), "filter")
+    action = data["action"]
+    if action != "update" and "set" in data:
+        raise InvalidInput.field("set", f"is only for action update, not {action}")
+    if action == "cancel":
+        changed = await api.store.cancel_activities(solution, filters)
+    elif action == "requeue":
+        changed = await api.store.requeue_activities(solution, filters)
+        api.notify_due(api.store.clock.now())
+    else:
+        changed = await _bulk_update(api, solution, filters, data.get("set"))
+    return json({"action": action, "changed": changed})
+
+
+async def _bulk_update(
+    api: ApiContext, solution: r.Solution, filters: r.ActivityFilter, values: dict[str, Any] | None
+) -> int:
+    """Validate every matching scheduled activity's new values first; write all or nothing."""
+    if not values:
+        raise InvalidInput.field(
+            "set", "name at least one of scheduled_for, delay, parameter, retries, priority"
+        )
+    matched = await api.store.scheduled_activities(solution, filters, BULK_UPDATE_LIMIT + 1)
+    if len(matched) > BULK_UPDATE_LIMIT:
+        raise InvalidInput.field(
+            "filter", f"matches more than {BULK_UPDATE_LIMIT} scheduled activities; narrow it"
+        )
+    base: dict[str, Any] = {k: values[k] for k in ("priority", "retries") if k in values}
+    due = when(values, api.store.clock.now(), "set")
+    if due is not None:
+        base["scheduled_for"] = due
+    cache = TypeCache(api, solution)
+    updates, errors = [], []
+    for activity in matched:
+        changes = dict(base)
+        if "parameter" in values:
+            await cache.get(activity.activity_type, "filter/activity_type")
+            merged = {**activity.parameter, **values["parameter"]}
+            merged = {k: v for k, v in merged.items() if v is not None}
+            try:
+                changes["object_id"] = cache.rules[activity.activity_type].check(merged, "set/parameter")
+            except InvalidInput as exc:
+                errors.extend(FieldError(e.field, f"{e.reason} (activity {activity.id})") for e in exc.errors)
+                continue
+            changes["parameter"] = merged
+        updates.append((activity, changes))
+    if errors:
+        raise InvalidInput(
+            f"the update would make {len(errors)} field(s) invalid; nothing was changed", errors[:50]
+        )
+    changed = await api.store.update_scheduled_activities(updates)
+    if due is not None:
+        api.notify_due(due)
+    return changed
+
+
 async def list_executions(request: Request) -> Response:
     _, activity = await activity_in_path(request)
     limit, cursor = paging(request)
@@ -209,8 +296,10 @@ ACTIVITIES = SOLUTION + "/activities"
 ROUTES = [
     Route(ACTIVITIES, list_activities, methods=["GET"]),
     Route(ACTIVITIES, create, methods=["POST"]),
+    Route(ACTIVITIES + "/bulk", bulk, methods=["POST"]),
     Route(ACTIVITIES + "/{id}", get_activity, methods=["GET"]),
     Route(ACTIVITIES + "/{id}", patch_activity, methods=["PATCH"]),
     Route(ACTIVITIES + "/{id}", cancel_activity, methods=["DELETE"]),
     Route(ACTIVITIES + "/{id}/executions", list_executions, methods=["GET"]),
+    Route(ACTIVITIES + "/{id}/requeue", requeue_activity, methods=["POST"]),
 ]

@@ -1,18 +1,606 @@
-"""The OpenAPI 3.1 document, built from the request/response schemas and the route table."""
+"""The OpenAPI 3.1 document, built from the request/response schemas and a compact operation table.
+
+Each operation is one ``Op`` row. Its error responses are derived from what the row says about the
+route — it needs a bearer token (401, 503), has a company in its path (404), is reserved to the operator
+(403), reads a JSON body (400, 413, 415, 422), takes query parameters (422), can clash with what is
+stored (409) — so adding a route means adding one row, and tests check rows and routes match both ways.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from oste import __version__
 from oste.api import schemas
 
+SCHEMA_REF = "#/components/schemas/"
+PROBLEM_JSON = "application/problem+json"
+
+COMPANY = "/v1/companies/{company}"
+SOLUTION = COMPANY + "/solutions/{solution}"
+TYPES = SOLUTION + "/activity-types"
+ACTIVITIES = SOLUTION + "/activities"
+RECURRING = SOLUTION + "/recurring-activities"
+
+PAGING = ("limit", "cursor")
+ACTIVITY_FILTERS = (
+    "state",
+    "activity_type",
+    "object_id",
+    "scheduled_after",
+    "scheduled_before",
+    "recurring_activity",
+)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation: method, path, identity, and what it reads and answers."""
+
+    method: str
+    path: str
+    operation_id: str
+    summary: str
+    returns: str | None = None
+    """Component schema of the success body (None: no body)."""
+    status: int = 200
+    body: str | None = None
+    """Component schema of the JSON request body, if it takes one."""
+    query: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    admin: bool = False
+    conflict: str = ""
+    """When the operation answers 409: what clashes."""
+    description: str = ""
+    public: bool = False
+    responses: dict[str, Any] = field(default_factory=dict)
+    """Extra or replacement responses, by status code."""
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": SCHEMA_REF + name}
+
+
+def _content(schema: dict[str, Any], media_type: str = "application/json") -> dict[str, Any]:
+    return {"content": {media_type: {"schema": schema}}}
+
+
+_HEALTH = {
+    "type": "object",
+    "properties": {"status": {"type": "string"}, "detail": {"type": "string"}},
+    "required": ["status"],
+}
+_SYSTEM = "System"
+_ADMIN_NOTE = " Operator only: a company API key gets 403."
+
+TABLE: dict[str, tuple[Op, ...]] = {
+    _SYSTEM: (
+        Op("GET", "/healthz", "health", "Liveness: the process answers", "Health", public=True),
+        Op(
+            "GET",
+            "/readyz",
+            "readiness",
+            "Readiness: the database answers",
+            "Health",
+            public=True,
+            responses={"503": {"description": "The database does not answer", **_content(_ref("Health"))}},
+        ),
+        Op(
+            "GET",
+            "/metrics",
+            "metrics",
+            "Prometheus metrics",
+            public=True,
+            responses={
+                "200": {
+                    "description": "Metrics in the Prometheus text format",
+                    **_content({"type": "string"}, "text/plain"),
+                }
+            },
+        ),
+        Op(
+            "GET",
+            "/openapi.json",
+            "openapi",
+            "This OpenAPI document",
+            public=True,
+            responses={"200": {"description": "The OpenAPI 3.1 document", **_content({"type": "object"})}},
+        ),
+        Op(
+            "GET",
+            "/docs",
+            "docs",
+            "Swagger UI for this API",
+            public=True,
+            responses={"200": {"description": "An HTML page", **_content({"type": "string"}, "text/html")}},
+        ),
+    ),
+    "Companies": (
+        Op(
+            "GET",
+            "/v1/companies",
+            "listCompanies",
+            "List companies",
+            "CompanyPage",
+            query=PAGING,
+            admin=True,
+            description="Companies in creation order." + _ADMIN_NOTE,
+        ),
+        Op(
+            "POST",
+            "/v1/companies",
+            "createCompany",
+            "Create a company",
+            "Company",
+            201,
+            body="CompanyCreate",
+            admin=True,
+            conflict="a company with this name exists",
+            description="A tenant; `qos_level` is its share of dispatch slots." + _ADMIN_NOTE,
+        ),
+        Op("GET", COMPANY, "getCompany", "Get a company", "Company"),
+        Op(
+            "PATCH",
+            COMPANY,
+            "updateCompany",
+            "Change a company",
+            "Company",
+            body="CompanyPatch",
+            admin=True,
+            description="Only the fields given change." + _ADMIN_NOTE,
+        ),
+        Op(
+            "DELETE",
+            COMPANY,
+            "deleteCompany",
+            "Delete a company",
+            query=("cascade",),
+            status=204,
+            admin=True,
+            conflict="the company still has solutions and `cascade` is not set",
+            description="With `cascade=true` everything it holds goes too." + _ADMIN_NOTE,
+        ),
+    ),
+    "API keys": (
+        Op(
+            "GET",
+            COMPANY + "/api-keys",
+            "listApiKeys",
+            "List a company's API keys",
+            "ApiKeyPage",
+            query=PAGING,
+        ),
+        Op(
+            "POST",
+            COMPANY + "/api-keys",
+            "createApiKey",
+            "Create an API key",
+            "ApiKey",
+            201,
+            body="ApiKeyCreate",
+            description="The answer holds the key itself (`key`); it is shown this once and stored hashed.",
+        ),
+        Op(
+            "DELETE",
+            COMPANY + "/api-keys/{key_id}",
+            "revokeApiKey",
+            "Revoke an API key",
+            status=204,
+            description="Idempotent: revoking a revoked key answers 204 again.",
+        ),
+    ),
+    "Solutions": (
+        Op("GET", COMPANY + "/solutions", "listSolutions", "List solutions", "SolutionPage", query=PAGING),
+        Op(
+            "POST",
+            COMPANY + "/solutions",
+            "createSolution",
+            "Create a solution",
+            "Solution",
+            201,
+            body="SolutionCreate",
+            conflict="a solution with this name exists in the company",
+            description="Its `signing_secret` (Standard Webhooks) is generated; the owning company sees it.",
+        ),
+        Op("GET", SOLUTION, "getSolution", "Get a solution", "Solution"),
+        Op("PATCH", SOLUTION, "updateSolution", "Change a solution", "Solution", body="SolutionPatch"),
+        Op(
+            "DELETE",
+            SOLUTION,
+            "deleteSolution",
+            "Delete a solution",
+            query=("cascade",),
+            status=204,
+            conflict="the solution still has activity types and `cascade` is not set",
+        ),
+        Op(
+            "POST",
+            SOLUTION + "/rotate-signing-secret",
+            "rotateSigningSecret",
+            "Rotate the signing secret",
+            "Solution",
+            description="A new `signing_secret` signs every request from now on.",
+        ),
+    ),
+    "Activity types": (
+        Op("GET", TYPES, "listActivityTypes", "List activity types", "ActivityTypePage", query=PAGING),
+        Op(
+            "POST",
+            TYPES,
+            "createActivityType",
+            "Create an activity type",
+            "ActivityType",
+            201,
+            body="ActivityTypeCreate",
+            conflict="an activity type with this name exists in the solution",
+            description="What request to make: verb, URI pattern with `{placeholders}`, static headers "
+            "(secret values are never echoed back), parameter schema, retries, timeout, limits.",
+        ),
+        Op("GET", TYPES + "/{type}", "getActivityType", "Get an activity type", "ActivityType"),
+        Op(
+            "PATCH",
+            TYPES + "/{type}",
+            "updateActivityType",
+            "Change an activity type",
+            "ActivityType",
+            body="ActivityTypePatch",
+        ),
+        Op(
+            "DELETE",
+            TYPES + "/{type}",
+            "deleteActivityType",
+            "Delete an activity type",
+            query=("cascade",),
+            status=204,
+            conflict="the type still has live or recurring activities and `cascade` is not set",
+        ),
+    ),
+    "Activities": (
+        Op(
+            "GET",
+            ACTIVITIES,
+            "listActivities",
+            "List activities",
+            "ActivityPage",
+            query=(*ACTIVITY_FILTERS, *PAGING),
+            description="Oldest first; the filters combine (AND).",
+        ),
+        Op(
+            "POST",
+            ACTIVITIES,
+            "createActivities",
+            "Create one activity, or a batch of up to 1000",
+            "ActivityOrBatch",
+            201,
+            body="ActivityCreateOrBatch",
+            headers=("Idempotency-Key",),
+            conflict="the idempotency key is being used by a concurrent request",
+            description="One activity (`ActivityCreate`, answered with the activity) or "
+            '`{"activities": [...]}` (answered with `{"activities": [...]}`). A batch is all-or-nothing: '
+            "any invalid item rejects it with per-item field errors (`activities/3/parameter/SongId`). "
+            "`scheduled_for` or `delay` sets the due time (default: now). With an `Idempotency-Key`, "
+            "the same key and body return the activity already created (200); another body is a 422.",
+            responses={
+                "200": {
+                    "description": "Already created with this Idempotency-Key and the same body",
+                    **_content(_ref("Activity")),
+                }
+            },
+        ),
+        Op("GET", ACTIVITIES + "/{id}", "getActivity", "Get an activity", "Activity"),
+        Op(
+            "PATCH",
+            ACTIVITIES + "/{id}",
+            "updateActivity",
+            "Change a scheduled activity",
+            "Activity",
+            body="ActivityPatch",
+            conflict="the activity is no longer scheduled",
+            description="Only while it is `scheduled`: its due time, parameter, retries or priority.",
+        ),
+        Op(
+            "DELETE",
+            ACTIVITIES + "/{id}",
+            "cancelActivity",
+            "Cancel an activity",
+            "Activity",
+            conflict="the activity already finished",
+            description="The activity stays readable in state `cancelled`, and is answered.",
+        ),
+        Op(
+            "GET",
+            ACTIVITIES + "/{id}/executions",
+            "listExecutions",
+            "List an activity's attempts",
+            "ExecutionPage",
+            query=PAGING,
+        ),
+    ),
+    "Recurring activities": (
+        Op(
+            "GET",
+            RECURRING,
+            "listRecurringActivities",
+            "List recurring activities",
+            "RecurringActivityPage",
+            query=PAGING,
+        ),
+        Op(
+            "POST",
+            RECURRING,
+            "createRecurringActivity",
+            "Create a recurring activity",
+            "RecurringActivity",
+            201,
+            body="RecurringActivityCreate",
+            description="A schedule (`cron`, or cron fields with `day_of_week` 0 = Sunday) in a time zone; "
+            "its occurrences become activities ahead of time.",
+        ),
+        Op(
+            "GET",
+            RECURRING + "/{id}",
+            "getRecurringActivity",
+            "Get a recurring activity",
+            "RecurringActivity",
+        ),
+        Op(
+            "PATCH",
+            RECURRING + "/{id}",
+            "updateRecurringActivity",
+            "Change a recurring activity",
+            "RecurringActivity",
+            body="RecurringActivityPatch",
+        ),
+        Op(
+            "DELETE",
+            RECURRING + "/{id}",
+            "deleteRecurringActivity",
+            "Delete a recurring activity",
+            status=204,
+            description="Its occurrences that have not fired yet are cancelled.",
+        ),
+        Op(
+            "POST",
+            RECURRING + "/{id}/pause",
+            "pauseRecurringActivity",
+            "Pause a recurring activity",
+            "RecurringActivity",
+        ),
+        Op(
+            "POST",
+            RECURRING + "/{id}/resume",
+            "resumeRecurringActivity",
+            "Resume a recurring activity",
+            "RecurringActivity",
+        ),
+    ),
+    "Schedules": (
+        Op(
+            "POST",
+            "/v1/schedule-preview",
+            "previewSchedule",
+            "Preview a schedule's next fire times",
+            "SchedulePreview",
+            body="SchedulePreviewRequest",
+            description="Nothing is stored. Any valid token may call it.",
+        ),
+    ),
+}
+"""Every operation of the API, grouped by tag, in the order of the document."""
+
+_PATH_PARAMETERS = {
+    "company": ("company", "Name of the company", schemas.SLUG_SCHEMA),
+    "solution": ("solution", "Name of the solution", schemas.SLUG_SCHEMA),
+    "type": ("type", "Name of the activity type", schemas.SLUG_SCHEMA),
+    "key_id": ("key_id", "Id of the API key", schemas.ID),
+    "activity_id": ("id", "Id of the activity", schemas.ID),
+    "recurring_id": ("id", "Id of the recurring activity", schemas.ID),
+}
+_QUERY_PARAMETERS = {
+    "limit": (
+        "Page size",
+        {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+    ),
+    "cursor": ("`next_cursor` of the previous page; omit for the first page", {"type": "string"}),
+    "cascade": (
+        "Delete what it holds too (otherwise a non-empty resource answers 409)",
+        {"type": "boolean", "default": False},
+    ),
+    "state": ("Only activities in this state", schemas.STATE),
+    "activity_type": ("Only activities of this activity type", schemas.SLUG_SCHEMA),
+    "object_id": ("Only activities about this object (see `object_id_ref`)", {"type": "string"}),
+    "scheduled_after": ("Only activities scheduled at or after this time", schemas.DATETIME),
+    "scheduled_before": ("Only activities scheduled before this time", schemas.DATETIME),
+    "recurring_activity": (
+        "Only occurrences of this recurring activity",
+        {"type": "string", "format": "uuid"},
+    ),
+}
+_HEADER_PARAMETERS = {
+    "Idempotency-Key": (
+        "Makes a single create safe to retry: the same key and body within the solution return the "
+        "activity already created (200) instead of a second one; the same key with another body is a 422",
+        {"type": "string", "minLength": 1, "maxLength": 255},
+    ),
+}
+_ERRORS = {
+    400: ("BadRequest", "The body is empty or not valid JSON"),
+    401: ("Unauthorized", "No bearer token, or not the admin token nor a valid company API key"),
+    403: ("Forbidden", "Reserved to the operator (admin token)"),
+    404: ("NotFound", "It does not exist, or belongs to another company"),
+    409: ("Conflict", "It clashes with what is stored"),
+    413: ("PayloadTooLarge", "The body is larger than the limit (OSTE_MAX_BODY_BYTES)"),
+    415: ("UnsupportedMediaType", "The body is not sent as application/json"),
+    422: ("InvalidInput", "Invalid input: `errors` lists every failing field with its path and reason"),
+    503: ("Unavailable", "The database is temporarily unreachable; retry later"),
+}
+_SUCCESS = {200: "OK", 201: "Created", 204: "Done; no content"}
+
+
+def _path_parameter_refs(path: str) -> list[dict[str, str]]:
+    refs = []
+    for segment in path.split("/"):
+        if segment.startswith("{"):
+            name = segment.strip("{}")
+            if name == "id":
+                name = "recurring_id" if "/recurring-activities/" in path else "activity_id"
+            refs.append({"$ref": "#/components/parameters/" + name})
+    return refs
+
+
+def _error_codes(op: Op) -> list[int]:
+    codes: set[int] = set()
+    if not op.public:
+        codes |= {401, 503}
+    if "{company}" in op.path:
+        codes.add(404)
+    if op.admin:
+        codes.add(403)
+    if op.body:
+        codes |= {400, 413, 415, 422}
+    if op.query or op.headers:
+        codes.add(422)
+    if op.conflict:
+        codes.add(409)
+    return sorted(codes)
+
+
+def _responses(op: Op) -> dict[str, Any]:
+    success: dict[str, Any] = {"description": _SUCCESS[op.status]}
+    if op.returns:
+        success.update(_content(_ref(op.returns)))
+    responses: dict[str, Any] = {str(op.status): success}
+    for code in _error_codes(op):
+        responses[str(code)] = {"$ref": "#/components/responses/" + _ERRORS[code][0]}
+    if op.conflict:
+        responses["409"] = {
+            "description": f"Conflict: {op.conflict}",
+            **_content(_ref("Problem"), PROBLEM_JSON),
+        }
+    responses.update(op.responses)
+    return dict(sorted(responses.items()))
+
+
+def _operation(op: Op, tag: str) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "operationId": op.operation_id,
+        "summary": op.summary,
+        "tags": [tag],
+    }
+    if op.description:
+        operation["description"] = op.description
+    parameters = [{"$ref": "#/components/parameters/" + name} for name in (*op.query, *op.headers)]
+    if parameters:
+        operation["parameters"] = parameters
+    if op.body:
+        operation["requestBody"] = {"required": True, **_content(_ref(op.body))}
+    operation["responses"] = _responses(op)
+    if op.public:
+        operation["security"] = []
+    return operation
+
+
+def _paths() -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for tag, ops in TABLE.items():
+        for op in ops:
+            item = paths.setdefault(op.path, {})
+            if "parameters" not in item and (refs := _path_parameter_refs(op.path)):
+                item["parameters"] = refs
+            item[op.method.lower()] = _operation(op, tag)
+    return paths
+
+
+def _parameters() -> dict[str, Any]:
+    parameters: dict[str, Any] = {}
+    for key, (name, description, schema) in _PATH_PARAMETERS.items():
+        parameters[key] = {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "description": description,
+            "schema": schema,
+        }
+    for name, (description, schema) in _QUERY_PARAMETERS.items():
+        parameters[name] = {"name": name, "in": "query", "description": description, "schema": schema}
+    for name, (description, schema) in _HEADER_PARAMETERS.items():
+        parameters[name] = {"name": name, "in": "header", "description": description, "schema": schema}
+    return parameters
+
+
+def _component_schemas() -> dict[str, Any]:
+    pages = {
+        name + "Page": schemas.page_schema(SCHEMA_REF + name)
+        for name in ("Company", "ApiKey", "Solution", "ActivityType", "Activity", "RecurringActivity")
+    }
+    pages["ExecutionPage"] = schemas.page_schema(SCHEMA_REF + "Execution")
+    batch = {
+        "type": "object",
+        "properties": {"activities": {"type": "array", "items": _ref("Activity")}},
+        "required": ["activities"],
+        "additionalProperties": False,
+    }
+    return {
+        **schemas.REQUESTS,
+        "ActivityCreateOrBatch": {"oneOf": [_ref("ActivityCreate"), _ref("ActivityBatchCreate")]},
+        **schemas.RESPONSES,
+        "ActivityBatch": batch,
+        "ActivityOrBatch": {"oneOf": [_ref("Activity"), _ref("ActivityBatch")]},
+        **pages,
+        "Health": _HEALTH,
+    }
+
+
+DESCRIPTION = "\n\n".join(
+    (
+        "Partner services tell OSTE *what* HTTP request to make and *when* (at a point in time, or on a "
+        "recurring schedule); OSTE stores it durably and makes the request at the due time, with retries, "
+        "dead letters and a log of outcomes.",
+        "**Auth**: `Authorization: Bearer <token>` with the operator's admin token or a company API key. "
+        "A company key reaches its own company only: other companies' resources answer 404; "
+        "operator-only operations answer 403.",
+        "**Errors** are RFC 9457 `application/problem+json` with a human-readable `detail`; validation "
+        "errors (422) list every failing field in `errors` (`field`, JSON `pointer`, `reason`). An unknown "
+        "path answers 404 and a method a path does not support 405 (with `Allow`), also as problem+json.",
+        "**Listings** are paged by cursor: pass `next_cursor` back as `cursor` until it is null; `limit` "
+        "is 1-1000 (default 100). Names are lower-case slugs; times RFC 3339 with an offset; durations "
+        "ISO 8601.",
+    )
+)
+
 
 def build_spec() -> dict[str, Any]:
     """The OpenAPI document the app serves at /openapi.json (and `oste openapi` writes to openapi/)."""
-    return {
+    spec = {
         "openapi": "3.1.0",
-        "info": {"title": "OSTE — Open Scheduled Task Engine", "version": __version__},
-        "paths": {},
-        "components": {"schemas": {**schemas.REQUESTS, **schemas.RESPONSES}},
+        "info": {
+            "title": "OSTE — Open Scheduled Task Engine",
+            "version": __version__,
+            "description": DESCRIPTION,
+            "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        },
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "tags": [{"name": tag} for tag in TABLE],
+        "security": [{"bearerAuth": []}],
+        "paths": _paths(),
+        "components": {
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The admin token (OSTE_ADMIN_TOKEN) or a company API key (oste_…)",
+                }
+            },
+            "parameters": _parameters(),
+            "responses": {
+                name: {"description": description, **_content(_ref("Problem"), PROBLEM_JSON)}
+                for name, description in _ERRORS.values()
+            },
+            "schemas": _component_schemas(),
+        },
     }
+    # A JSON round trip: plain, unshared values (YAML without anchors), and proof it serialises.
+    return orjson.loads(orjson.dumps(spec))

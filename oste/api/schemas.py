@@ -125,6 +125,28 @@ ACTIVITY_BATCH = _obj(
     ("activities",),
 )
 ACTIVITY_PATCH = _patch(ACTIVITY_CREATE, drop=("activity_type",))
+ACTIVITY_FILTER = _obj(
+    {
+        "state": {"type": "string", "enum": ["scheduled", "running", "succeeded", "dead", "cancelled"]},
+        "activity_type": SLUG_SCHEMA,
+        "object_id": {"type": "string", "maxLength": 255},
+        "scheduled_after": DATETIME,
+        "scheduled_before": DATETIME,
+        "recurring_activity": {"type": "string", "format": "uuid"},
+    },
+    minProperties=1,
+)
+ACTIVITY_BULK = _obj(
+    {
+        "filter": ACTIVITY_FILTER,
+        "action": {"type": "string", "enum": ["cancel", "requeue", "update"]},
+        "set": {
+            **_patch(ACTIVITY_CREATE, drop=("activity_type",)),
+            "description": "for update: new values; `parameter` is merged into each one (null removes a key)",
+        },
+    },
+    ("filter", "action"),
+)
 RECURRING_CREATE = _obj(
     {
         "activity_type": SLUG_SCHEMA,
@@ -203,7 +225,7 @@ ACTIVITY = _obj(
         "scheduled_for": DATETIME,
         "next_attempt_at": DATETIME,
         "parameter": PARAMETER,
-        "retries": RETRIES,
+        "retries": {"type": "integer", "minimum": -1, "description": "retries left; -1 once exhausted"},
         "priority": PRIORITY,
         "object_id": {"type": ["string", "null"]},
         "state": STATE,
@@ -241,6 +263,9 @@ EXECUTION = _obj(
         "node": {"type": "string"},
     },
     ("id", "attempt", "started_at", "finished_at", "duration_ms", "outcome", "node"),
+)
+BULK_RESULT = _obj(
+    {"action": {"type": "string"}, "changed": {"type": "integer", "minimum": 0}}, ("action", "changed")
 )
 SCHEDULE_PREVIEW_RESULT = _obj(
     {"timezone": {"type": "string"}, "fire_times": {"type": "array", "items": DATETIME}}, ("fire_times",)
@@ -287,6 +312,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "ActivityCreate": ACTIVITY_CREATE,
     "ActivityBatchCreate": ACTIVITY_BATCH,
     "ActivityPatch": ACTIVITY_PATCH,
+    "ActivityBulk": ACTIVITY_BULK,
     "RecurringActivityCreate": RECURRING_CREATE,
     "RecurringActivityPatch": RECURRING_PATCH,
     "SchedulePreviewRequest": SCHEDULE_PREVIEW,
@@ -299,6 +325,7 @@ RESPONSES: dict[str, dict[str, Any]] = {
     "Activity": ACTIVITY,
     "RecurringActivity": RECURRING,
     "Execution": EXECUTION,
+    "BulkResult": BULK_RESULT,
     "SchedulePreview": SCHEDULE_PREVIEW_RESULT,
     "Problem": PROBLEM,
 }

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.expressions import F
 from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
@@ -67,6 +68,20 @@ async def page_of(query: QuerySet, limit: int, cursor: str | None, convert: Call
     items = [convert(row) for row in rows[:limit]]
     next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
     return r.Page(items, next_cursor)
+
+
+def _filtered(solution: r.Solution, filters: r.ActivityFilter) -> QuerySet:
+    """The activities of a solution matching the filters (None = any)."""
+    conditions = {
+        "state": filters.state,
+        "activity_type_id": filters.activity_type_id,
+        "object_id": filters.object_id,
+        "scheduled_for__gte": filters.scheduled_after,
+        "scheduled_for__lt": filters.scheduled_before,
+        "recurring_activity_id": filters.recurring_activity_id,
+    }
+    query = m.Activity.filter(solution_id=solution.id)
+    return query.filter(**{key: value for key, value in conditions.items() if value is not None})
 
 
 def _header_record(headers: dict[str, Any]) -> dict[str, r.Header]:
@@ -323,16 +338,7 @@ class Store:
         self, solution: r.Solution, filters: r.ActivityFilter, limit: int, cursor: str | None = None
     ) -> r.Page:
         """Activities of a solution in creation order, filtered."""
-        query = m.Activity.filter(solution_id=solution.id)
-        conditions = {
-            "state": filters.state,
-            "activity_type_id": filters.activity_type_id,
-            "object_id": filters.object_id,
-            "scheduled_for__gte": filters.scheduled_after,
-            "scheduled_for__lt": filters.scheduled_before,
-            "recurring_activity_id": filters.recurring_activity_id,
-        }
-        query = query.filter(**{key: value for key, value in conditions.items() if value is not None})
+        query = _filtered(solution, filters)
         names = await self._type_names(solution.id)
         return await page_of(
             query, limit, cursor, lambda row: self._activity(row, names[row.activity_type_id])
@@ -373,6 +379,74 @@ class Store:
             current = await self._activity_by_id(activity.id)
             raise Conflict(f"activity is already {current.state}; nothing to cancel")
         return await self._activity_by_id(activity.id)
+
+    async def requeue_activities(
+        self, solution: r.Solution, filters: r.ActivityFilter, activity_id: uuid.UUID | None = None
+    ) -> int:
+        """Put dead or cancelled activities back to ``scheduled`` with their type's retries.
+
+        Each is due now, or at its ``scheduled_for`` if that is still ahead.
+
+        Applies to the matching activities (or the one ``activity_id``) that are dead or cancelled;
+        others are left alone. Returns how many were requeued.
+        """
+        now = self.clock.now()
+        query = _filtered(solution, filters).filter(
+            state__in=[r.ActivityState.DEAD, r.ActivityState.CANCELLED]
+        )
+        if activity_id is not None:
+            query = query.filter(id=activity_id)
+        count = 0
+        types = await m.ActivityType.filter(solution_id=solution.id).values_list("id", "retries")
+        async with in_transaction():
+            for type_id, retries in types:
+                of_type = query.filter(activity_type_id=type_id)
+                reset = {
+                    "state": r.ActivityState.SCHEDULED,
+                    "retries": retries,
+                    "finished_at": None,
+                    "claim_token": None,
+                    "claimed_by": None,
+                    "lease_expires_at": None,
+                    "updated_at": now,
+                }
+                # never fired (cancelled ahead of time): keep its time; otherwise due now
+                count += await of_type.filter(scheduled_for__gt=now).update(
+                    **reset, next_attempt_at=F("scheduled_for")
+                )
+                count += await of_type.filter(scheduled_for__lte=now).update(**reset, next_attempt_at=now)
+        return count
+
+    async def cancel_activities(self, solution: r.Solution, filters: r.ActivityFilter) -> int:
+        """Cancel every matching scheduled activity; returns how many were cancelled."""
+        now = self.clock.now()
+        query = _filtered(solution, filters).filter(state=r.ActivityState.SCHEDULED)
+        return await query.update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
+
+    async def scheduled_activities(
+        self, solution: r.Solution, filters: r.ActivityFilter, limit: int
+    ) -> list[r.Activity]:
+        """Up to ``limit`` matching scheduled activities (for bulk updates, which validate each one)."""
+        query = _filtered(solution, filters).filter(state=r.ActivityState.SCHEDULED)
+        names = await self._type_names(solution.id)
+        rows = await query.order_by("id").limit(limit)
+        return [self._activity(row, names[row.activity_type_id]) for row in rows]
+
+    async def update_scheduled_activities(self, updates: list[tuple[r.Activity, dict[str, Any]]]) -> int:
+        """Apply per-activity changes all-or-nothing; activities no longer scheduled are skipped.
+
+        Returns how many were changed.
+        """
+        now = self.clock.now()
+        changed = 0
+        async with in_transaction():
+            for activity, changes in updates:
+                values = dict(changes, updated_at=now)
+                if "scheduled_for" in values:
+                    values["next_attempt_at"] = values["scheduled_for"]
+                query = m.Activity.filter(id=activity.id, state=r.ActivityState.SCHEDULED)
+                changed += await query.update(**values)
+        return changed
 
     async def list_executions(self, activity: r.Activity, limit: int, cursor: str | None = None) -> r.Page:
         query = m.Execution.filter(activity_id=activity.id)
