@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from tortoise.exceptions import DBConnectionError, IntegrityError
-from tortoise.expressions import F
+from tortoise.expressions import F, Subquery
 from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
@@ -547,7 +547,7 @@ class Store:
             raise NotFound(missing)
 
     async def _delete_activities(self, query: QuerySet) -> None:
-        ids = query.values_list("id", flat=True)
+        ids = Subquery(query.values_list("id", flat=True))
         await m.Execution.filter(activity_id__in=ids).delete()
         await query.delete()
 
@@ -561,7 +561,7 @@ class Store:
         )
 
     async def _with_type_name(self, row: m.Activity) -> r.Activity:
-        name = await m.ActivityType.filter(id=row.activity_type_id).values_list("name", flat=True).first()
+        name = await m.ActivityType.filter(id=row.activity_type_id).first().values_list("name", flat=True)
         return self._activity(row, name or "")
 
     @staticmethod
