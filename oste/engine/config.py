@@ -1,0 +1,99 @@
+"""Frozen configuration of every engine service, with the defaults as named constants."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from oste.settings import Settings
+
+DEFAULT_LOOKAHEAD = 1.0
+"""Seconds ahead the poller claims: each claim then fires from a local timer at its exact instant."""
+DEFAULT_POLL_INTERVAL = 0.5
+"""Seconds between polls when nothing more is due (must be below the look-ahead to stay on time)."""
+DEFAULT_CLAIM_BATCH = 500
+"""Activities claimed per statement."""
+DEFAULT_MAX_BACKLOG = 4000
+"""Claims one node holds at most (waiting on a timer, queued for a slot, or in flight)."""
+DEFAULT_LEASE_SECONDS = 30.0
+"""How long a claim is leased; the lease keeper extends it while the node still holds the claim."""
+DEFAULT_MAX_IN_FLIGHT = 64
+DEFAULT_EXCERPT_BYTES = 4096
+"""How much of each response is stored with its execution."""
+DEFAULT_FLUSH_INTERVAL = 0.02
+"""Seconds completions are gathered before one batched write."""
+DEFAULT_COMPLETION_BATCH = 500
+DEFAULT_RESCUE_INTERVAL = 5.0
+DEFAULT_RESCUE_BATCH = 500
+DEFAULT_HEARTBEAT_INTERVAL = 2.0
+"""Seconds between a node's heartbeats (and partition rebalancing)."""
+DEFAULT_NODE_TTL = 10.0
+"""A node silent for this long is dead: its partitions are shared out among the others."""
+DEFAULT_PARTITION_TTL = 10.0
+"""How long a partition lease lasts unless renewed by its holder's heartbeat."""
+DEFAULT_PRUNE_AFTER = 3600.0
+"""Dead nodes are deleted from the node table after this many seconds of silence."""
+
+
+@dataclass(frozen=True)
+class PollerConfig:
+    lookahead: float = DEFAULT_LOOKAHEAD
+    interval: float = DEFAULT_POLL_INTERVAL
+    batch_size: int = DEFAULT_CLAIM_BATCH
+    max_backlog: int = DEFAULT_MAX_BACKLOG
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    allowed_targets: tuple[str, ...] = ()
+    excerpt_bytes: int = DEFAULT_EXCERPT_BYTES
+    resolver: Any = None
+    """An aiohttp resolver to ask before the SSRF guard filters (tests inject fake DNS); None: threaded."""
+
+
+@dataclass(frozen=True)
+class CompletionConfig:
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL
+    batch_size: int = DEFAULT_COMPLETION_BATCH
+
+
+@dataclass(frozen=True)
+class RescuerConfig:
+    interval: float = DEFAULT_RESCUE_INTERVAL
+    batch_size: int = DEFAULT_RESCUE_BATCH
+
+
+@dataclass(frozen=True)
+class BalancerConfig:
+    interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    node_ttl: float = DEFAULT_NODE_TTL
+    partition_ttl: float = DEFAULT_PARTITION_TTL
+    prune_after: float = DEFAULT_PRUNE_AFTER
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine's services are tuned by. ``from_settings`` is what the CLI uses."""
+
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    role: str = "worker"
+    poller: PollerConfig = field(default_factory=PollerConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    completions: CompletionConfig = field(default_factory=CompletionConfig)
+    rescuer: RescuerConfig = field(default_factory=RescuerConfig)
+    balancer: BalancerConfig = field(default_factory=BalancerConfig)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **changes: Any) -> EngineConfig:
+        """Defaults, with the node's in-flight cap and SSRF allowances from the settings."""
+        executor = ExecutorConfig(
+            max_in_flight=settings.max_in_flight, allowed_targets=settings.allowed_targets
+        )
+        return dataclasses.replace(cls(executor=executor), **changes)
+
+    @property
+    def lease_refresh_interval(self) -> float:
+        """How often the lease keeper runs: a third of the lease."""
+        return self.lease_seconds / 3

@@ -1,0 +1,230 @@
+"""Executor: makes the HTTP request of each claim and turns what happened into a completion.
+
+One shared ``aiohttp.ClientSession`` (keep-alive, no cookies, no redirects) behind the SSRF guard;
+at most ``max_in_flight`` requests open at once; the per-type timeout; a failed request is data
+(an execution record), never an exception that escapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlsplit
+
+import aiohttp
+from yarl import URL
+
+from oste.domain.clock import Clock
+from oste.domain.delivery import classify, conclude, parse_retry_after
+from oste.domain.dispatch import AttemptReport, Claim, Completion, DispatchTarget
+from oste.domain.records import Outcome
+from oste.domain.targets import TargetPolicy
+from oste.domain.webhooks import OutboundRequest, build_request
+from oste.engine.config import ExecutorConfig
+from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in
+
+log = logging.getLogger("oste.engine.executor")
+
+
+@dataclass(frozen=True)
+class ExecutorStats:
+    """What the executor holds right now."""
+
+    queued: int
+    in_flight: int
+
+
+class Executor:
+    """Fires claims: ``fire(claim)`` makes one request and returns its completion (never raises).
+
+    ``submit(claim)`` fires in the background, waiting for a free slot, and hands the completion to
+    ``sink``. Claims still waiting for a slot can be taken back (``cancel_queued``) on shutdown.
+    """
+
+    def __init__(
+        self,
+        config: ExecutorConfig,
+        clock: Clock,
+        node_id: str,
+        sink: Callable[[Claim, Completion], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.node_id = node_id
+        self.sink = sink
+        self.rng = rng or random.Random()
+        self.policy = TargetPolicy.allowing(config.allowed_targets)
+        self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._session: aiohttp.ClientSession | None = None
+        self._queued: dict[uuid.UUID, tuple[Claim, asyncio.Task[None]]] = {}
+        self._in_flight: dict[uuid.UUID, tuple[Claim, asyncio.Task[None]]] = {}
+
+    async def open(self) -> None:
+        """Create the shared session (call once, inside the running loop)."""
+        connector = aiohttp.TCPConnector(
+            limit=self.config.max_in_flight,
+            limit_per_host=0,
+            resolver=GuardedResolver(self.policy, self.config.resolver),
+            socket_factory=guarded_socket_factory(self.policy),
+            ttl_dns_cache=10,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=True
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def stats(self) -> ExecutorStats:
+        return ExecutorStats(len(self._queued), len(self._in_flight))
+
+    # --- background firing ----------------------------------------------------------------------
+
+    def submit(self, claim: Claim) -> None:
+        """Fire ``claim`` as soon as a slot is free; its completion goes to ``sink``."""
+        task = asyncio.create_task(self._run(claim), name=f"fire-{claim.activity_id}")
+        self._queued[claim.activity_id] = (claim, task)
+
+    async def _run(self, claim: Claim) -> None:
+        async with self._slots:
+            entry = self._queued.pop(claim.activity_id)
+            self._in_flight[claim.activity_id] = entry
+            try:
+                completion = await self.fire(claim)
+            finally:
+                self._in_flight.pop(claim.activity_id, None)
+        if self.sink is not None:
+            self.sink(claim, completion)
+
+    def cancel_queued(self) -> list[Claim]:
+        """Take back every claim still waiting for a slot (its request was never started)."""
+        claims = []
+        for claim, task in list(self._queued.values()):
+            task.cancel()
+            claims.append(claim)
+        self._queued.clear()
+        return claims
+
+    async def wait_in_flight(self, grace: float) -> list[Claim]:
+        """Wait up to ``grace`` seconds for requests in flight; cancel and return those still open."""
+        tasks = [task for _, task in self._in_flight.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(grace, 0.0))
+        left = list(self._in_flight.values())
+        for _, task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait([task for _, task in left], timeout=1.0)
+        self._in_flight.clear()
+        return [claim for claim, _ in left]
+
+    async def fire_all(self, claims: Iterable[Claim]) -> list[Completion]:
+        """Fire claims concurrently (at most ``max_in_flight`` at once) and return their completions."""
+
+        async def limited(claim: Claim) -> Completion:
+            async with self._slots:
+                return await self.fire(claim)
+
+        return list(await asyncio.gather(*(limited(c) for c in claims)))
+
+    # --- one attempt ----------------------------------------------------------------------------
+
+    async def fire(self, claim: Claim) -> Completion:
+        """Make the claim's request once and decide what happens next (never raises)."""
+        report = await self.attempt(claim)
+        return conclude(claim, report, self.node_id, self.rng)
+
+    async def attempt(self, claim: Claim) -> AttemptReport:
+        """Make the request and report what happened on the wire."""
+        started = self.clock.now()
+        t0 = time.perf_counter()
+        try:
+            request = build_request(claim, started)
+        except (KeyError, ValueError, TypeError) as exc:
+            return self._report(started, t0, Outcome.FAILED, error=f"cannot build the request: {exc!r}")
+        host = TARGET_HOST.set(urlsplit(request.url).hostname)
+        try:
+            return await self._send(request, claim.target, started, t0)
+        except Exception as exc:  # any failure to get an answer is an outcome, not a crash
+            return self._failure(exc, claim.target.timeout, started, t0)
+        finally:
+            TARGET_HOST.reset(host)
+
+    async def _send(
+        self, request: OutboundRequest, target: DispatchTarget, started: datetime, t0: float
+    ) -> AttemptReport:
+        if self._session is None:
+            raise RuntimeError("the executor is not open")
+        url = URL(request.url, encoded=True) if request.url.isascii() else URL(request.url)
+        async with self._session.request(
+            request.method,
+            url,
+            headers=request.headers,
+            data=request.body,
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=target.timeout),
+        ) as response:
+            excerpt = await _read_excerpt(response, self.config.excerpt_bytes)
+            status = response.status
+            outcome = classify(status, target.success_statuses)
+            retry_after = parse_retry_after(response.headers.get("Retry-After"), self.clock.now())
+            error = None if outcome == Outcome.OK else _status_error(response)
+        return self._report(started, t0, outcome, status, error, excerpt, retry_after)
+
+    def _report(
+        self,
+        started: datetime,
+        t0: float,
+        outcome: Outcome,
+        status: int | None = None,
+        error: str | None = None,
+        excerpt: str | None = None,
+        retry_after: float | None = None,
+    ) -> AttemptReport:
+        duration_ms = (time.perf_counter() - t0) * 1000.0
+        return AttemptReport(
+            outcome, started, self.clock.now(), duration_ms, status, error, excerpt, retry_after
+        )
+
+    def _failure(self, exc: Exception, timeout: float, started: datetime, t0: float) -> AttemptReport:
+        refused = refusal_in(exc)
+        if refused is not None:
+            return self._report(started, t0, Outcome.FAILED, error=refused)
+        if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+            return self._report(started, t0, Outcome.ERROR, error=f"timed out after {timeout:g} s")
+        if isinstance(exc, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
+            return self._report(started, t0, Outcome.FAILED, error=f"invalid URL: {exc}")
+        if isinstance(exc, (aiohttp.ClientError, OSError)):
+            return self._report(
+                started, t0, Outcome.ERROR, error=f"network error: {type(exc).__name__}: {exc}"
+            )
+        log.exception("unexpected error while firing")
+        return self._report(started, t0, Outcome.ERROR, error=f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def _read_excerpt(response: aiohttp.ClientResponse, limit: int) -> str:
+    data = b""
+    while len(data) < limit:
+        chunk = await response.content.read(limit - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def _status_error(response: aiohttp.ClientResponse) -> str:
+    text = f"HTTP {response.status} {response.reason or ''}".rstrip()
+    if 300 <= response.status < 400:
+        location = response.headers.get("Location", "")
+        return f"{text}: redirects are not followed (Location: {location})"
+    return text

@@ -1,0 +1,172 @@
+"""Poller: claims what is due within a short look-ahead and fires each claim from a local timer.
+
+Firing lag is the event loop's timer precision (milliseconds), not the poll interval. The poller
+wakes up early when told about an activity due sooner than its next poll (``wake``), and right
+away again after a full batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from oste.domain.clock import Clock
+from oste.domain.dispatch import Claim
+from oste.engine.config import PollerConfig
+from oste.storage.dispatch import DispatchStore
+
+log = logging.getLogger("oste.engine.poller")
+ERROR_PAUSE = 1.0
+"""Seconds the poller waits after a failed claim before trying again."""
+
+
+class ClaimBook:
+    """The claims this node holds (from claim until its completion is handed over), by lease token."""
+
+    def __init__(self) -> None:
+        self._claims: dict[uuid.UUID, Claim] = {}
+        self._leases: dict[uuid.UUID, datetime] = {}
+        self._per_token: dict[uuid.UUID, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    def add(self, claims: Iterable[Claim]) -> None:
+        for claim in claims:
+            self._claims[claim.activity_id] = claim
+            self._per_token[claim.claim_token] = self._per_token.get(claim.claim_token, 0) + 1
+            self._leases.setdefault(claim.claim_token, claim.lease_expires_at)
+
+    def remove(self, claim: Claim) -> None:
+        if self._claims.pop(claim.activity_id, None) is None:
+            return
+        left = self._per_token[claim.claim_token] - 1
+        if left:
+            self._per_token[claim.claim_token] = left
+        else:
+            del self._per_token[claim.claim_token]
+            del self._leases[claim.claim_token]
+
+    def expiring(self, before: datetime) -> set[uuid.UUID]:
+        """Tokens of held claims whose lease ends before ``before``."""
+        return {token for token, until in self._leases.items() if until < before}
+
+    def extended(self, tokens: Iterable[uuid.UUID], until: datetime) -> None:
+        for token in tokens:
+            if token in self._leases:
+                self._leases[token] = until
+
+
+@dataclass(frozen=True)
+class PollResult:
+    """One poll: how many claims were taken, and whether the batch was full (more may be due)."""
+
+    claimed: int = 0
+    full: bool = False
+    blocked: bool = False
+    """True when the node already holds its maximum backlog."""
+
+
+class Poller:
+    """Claims due activities of the node's partitions and hands each to ``dispatch`` at its due instant."""
+
+    def __init__(
+        self,
+        config: PollerConfig,
+        clock: Clock,
+        store: DispatchStore,
+        owner: str,
+        lease_seconds: float,
+        partitions: Callable[[], Sequence[int]],
+        book: ClaimBook,
+        dispatch: Callable[[Claim], None],
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.partitions = partitions
+        self.book = book
+        self.dispatch = dispatch
+        self._timers: dict[uuid.UUID, tuple[asyncio.TimerHandle, Claim]] = {}
+        self._wake = asyncio.Event()
+        self._next_poll_at = clock.now()
+        self._blocked = False
+
+    async def run_once(self) -> PollResult:
+        """Claim what is due up to ``now + lookahead`` (within the backlog room) and set the timers."""
+        room = self.config.max_backlog - len(self.book)
+        limit = min(self.config.batch_size, room)
+        partitions = self.partitions()
+        self._blocked = limit <= 0
+        if self._blocked or not partitions:
+            return PollResult(blocked=self._blocked)
+        horizon = self.clock.now() + timedelta(seconds=self.config.lookahead)
+        claims = await self.store.claim_due(self.owner, partitions, limit, self.lease_seconds, horizon)
+        self.book.add(claims)
+        for claim in claims:
+            self._schedule(claim)
+        return PollResult(claimed=len(claims), full=len(claims) >= limit)
+
+    def _schedule(self, claim: Claim) -> None:
+        delay = (claim.due_at - self.clock.now()).total_seconds()
+        if delay <= 0.0005:
+            self.dispatch(claim)
+            return
+        handle = asyncio.get_running_loop().call_later(delay, self._due, claim.activity_id)
+        self._timers[claim.activity_id] = (handle, claim)
+
+    def _due(self, activity_id: uuid.UUID) -> None:
+        entry = self._timers.pop(activity_id, None)
+        if entry is not None:
+            self.dispatch(entry[1])
+
+    def wake(self, when: datetime | None = None) -> None:
+        """Poll now if something is due (at ``when``) before the next poll would claim it."""
+        if when is None or when < self._next_poll_at:
+            self._wake.set()
+
+    def capacity_freed(self) -> None:
+        """A held claim completed: poll again now if the last poll found the backlog full."""
+        if self._blocked:
+            self._wake.set()
+
+    def cancel_timers(self) -> list[Claim]:
+        """Stop every pending timer and return its claims (never started)."""
+        claims = []
+        for handle, claim in self._timers.values():
+            handle.cancel()
+            claims.append(claim)
+        self._timers.clear()
+        return claims
+
+    @property
+    def waiting(self) -> int:
+        """Claims waiting on a timer."""
+        return len(self._timers)
+
+    async def run(self) -> None:
+        """Poll until cancelled: again at once after a full batch, else after the interval or a wake."""
+        while True:
+            self._wake.clear()  # a wake-up during the claim below makes the pause end at once
+            try:
+                result = await self.run_once()
+            except Exception:
+                log.exception("claiming failed; trying again in %.1f s", ERROR_PAUSE)
+                await asyncio.sleep(ERROR_PAUSE)
+                continue
+            if result.full:
+                await asyncio.sleep(0)
+                continue
+            await self._pause()
+
+    async def _pause(self) -> None:
+        self._next_poll_at = self.clock.now() + timedelta(seconds=self.config.interval)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.config.interval)

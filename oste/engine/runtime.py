@@ -1,0 +1,230 @@
+"""Engine: runs the dispatch services of one node (an ``oste serve`` or ``oste worker`` process).
+
+    engine = Engine(settings)          # after open_database(settings.database_url)
+    await engine.start()               # register the node, take partitions, start firing
+    engine.notify_due(when)            # the API created an activity due soon
+    await engine.stop(grace=30)        # stop claiming, finish in flight, hand back the rest
+
+``drain()`` fires everything due now and returns (tests and scripts; no start needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from oste.domain.clock import Clock, SystemClock
+from oste.domain.dispatch import Claim, Completion, NodeInfo
+from oste.domain.partitions import ALL_PARTITIONS
+from oste.engine.balancer import PartitionBalancer
+from oste.engine.completions import CompletionWriter
+from oste.engine.config import EngineConfig
+from oste.engine.executor import Executor
+from oste.engine.maintenance import LeaseKeeper, Rescuer
+from oste.engine.poller import ClaimBook, Poller
+from oste.settings import Settings
+from oste.storage.dispatch import DispatchStore
+
+log = logging.getLogger("oste.engine")
+MAX_LOOP_PAUSE = 30.0
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What one ``drain`` fired, by outcome (``ok``, ``failed``, ``retry``, ``error``)."""
+
+    fired: int
+    outcomes: dict[str, int]
+    stale: int = 0
+
+
+class Engine:
+    """One node of the dispatch engine: poller, executor, completion writer, lease keeper, rescuer and
+    partition balancer on one event loop, sharing one ``DispatchStore`` and one HTTP session."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock | None = None,
+        dispatch_store: DispatchStore | None = None,
+        config: EngineConfig | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.config = config or EngineConfig.from_settings(settings)
+        self.rng = rng or random.Random()
+        self._store = dispatch_store
+        self.node: NodeInfo | None = None
+        self.book = ClaimBook()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.executor: Executor | None = None
+        self.poller: Poller | None = None
+        self.writer: CompletionWriter | None = None
+        self.balancer: PartitionBalancer | None = None
+
+    @property
+    def store(self) -> DispatchStore:
+        """The dispatch store (created on first use: the database must be open by then)."""
+        if self._store is None:
+            self._store = DispatchStore(self.clock)
+        return self._store
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks)
+
+    def partitions(self) -> tuple[int, ...]:
+        """The partitions this node currently claims from."""
+        return self.balancer.partitions() if self.balancer is not None else ()
+
+    async def start(self) -> None:
+        """Register the node, take its share of partitions and start every service loop."""
+        if self.running:
+            return
+        cfg = self.config
+        self._loop = asyncio.get_running_loop()
+        self.node = await self.store.register_node(self.settings.node_name, cfg.role)
+        self.executor = Executor(cfg.executor, self.clock, self.node.id, self._completed, self.rng)
+        await self.executor.open()
+        self.writer = CompletionWriter(cfg.completions, self.store)
+        self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, self.node)
+        await self.balancer.run_once()
+        self.poller = Poller(
+            cfg.poller,
+            self.clock,
+            self.store,
+            self.node.id,
+            cfg.lease_seconds,
+            self.balancer.partitions,
+            self.book,
+            self.executor.submit,
+        )
+        keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
+        rescuer = Rescuer(cfg.rescuer, self.store, self.rng)
+        self._spawn("poller", self.poller.run())
+        self._spawn("completions", self.writer.run())
+        self._spawn("lease-keeper", _every(cfg.lease_refresh_interval, keeper.run_once, "lease keeper"))
+        self._spawn("rescuer", _every(cfg.rescuer.interval, rescuer.run_once, "rescuer"))
+        self._spawn("balancer", _every(cfg.balancer.interval, self._rebalance, "partition balancer"))
+        log.info("engine started: node %s with %d partitions", self.node.id, len(self.partitions()))
+
+    def _spawn(self, name: str, job: Awaitable[None]) -> None:
+        self._tasks[name] = asyncio.ensure_future(job)
+
+    async def _rebalance(self) -> None:
+        assert self.balancer is not None and self.poller is not None
+        before = self.balancer.partitions()
+        result = await self.balancer.run_once()
+        if set(result.held) - set(before):
+            self.poller.wake()
+
+    def _completed(self, claim: Claim, completion: Completion) -> None:
+        assert self.writer is not None and self.poller is not None
+        self.book.remove(claim)
+        self.writer.add(completion)
+        self.poller.capacity_freed()
+
+    def notify_due(self, when: datetime) -> None:
+        """An activity due at ``when`` was created: claim it early if the next poll would be late.
+
+        Safe to call from any thread, and a no-op while the engine is not running.
+        """
+        if self._loop is None or self.poller is None or not self.running:
+            return
+        self._loop.call_soon_threadsafe(self.poller.wake, when)
+
+    async def stop(self, grace: float = 30.0) -> None:
+        """Stop claiming; hand back claims not started; let requests in flight finish within ``grace``
+        seconds (then cancel and hand them back too); write every completion; leave the partitions."""
+        if not self.running:
+            return
+        assert self.poller and self.executor and self.writer and self.balancer
+        await _cancel(self._tasks.pop("poller"))
+        unstarted = self.poller.cancel_timers() + self.executor.cancel_queued()
+        await self._release(unstarted)
+        await self._release(await self.executor.wait_in_flight(grace))
+        await _cancel(self._tasks.pop("completions"))
+        await _guarded(self.writer.flush(), "writing the last completions")
+        for name in list(self._tasks):
+            await _cancel(self._tasks.pop(name))
+        await _guarded(self.balancer.leave(), "leaving the partitions")
+        await self.executor.close()
+        log.info("engine stopped: node %s", self.node.id if self.node else "?")
+
+    async def _release(self, claims: list[Claim]) -> None:
+        if not claims:
+            return
+        for claim in claims:
+            self.book.remove(claim)
+        await _guarded(self.store.release_claims(claims), f"handing back {len(claims)} claims")
+
+    async def drain(self) -> DrainResult:
+        """Fire every activity due now (retries that become due meanwhile too) and return the counts.
+
+        Claims from this node's partitions while it runs, from all partitions otherwise.
+        """
+        executor = self.executor
+        own = executor is None
+        owner = self.node.id if self.node else f"drain-{secrets.token_hex(6)}"
+        if executor is None:
+            executor = Executor(self.config.executor, self.clock, owner, None, self.rng)
+            await executor.open()
+        partitions = self.partitions() if self.running else ALL_PARTITIONS
+        outcomes: Counter[str] = Counter()
+        stale = 0
+        try:
+            while True:
+                claims = await self.store.claim_due(
+                    owner,
+                    partitions,
+                    self.config.poller.batch_size,
+                    self.config.lease_seconds,
+                    self.clock.now(),
+                )
+                if not claims:
+                    break
+                completions = await executor.fire_all(claims)
+                stale += (await self.store.complete(completions)).stale
+                outcomes.update(str(c.report.outcome) for c in completions)
+        finally:
+            if own:
+                await executor.close()
+        return DrainResult(sum(outcomes.values()), dict(outcomes), stale)
+
+
+async def _every(interval: float, job: Callable[[], Awaitable[object]], name: str) -> None:
+    """Run ``job`` every ``interval`` seconds until cancelled; failures are logged and retried."""
+    pause = interval
+    while True:
+        try:
+            await job()
+            pause = interval
+        except Exception:
+            pause = min(max(pause * 2, interval), MAX_LOOP_PAUSE)
+            log.exception("%s failed; retrying in %.1f s", name, pause)
+        await asyncio.sleep(pause)
+
+
+async def _cancel(task: asyncio.Task[None] | asyncio.Future[None]) -> None:
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        log.exception("a service failed while stopping")
+
+
+async def _guarded(job: Awaitable[object], what: str) -> None:
+    try:
+        await job
+    except Exception:
+        log.exception("%s failed", what)

@@ -1,0 +1,216 @@
+"""Shared helpers of the engine tests: factories over the Store, and a real receiver on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from oste.domain import records as r
+from oste.domain.dispatch import Claim, DispatchTarget
+from oste.storage.store import Store
+
+LOOPBACK = ("127.0.0.1",)
+
+
+async def make_type(
+    store: Store,
+    uri_pattern: str,
+    *,
+    company: str = "acme",
+    solution: str = "songs",
+    name: str = "republish",
+    verb: str = "POST",
+    retries: int = 3,
+    request_timeout: float = 5.0,
+    backoff_base: float = 0.05,
+    backoff_max: float = 0.2,
+    headers: dict[str, r.Header] | None = None,
+    success_statuses: tuple[int, ...] | None = None,
+) -> r.ActivityType:
+    """An activity type (creating its company and solution on first use)."""
+    try:
+        owner = await store.get_company(company)
+    except Exception:
+        owner = await store.create_company(company)
+    try:
+        sol = await store.get_solution(owner, solution)
+    except Exception:
+        sol = await store.create_solution(owner, solution_values(solution))
+    values = {
+        "name": name,
+        "verb": verb,
+        "uri_pattern": uri_pattern,
+        "parameter_schema": None,
+        "retries": retries,
+        "timeout": request_timeout,
+        "object_id_ref": (),
+        "headers": headers or {},
+        "max_concurrency": None,
+        "rate_limit": None,
+        "backoff_base": backoff_base,
+        "backoff_max": backoff_max,
+        "success_statuses": success_statuses,
+        "paused": False,
+    }
+    return await store.create_activity_type(sol, values)
+
+
+def solution_values(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "qos_level": 1,
+        "success_uri": None,
+        "success_period": 86400.0,
+        "dead_letter_uri": None,
+        "dead_letter_period": 86400.0,
+        "paused": False,
+    }
+
+
+async def make_activities(
+    store: Store,
+    kind: r.ActivityType,
+    when: datetime,
+    count: int = 1,
+    parameter: dict[str, Any] | Callable[[int], dict[str, Any]] | None = None,
+    retries: int | None = None,
+    **extra: Any,
+) -> list[r.Activity]:
+    """``count`` activities of ``kind`` due at ``when`` (parameter may be a function of the index)."""
+    items = []
+    for index in range(count):
+        value = parameter(index) if callable(parameter) else dict(parameter or {"n": index})
+        items.append(
+            r.NewActivity(
+                activity_type=kind,
+                scheduled_for=when,
+                parameter=value,
+                retries=kind.retries if retries is None else retries,
+                **extra,
+            )
+        )
+    created: list[r.Activity] = []
+    for start in range(0, len(items), 1000):
+        created.extend(await store.create_activities(items[start : start + 1000]))
+    return created
+
+
+@dataclass
+class Hit:
+    """One request the receiver got."""
+
+    method: str
+    path: str
+    raw_path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+    """time.time() when it arrived."""
+
+
+Behaviour = Callable[[web.Request, "Receiver"], Awaitable[web.StreamResponse]]
+
+
+async def answer_ok(request: web.Request, receiver: Receiver) -> web.StreamResponse:
+    return web.Response(text="ok")
+
+
+@dataclass
+class Receiver:
+    """A real aiohttp.web server on 127.0.0.1 that records every request it gets.
+
+    ``behaviour`` decides each answer (default 200 "ok"); ``hits`` lists requests in arrival order.
+    """
+
+    behaviour: Behaviour = answer_ok
+    hits: list[Hit] = field(default_factory=list)
+    port: int = 0
+    _runner: web.AppRunner | None = None
+    _changed: asyncio.Condition | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> Receiver:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._changed = asyncio.Condition()
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        hit = Hit(request.method, request.path, request.raw_path, dict(request.headers), body, time.time())
+        self.hits.append(hit)
+        assert self._changed is not None
+        async with self._changed:
+            self._changed.notify_all()
+        return await self.behaviour(request, self)
+
+    async def wait_for(self, count: int, within: float = 10.0) -> list[Hit]:
+        """Wait until at least ``count`` requests arrived (fails after ``within`` seconds)."""
+        assert self._changed is not None
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: len(self.hits) >= count), within)
+        return self.hits
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0, every: float = 0.02) -> None:
+    """Poll an async condition until it holds; fail with AssertionError after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within} s")
+        await asyncio.sleep(every)
+
+
+def a_claim(secret: str, verb: str = "POST", parameter: dict[str, Any] | None = None) -> Claim:
+    """A claim built in memory (no database), for pure request-building tests."""
+    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    target = DispatchTarget(
+        activity_type_id=uuid.uuid4(),
+        company_id=uuid.uuid4(),
+        solution_id=uuid.uuid4(),
+        name="t",
+        verb=verb,
+        uri_pattern="https://example.com/song/{SongId}",
+        headers={"X-Static": "yes"},
+        timeout=5.0,
+        backoff_base=1.0,
+        backoff_max=60.0,
+        success_statuses=None,
+        signing_secret=secret,
+    )
+    return Claim(
+        activity_id=uuid.uuid4(),
+        claim_token=uuid.uuid4(),
+        owner="n",
+        attempt=1,
+        retries=3,
+        partition=0,
+        scheduled_for=now,
+        due_at=now,
+        parameter=parameter or {"SongId": "a b/ü", "n": 1},
+        recurring_activity_id=None,
+        occurrence_at=None,
+        lease_expires_at=now,
+        target=target,
+    )
