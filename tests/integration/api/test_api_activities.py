@@ -1,0 +1,276 @@
+"""Point-in-time activities over a real server, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from tests.integration.api.conftest import Api, Tenant, assert_problem, db_rows
+
+FUTURE = "2030-01-02T03:04:05Z"
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+async def stored_activities(api: Api) -> int:
+    return len(await db_rows(api.database_url, "SELECT id FROM activity"))
+
+
+async def test_create_with_a_delay(api: Api) -> None:
+    tenant = await api.tenant()
+    before = datetime.now(UTC)
+    response = await api.post(tenant.activities, tenant.activity(song=7, delay="PT1H"), expect=201)
+    after = datetime.now(UTC)
+    activity = response.json()
+    uuid.UUID(activity["id"])
+    assert activity["activity_type"] == tenant.activity_type
+    assert activity["parameter"] == {"SongId": 7}
+    assert (activity["state"], activity["attempts"], activity["last_outcome"]) == ("scheduled", 0, None)
+    assert activity["retries"] == 3 and activity["priority"] == 0  # the type's retries by default
+    due = at(activity["scheduled_for"])
+    assert before + timedelta(hours=1) <= due <= after + timedelta(hours=1)
+    assert activity["next_attempt_at"] == activity["scheduled_for"]
+    assert (await api.get(f"{tenant.activities}/{activity['id']}", expect=200)).json() == activity
+
+
+async def test_create_with_scheduled_for_and_options(api: Api) -> None:
+    tenant = await api.tenant()
+    body = tenant.activity(scheduled_for="2030-01-02T04:04:05+01:00", retries=9, priority=-5)
+    activity = (await api.post(tenant.activities, body, expect=201)).json()
+    assert at(activity["scheduled_for"]) == at(FUTURE)
+    assert activity["scheduled_for"].endswith("Z")
+    assert (activity["retries"], activity["priority"]) == (9, -5)
+
+
+async def test_create_without_a_time_is_due_now(api: Api) -> None:
+    tenant = await api.tenant()
+    before = datetime.now(UTC)
+    activity = (await api.post(tenant.activities, tenant.activity(), expect=201)).json()
+    assert before <= at(activity["scheduled_for"]) <= datetime.now(UTC)
+
+
+async def test_delay_and_scheduled_for_together_are_refused(api: Api) -> None:
+    tenant = await api.tenant()
+    body = tenant.activity(delay="PT1M", scheduled_for=FUTURE)
+    problem = assert_problem(await api.post(tenant.activities, body), 422)
+    assert {e["field"] for e in problem["errors"]} & {"delay", "scheduled_for"}
+    assert await stored_activities(api) == 0
+
+
+async def test_object_id_comes_from_object_id_ref(api: Api) -> None:
+    tenant = await api.tenant(object_id_ref=["Album", "SongId"])
+    body = {"activity_type": tenant.activity_type, "parameter": {"SongId": 3, "Album": "blue"}}
+    activity = (await api.post(tenant.activities, body, expect=201)).json()
+    assert activity["object_id"] == "blue:3"
+
+
+async def test_batch_create_keeps_order(api: Api) -> None:
+    tenant = await api.tenant()
+    batch = [tenant.activity(song=i, delay=f"PT{i + 1}M") for i in range(3)]
+    created = (await api.post(tenant.activities, {"activities": batch}, expect=201)).json()
+    assert [a["parameter"]["SongId"] for a in created["activities"]] == [0, 1, 2]
+    listed = await api.all_items(tenant.activities)
+    assert [a["id"] for a in listed] == [a["id"] for a in created["activities"]]
+
+
+async def test_batch_of_1000_is_stored(api: Api) -> None:
+    tenant = await api.tenant()
+    batch = [tenant.activity(song=i) for i in range(1000)]
+    created = (await api.post(tenant.activities, {"activities": batch}, expect=201)).json()
+    assert len(created["activities"]) == 1000
+    assert len({a["id"] for a in created["activities"]}) == 1000
+    assert await stored_activities(api) == 1000
+    items, sizes = await api.pages(tenant.activities, limit=1000)
+    assert sizes == [1000] and len(items) == 1000
+
+
+async def test_batch_of_1001_is_refused_and_nothing_stored(api: Api) -> None:
+    tenant = await api.tenant()
+    batch = [tenant.activity(song=i) for i in range(1001)]
+    assert_problem(await api.post(tenant.activities, {"activities": batch}), 422, "activities")
+    assert await stored_activities(api) == 0
+
+
+async def test_batch_is_all_or_nothing_with_per_item_errors(api: Api) -> None:
+    tenant = await api.tenant()
+    batch = [tenant.activity(song=i) for i in range(5)]
+    batch[1] = {"activity_type": tenant.activity_type, "parameter": {}}  # SongId missing
+    batch[3] = tenant.activity(delay="soon")
+    batch[4] = {"activity_type": "no-such-type", "parameter": {"SongId": 1}}
+    problem = assert_problem(await api.post(tenant.activities, {"activities": batch}), 422)
+    fields = {e["field"] for e in problem["errors"]}
+    assert fields == {"activities/1/parameter/SongId", "activities/3/delay", "activities/4/activity_type"}
+    assert "nothing was created" in problem["detail"]
+    assert await stored_activities(api) == 0
+    assert await api.all_items(tenant.activities) == []
+
+
+async def test_batch_shape_errors_name_the_item(api: Api) -> None:
+    tenant = await api.tenant()
+    batch = [tenant.activity(), {**tenant.activity(), "priority": "high"}]
+    assert_problem(await api.post(tenant.activities, {"activities": batch}), 422, "activities/1/priority")
+    assert await stored_activities(api) == 0
+
+
+async def test_idempotency_key_returns_the_first_activity(api: Api) -> None:
+    tenant = await api.tenant()
+    headers = {"Idempotency-Key": "order-42"}
+    body = tenant.activity(song=42, delay="PT5M")
+    first = (await api.post(tenant.activities, body, headers=headers, expect=201)).json()
+    again = (await api.post(tenant.activities, body, headers=headers, expect=200)).json()
+    assert again == first
+    assert len(await api.all_items(tenant.activities)) == 1
+
+    other = tenant.activity(song=43, delay="PT5M")
+    problem = assert_problem(
+        await api.post(tenant.activities, other, headers=headers), 422, "Idempotency-Key"
+    )
+    assert "Idempotency-Key" in problem["detail"]
+    assert [a["id"] for a in await api.all_items(tenant.activities)] == [first["id"]]
+
+    # another key is another activity
+    await api.post(tenant.activities, other, headers={"Idempotency-Key": "order-43"}, expect=201)
+    assert len(await api.all_items(tenant.activities)) == 2
+
+
+async def test_idempotency_keys_are_per_solution(api: Api) -> None:
+    tenant = await api.tenant()
+    other = await api.solution(tenant.company)
+    other_path = f"/v1/companies/{tenant.company}/solutions/{other['name']}"
+    await api.activity_type(other_path, name=tenant.activity_type)
+    headers = {"Idempotency-Key": "same"}
+    one = (await api.post(tenant.activities, tenant.activity(), headers=headers, expect=201)).json()
+    two = (await api.post(f"{other_path}/activities", tenant.activity(), headers=headers, expect=201)).json()
+    assert one["id"] != two["id"]
+
+
+async def _three_days(api: Api, tenant: Tenant) -> list[dict]:
+    days = ["2030-01-01T00:00:00Z", "2030-01-02T00:00:00Z", "2030-01-03T00:00:00Z"]
+    return [
+        (await api.post(tenant.activities, tenant.activity(song=i, scheduled_for=day), expect=201)).json()
+        for i, day in enumerate(days)
+    ]
+
+
+async def test_list_filters(api: Api) -> None:
+    tenant = await api.tenant()
+    first, second, third = await _three_days(api, tenant)
+    keyed = await api.activity_type(tenant.path, object_id_ref=["SongId"])
+    fourth = (
+        await api.post(
+            tenant.activities,
+            {"activity_type": keyed["name"], "parameter": {"SongId": 77}, "scheduled_for": FUTURE},
+            expect=201,
+        )
+    ).json()
+    await api.delete(f"{tenant.activities}/{second['id']}", expect=200)
+
+    async def ids(**params: str) -> list[str]:
+        return [a["id"] for a in await api.all_items(tenant.activities, params=params)]
+
+    assert await ids() == [first["id"], second["id"], third["id"], fourth["id"]]
+    assert await ids(state="cancelled") == [second["id"]]
+    assert await ids(state="scheduled") == [first["id"], third["id"], fourth["id"]]
+    assert await ids(state="succeeded") == []
+    assert await ids(activity_type=keyed["name"]) == [fourth["id"]]
+    assert await ids(activity_type=tenant.activity_type, state="scheduled") == [first["id"], third["id"]]
+    assert await ids(object_id="77") == [fourth["id"]]
+    assert await ids(object_id="78") == []
+    assert await ids(scheduled_after="2030-01-02T00:00:00Z") == [second["id"], third["id"], fourth["id"]]
+    assert await ids(scheduled_before="2030-01-02T00:00:00Z") == [first["id"]]
+    window = {"scheduled_after": "2030-01-01T12:00:00Z", "scheduled_before": "2030-01-03T00:00:00+00:00"}
+    assert await ids(**window) == [second["id"], fourth["id"]]  # fourth is due 2030-01-02T03:04:05Z
+    assert await ids(**window, state="cancelled") == [second["id"]]
+
+
+async def test_filtered_listing_pages_with_a_cursor(api: Api) -> None:
+    tenant = await api.tenant()
+    made = [
+        (await api.post(tenant.activities, tenant.activity(song=i), expect=201)).json()["id"]
+        for i in range(5)
+    ]
+    await api.delete(f"{tenant.activities}/{made[2]}", expect=200)
+    items, sizes = await api.pages(tenant.activities, limit=2, params={"state": "scheduled"})
+    assert sizes == [2, 2] and [a["id"] for a in items] == [made[0], made[1], made[3], made[4]]
+
+
+async def test_list_filters_are_validated(api: Api) -> None:
+    tenant = await api.tenant()
+    cases = {
+        "state": {"state": "sleeping"},
+        "activity_type": {"activity_type": "no-such-type"},
+        "scheduled_after": {"scheduled_after": "yesterday"},
+        "scheduled_before": {"scheduled_before": "2030-01-01T00:00:00"},  # no offset
+    }
+    for field, params in cases.items():
+        assert_problem(await api.get(tenant.activities, params=params), 422, field)
+
+
+async def test_patch_while_scheduled(api: Api) -> None:
+    tenant = await api.tenant(object_id_ref=["SongId"])
+    activity = (await api.post(tenant.activities, tenant.activity(song=1, retries=1), expect=201)).json()
+    path = f"{tenant.activities}/{activity['id']}"
+    changes = {"priority": 7, "scheduled_for": FUTURE, "parameter": {"SongId": 2}, "retries": 4}
+    patched = (await api.patch(path, changes, expect=200)).json()
+    assert (patched["priority"], patched["retries"], patched["parameter"]) == (7, 4, {"SongId": 2})
+    assert at(patched["scheduled_for"]) == at(FUTURE) == at(patched["next_attempt_at"])
+    assert patched["object_id"] == "2"  # derived again from the new parameter
+    assert (await api.get(path, expect=200)).json() == patched
+
+    before = datetime.now(UTC)
+    delayed = (await api.patch(path, {"delay": "PT10M", "retries": None}, expect=200)).json()
+    assert at(delayed["scheduled_for"]) >= before + timedelta(minutes=10)
+    assert delayed["retries"] == 3  # null = the type's retries again
+
+
+async def test_patch_is_validated_and_changes_nothing_when_refused(api: Api) -> None:
+    tenant = await api.tenant()
+    activity = (await api.post(tenant.activities, tenant.activity(), expect=201)).json()
+    path = f"{tenant.activities}/{activity['id']}"
+    assert_problem(await api.patch(path, {"parameter": {}}), 422, "parameter/SongId")
+    assert_problem(await api.patch(path, {"delay": "PT1M", "scheduled_for": FUTURE}), 422)
+    assert_problem(await api.patch(path, {"activity_type": tenant.activity_type}), 422)
+    assert_problem(await api.patch(path, {}), 422)
+    assert (await api.get(path, expect=200)).json() == activity
+
+
+async def test_cancel_then_patch_and_cancel_again_conflict(api: Api) -> None:
+    tenant = await api.tenant()
+    activity = (await api.post(tenant.activities, tenant.activity(), expect=201)).json()
+    path = f"{tenant.activities}/{activity['id']}"
+
+    cancelled = (await api.delete(path, expect=200)).json()
+    assert cancelled["state"] == "cancelled" and cancelled["finished_at"] is not None
+    assert (await api.get(path, expect=200)).json()["state"] == "cancelled"
+
+    assert_problem(await api.delete(path), 409)
+    problem = assert_problem(await api.patch(path, {"priority": 3}), 409)
+    assert "scheduled" in problem["detail"]
+    after = (await api.get(path, expect=200)).json()
+    assert after == cancelled
+
+
+async def test_executions_of_a_new_activity_are_empty(api: Api) -> None:
+    tenant = await api.tenant()
+    activity = (await api.post(tenant.activities, tenant.activity(), expect=201)).json()
+    page = (await api.get(f"{tenant.activities}/{activity['id']}/executions", expect=200)).json()
+    assert page == {"items": [], "next_cursor": None}
+
+
+async def test_unknown_activities_are_not_found(api: Api) -> None:
+    tenant = await api.tenant()
+    activity = (await api.post(tenant.activities, tenant.activity(), expect=201)).json()
+    for missing in (str(uuid.uuid4()), "not-an-id"):
+        path = f"{tenant.activities}/{missing}"
+        assert_problem(await api.get(path), 404)
+        assert_problem(await api.patch(path, {"priority": 1}), 404)
+        assert_problem(await api.delete(path), 404)
+        assert_problem(await api.get(f"{path}/executions"), 404)
+    # an activity is reached through its own solution only
+    other = await api.solution(tenant.company)
+    elsewhere = f"/v1/companies/{tenant.company}/solutions/{other['name']}/activities/{activity['id']}"
+    assert_problem(await api.get(elsewhere), 404)
+    assert_problem(await api.delete(elsewhere), 404)
+    assert (await api.get(f"{tenant.activities}/{activity['id']}", expect=200)).json()["state"] == "scheduled"
