@@ -62,6 +62,8 @@ def uri_placeholders(pattern: Any, field: str = "uri_pattern") -> tuple[str, ...
         raise InvalidInput.field(field, "must be an absolute http:// or https:// URL with a host")
     if "{" in parts.netloc:
         raise InvalidInput.field(field, "placeholders may appear in the path or query, not in the host")
+    if "{" in parts.fragment:
+        raise InvalidInput.field(field, "placeholders may appear in the path or query, not in the fragment")
     if any(ch.isspace() for ch in pattern):
         raise InvalidInput.field(field, "must not contain whitespace")
     return tuple(dict.fromkeys(names))
