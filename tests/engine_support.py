@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
+import hashlib
+import hmac
+import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +19,15 @@ from aiohttp import web
 
 from oste.domain import records as r
 from oste.domain.dispatch import Claim, DispatchTarget
+from oste.engine.config import (
+    BalancerConfig,
+    CompletionConfig,
+    EngineConfig,
+    ExecutorConfig,
+    PollerConfig,
+    RescuerConfig,
+)
+from oste.settings import Settings
 from oste.storage.store import Store
 
 LOOPBACK = ("127.0.0.1",)
@@ -214,3 +228,98 @@ def a_claim(secret: str, verb: str = "POST", parameter: dict[str, Any] | None = 
         lease_expires_at=now,
         target=target,
     )
+
+
+def fast_config(allowed: tuple[str, ...] = LOOPBACK, **changes: Any) -> EngineConfig:
+    """Engine timings short enough for tests (leases of seconds, polls and heartbeats of 0.2 s)."""
+    config = EngineConfig(
+        lease_seconds=5.0,
+        executor=ExecutorConfig(max_in_flight=64, allowed_targets=allowed),
+        poller=PollerConfig(interval=0.2),
+        completions=CompletionConfig(flush_interval=0.01),
+        rescuer=RescuerConfig(interval=0.2),
+        balancer=BalancerConfig(interval=0.2, node_ttl=1.0, partition_ttl=1.0),
+    )
+    return dataclasses.replace(config, **changes)
+
+
+def test_settings(url: str, allowed: tuple[str, ...] = LOOPBACK) -> Settings:
+    return Settings(database_url=url, allowed_targets=allowed, node_name="test")
+
+
+test_settings.__test__ = False  # type: ignore[attr-defined]
+
+
+async def reload(store: Store, activity: r.Activity, solution: str = "songs") -> r.Activity:
+    """The activity as stored now."""
+    company = await store.get_company_by_id(activity.company_id)
+    return await store.get_activity(await store.get_solution(company, solution), activity.id)
+
+
+async def executions_of(store: Store, activity: r.Activity) -> list[r.Execution]:
+    """Every execution of the activity, in attempt order."""
+    page = await store.list_executions(activity, 1000)
+    return sorted(page.items, key=lambda e: e.attempt)
+
+
+async def settled(store: Store, activity: r.Activity, within: float = 10.0) -> r.Activity:
+    """Wait until the activity reached a final state; return it."""
+    final = {r.ActivityState.SUCCEEDED, r.ActivityState.DEAD, r.ActivityState.CANCELLED}
+
+    async def done() -> bool:
+        return (await reload(store, activity)).state in final
+
+    await eventually(done, within)
+    return await reload(store, activity)
+
+
+def verify_standard_webhook(secret: str, headers: Mapping[str, str], body: bytes, now: int) -> bool:
+    """The Standard Webhooks check, written from the spec (shares no code with OSTE)."""
+    msg_id = headers["webhook-id"]
+    timestamp = headers["webhook-timestamp"]
+    if abs(now - int(timestamp)) > 300:
+        return False
+    key = base64.b64decode(secret.split("_", 1)[1])
+    content = msg_id.encode() + b"." + timestamp.encode() + b"." + body
+    expected = base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
+    for candidate in headers["webhook-signature"].split(" "):
+        version, _, signature = candidate.partition(",")
+        if version == "v1" and hmac.compare_digest(signature, expected):
+            return True
+    return False
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (connections to it are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def respond(status: int = 200, body: str = "", headers: dict[str, str] | None = None) -> Behaviour:
+    """A behaviour that answers ``status`` with ``body`` and ``headers``."""
+
+    async def answer(request: web.Request, receiver: Receiver) -> web.StreamResponse:
+        return web.Response(status=status, text=body, headers=headers)
+
+    return answer
+
+
+def stall(seconds: float, then: Behaviour = answer_ok) -> Behaviour:
+    """A behaviour that waits ``seconds`` before answering (to trip a timeout)."""
+
+    async def answer(request: web.Request, receiver: Receiver) -> web.StreamResponse:
+        await asyncio.sleep(seconds)
+        return await then(request, receiver)
+
+    return answer
+
+
+def in_turn(*behaviours: Behaviour) -> Behaviour:
+    """Answer the n-th request with the n-th behaviour, and every later one with the last."""
+
+    async def answer(request: web.Request, receiver: Receiver) -> web.StreamResponse:
+        index = min(len(receiver.hits), len(behaviours)) - 1
+        return await behaviours[index](request, receiver)
+
+    return answer
