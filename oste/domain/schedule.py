@@ -106,18 +106,20 @@ class Schedule:
         """The next ``count`` fire instants strictly after ``after``, in UTC."""
         trigger = self.trigger()
         result: list[datetime] = []
-        previous: datetime | None = None
-        now = after
+        # APScheduler 3 repeats (or even goes back to) instants of a DST fall-back hour when handed a
+        # previous fire time or a local ``now``: always ask from a UTC ``now`` that strictly increases.
+        floor = after.astimezone(UTC)
+        now = floor
         while len(result) < count:
-            fire = trigger.get_next_fire_time(previous, now)
+            fire = trigger.get_next_fire_time(None, now)
             if fire is None:
                 break
-            if fire <= after:
-                now = fire.replace(microsecond=0) + _ONE_SECOND
-                previous = fire
+            fire = fire.astimezone(UTC)
+            if fire <= floor:
+                now = max(now, fire.replace(microsecond=0)) + _ONE_SECOND
                 continue
-            result.append(fire.astimezone(UTC))
-            previous = fire
+            result.append(fire)
+            floor = fire
             now = fire + _ONE_SECOND
         return result
 
