@@ -1,0 +1,258 @@
+"""The dispatch half of the Store contract, on SQLite and PostgreSQL: claims, completions, leases,
+rescue, nodes and partition leases. Time is a ManualClock, so tests stand exactly on expiries."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from oste.domain import records as r
+from oste.domain.clock import ManualClock
+from oste.domain.delivery import conclude
+from oste.domain.dispatch import AttemptReport, Claim, Completion
+from oste.domain.partitions import ALL_PARTITIONS
+from oste.storage.dispatch import DispatchStore
+from oste.storage.store import Store
+from tests.engine_support import executions_of, make_activities, make_type, reload
+
+pytestmark = pytest.mark.timeout(60)
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+URL = "https://receiver.example/x/{n}"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def dispatch(store: Store, clock: ManualClock) -> DispatchStore:
+    return DispatchStore(clock)
+
+
+def ok(claim: Claim, at: datetime, node: str = "n1") -> Completion:
+    return conclude(claim, AttemptReport(r.Outcome.OK, at, at, 1.5, 200, None, "fine"), node)
+
+
+def error(claim: Claim, at: datetime, node: str = "n1") -> Completion:
+    report = AttemptReport(r.Outcome.ERROR, at, at, 2.0, 500, "HTTP 500", "boom")
+    return conclude(claim, report, node, random.Random(1))
+
+
+async def test_claims_due_only_in_due_order_with_their_target(store: Store, dispatch: DispatchStore) -> None:
+    kind = await make_type(
+        store, URL, headers={"X-K": r.Header("v", secret=True)}, success_statuses=(200, 202)
+    )
+    await make_activities(store, kind, T0 + timedelta(seconds=3), 2)
+    await make_activities(store, kind, T0 - timedelta(seconds=3), 2)
+    await make_activities(store, kind, T0 + timedelta(seconds=60), 1)
+    claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0 + timedelta(seconds=5))
+    assert len(claims) == 4
+    assert [c.due_at for c in claims] == sorted(c.due_at for c in claims)
+    first = claims[0]
+    assert first.attempt == 1 and first.retries == kind.retries and first.owner == "n1"
+    assert first.lease_expires_at == T0 + timedelta(seconds=30)
+    assert first.target.uri_pattern == URL and first.target.headers == {"X-K": "v"}
+    assert first.target.success_statuses == (200, 202)
+    assert first.target.signing_secret.startswith("whsec_")
+    assert first.parameter in ({"n": 0}, {"n": 1})
+    assert first.scheduled_for.tzinfo is not None
+    assert len({c.claim_token for c in claims}) == 1  # one lease token per batch
+    assert await dispatch.claim_due("n2", ALL_PARTITIONS, 10, 30, T0 + timedelta(seconds=5)) == []
+
+
+async def test_claims_only_from_the_given_partitions(store: Store, dispatch: DispatchStore) -> None:
+    kind = await make_type(store, URL)
+    await make_activities(store, kind, T0, 3)
+    others = [p for p in ALL_PARTITIONS if p != kind.partition]
+    assert await dispatch.claim_due("n1", others, 10, 30, T0) == []
+    assert len(await dispatch.claim_due("n1", [kind.partition], 10, 30, T0)) == 3
+
+
+async def test_concurrent_claimers_get_disjoint_work(store: Store, dispatch: DispatchStore) -> None:
+    kinds = [await make_type(store, URL, name=f"t{i}") for i in range(4)]
+    for kind in kinds:
+        await make_activities(store, kind, T0, 150)
+
+    async def claimer(owner: str) -> list[Claim]:
+        got: list[Claim] = []
+        while batch := await dispatch.claim_due(owner, ALL_PARTITIONS, 25, 30, T0):
+            got += batch
+            await asyncio.sleep(0)
+        return got
+
+    results = await asyncio.gather(*(claimer(f"n{i}") for i in range(5)))
+    ids = [c.activity_id for claims in results for c in claims]
+    assert len(ids) == 600 and len(set(ids)) == 600
+
+
+async def test_complete_writes_state_and_executions(
+    store: Store, dispatch: DispatchStore, clock: ManualClock
+) -> None:
+    kind = await make_type(store, URL, retries=2)
+    activities = await make_activities(store, kind, T0, 2)
+    claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
+    clock.advance(1)
+    result = await dispatch.complete([ok(claims[0], clock.now()), error(claims[1], clock.now())])
+    assert (result.applied, result.stale) == (2, 0)
+    by_id = {a.id: a for a in activities}
+    done = await reload(store, by_id[claims[0].activity_id])
+    assert done.state == r.ActivityState.SUCCEEDED and done.attempts == 1 and done.finished_at == clock.now()
+    assert done.last_outcome == r.Outcome.OK
+    again = await reload(store, by_id[claims[1].activity_id])
+    assert again.state == r.ActivityState.SCHEDULED and again.attempts == 1 and again.retries == 1
+    assert again.finished_at is None and again.next_attempt_at >= clock.now()
+    [run] = await executions_of(store, again)
+    assert (run.attempt, run.outcome, run.http_status, run.error, run.response_excerpt, run.node) == (
+        1,
+        r.Outcome.ERROR,
+        500,
+        "HTTP 500",
+        "boom",
+        "n1",
+    )
+    assert run.duration_ms == 2.0
+
+
+async def test_stale_completion_is_ignored(store: Store, dispatch: DispatchStore, clock: ManualClock) -> None:
+    kind = await make_type(store, URL, retries=3, backoff_base=0.0, backoff_max=0.0)
+    [activity] = await make_activities(store, kind, T0)
+    [old] = await dispatch.claim_due("n1", ALL_PARTITIONS, 1, 10, T0)
+    clock.advance(11)
+    assert await dispatch.reap_expired(100) == (1, 0)
+    [new] = await dispatch.claim_due("n2", ALL_PARTITIONS, 1, 10, clock.now())
+    assert new.activity_id == old.activity_id and new.claim_token != old.claim_token and new.attempt == 2
+    late = await dispatch.complete([ok(old, clock.now(), "n1")])
+    assert (late.applied, late.stale) == (0, 1)
+    assert (await reload(store, activity)).state == r.ActivityState.RUNNING
+    assert (await dispatch.complete([ok(new, clock.now(), "n2")])).applied == 1
+    done = await reload(store, activity)
+    assert done.state == r.ActivityState.SUCCEEDED and done.attempts == 2
+    runs = await executions_of(store, done)
+    assert [(e.attempt, e.outcome, e.node) for e in runs] == [
+        (1, r.Outcome.ERROR, "n1"),
+        (2, r.Outcome.OK, "n2"),
+    ]
+
+
+async def test_cancelled_while_running_ignores_the_completion(store: Store, dispatch: DispatchStore) -> None:
+    kind = await make_type(store, URL)
+    [activity] = await make_activities(store, kind, T0)
+    [claim] = await dispatch.claim_due("n1", ALL_PARTITIONS, 1, 10, T0)
+    await store.cancel_activity(activity)
+    assert (await dispatch.complete([ok(claim, T0)])).stale == 1
+    assert (await reload(store, activity)).state == r.ActivityState.CANCELLED
+
+
+async def test_rescuer_returns_a_planted_expired_lease(
+    store: Store, dispatch: DispatchStore, clock: ManualClock
+) -> None:
+    kind = await make_type(store, URL, retries=1, backoff_base=0.0, backoff_max=0.0)
+    [activity] = await make_activities(store, kind, T0)
+    await dispatch.claim_due("dead-node", ALL_PARTITIONS, 1, 10, T0)
+    clock.advance(10)
+    assert await dispatch.reap_expired(100) == (0, 0)  # exactly at expiry: not yet
+    clock.advance(0.001)
+    assert await dispatch.reap_expired(100) == (1, 0)
+    rescued = await reload(store, activity)
+    assert rescued.state == r.ActivityState.SCHEDULED and rescued.attempts == 1 and rescued.retries == 0
+    assert rescued.last_outcome == r.Outcome.ERROR
+    [run] = await executions_of(store, rescued)
+    assert run.node == "dead-node" and "lease expired" in (run.error or "")
+    await dispatch.claim_due("dead-node", ALL_PARTITIONS, 1, 10, clock.now())
+    clock.advance(11)
+    assert await dispatch.reap_expired(100) == (0, 1)  # the last retry spent: a dead letter
+    dead = await reload(store, activity)
+    assert dead.state == r.ActivityState.DEAD and dead.attempts == 2 and dead.finished_at is not None
+
+
+async def test_lease_extension_keeps_a_claim(
+    store: Store, dispatch: DispatchStore, clock: ManualClock
+) -> None:
+    kind = await make_type(store, URL)
+    await make_activities(store, kind, T0, 3)
+    claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 3, 10, T0)
+    clock.advance(8)
+    assert (
+        await dispatch.extend_leases({c.claim_token for c in claims}, clock.now() + timedelta(seconds=10))
+        == 3
+    )
+    clock.advance(8)
+    assert await dispatch.reap_expired(100) == (0, 0)
+    clock.advance(3)
+    assert await dispatch.reap_expired(100) == (3, 0)
+
+
+async def test_release_hands_back_without_counting(store: Store, dispatch: DispatchStore) -> None:
+    kind = await make_type(store, URL)
+    [activity] = await make_activities(store, kind, T0)
+    claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 1, 10, T0)
+    assert await dispatch.release_claims(claims) == 1
+    back = await reload(store, activity)
+    assert back.state == r.ActivityState.SCHEDULED and back.attempts == 0 and back.next_attempt_at == T0
+    [again] = await dispatch.claim_due("n2", ALL_PARTITIONS, 1, 10, T0)
+    assert again.attempt == 1
+
+
+async def test_paused_company_solution_or_type_is_not_claimed(store: Store, dispatch: DispatchStore) -> None:
+    kind = await make_type(store, URL)
+    await make_activities(store, kind, T0)
+    company = await store.get_company("acme")
+    solution = await store.get_solution(company, "songs")
+    for pause, resume in (
+        (
+            lambda: store.update_company(company, {"paused": True}),
+            lambda: store.update_company(company, {"paused": False}),
+        ),
+        (
+            lambda: store.update_solution(solution, {"paused": True}),
+            lambda: store.update_solution(solution, {"paused": False}),
+        ),
+        (
+            lambda: store.update_activity_type(kind, {"paused": True}),
+            lambda: store.update_activity_type(kind, {"paused": False}),
+        ),
+    ):
+        await pause()
+        assert await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 10, T0) == []
+        await resume()
+    assert len(await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 10, T0)) == 1
+
+
+async def test_nodes_are_unique_and_heartbeat(
+    store: Store, dispatch: DispatchStore, clock: ManualClock
+) -> None:
+    a = await dispatch.register_node("Worker One!", "worker")
+    b = await dispatch.register_node("Worker One!", "worker")
+    assert a.id != b.id and a.id.startswith("worker-one-")
+    clock.advance(5)
+    await dispatch.heartbeat(a)
+    assert [n.id for n in await dispatch.live_nodes(clock.now() - timedelta(seconds=2))] == [a.id]
+    assert await dispatch.prune_nodes(clock.now() - timedelta(seconds=2)) == 1
+    await dispatch.heartbeat(b)  # a pruned node that comes back is registered again
+    assert {n.id for n in await dispatch.live_nodes(clock.now())} == {a.id, b.id}
+
+
+async def test_partition_leases(store: Store, dispatch: DispatchStore, clock: ManualClock) -> None:
+    a = await dispatch.register_node("a", "worker")
+    b = await dispatch.register_node("b", "worker")
+    until = clock.now() + timedelta(seconds=10)
+    got_a, got_b = await asyncio.gather(
+        dispatch.acquire_partitions(a.id, 40, until), dispatch.acquire_partitions(b.id, 40, until)
+    )
+    assert not set(got_a) & set(got_b) and len(got_a) + len(got_b) == 64
+    assert await dispatch.acquire_partitions(a.id, 5, until) == ()  # nothing free
+    assert await dispatch.release_partitions(b.id, got_b[:4]) == 4
+    assert await dispatch.acquire_partitions(a.id, 5, until) == tuple(sorted(got_b[:4]))
+    clock.advance(5)
+    assert await dispatch.renew_partitions(a.id, clock.now() + timedelta(seconds=10)) == tuple(
+        sorted(set(got_a) | set(got_b[:4]))
+    )
+    clock.advance(6)  # b's leases expired, a's were renewed
+    taken = await dispatch.acquire_partitions(a.id, 64, clock.now() + timedelta(seconds=10))
+    assert set(taken) == set(got_b[4:])
+    await dispatch.deregister_node(a.id)
+    assert set((await dispatch.partition_owners()).values()) == {None}
