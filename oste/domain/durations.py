@@ -13,7 +13,8 @@ def parse_duration_seconds(text: str) -> float:
     Months and years are refused (their length varies): write days instead. Raises ValueError with
     a reason a user can act on.
     """
-    if not isinstance(text, str) or not text.startswith(("P", "-P")):
+    # isodate accepts a designator T with no time element after it ("PT", "P1DT"); ISO 8601 does not
+    if not isinstance(text, str) or not text.startswith(("P", "-P")) or text.endswith("T"):
         raise ValueError("must be an ISO 8601 duration such as PT30S, PT5M or P7D")
     try:
         value = isodate.parse_duration(text)
