@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -180,8 +181,8 @@ def _interval(value: Any) -> float:
             seconds = parse_duration_seconds(str(value))
         except ValueError:
             raise ValueError("must be seconds or an ISO 8601 duration such as PT1H") from None
-    if seconds <= 0:
-        raise ValueError("must be positive")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("must be a positive, finite number of seconds or an ISO 8601 duration")
     return seconds
 
 

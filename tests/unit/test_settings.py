@@ -1,0 +1,160 @@
+"""Settings.from_env (oste.settings): defaults, validation that names the variable and the value."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from oste.errors import ConfigurationError
+from oste.settings import SETTINGS, Settings
+
+
+def test_defaults() -> None:
+    settings = Settings.from_env({})
+    assert settings.host == "127.0.0.1"
+    assert settings.port == 8080
+    assert settings.data_dir == Path("./oste-data")
+    assert settings.database_url == f"sqlite://{(Path('./oste-data') / 'oste.sqlite3').resolve()}"
+    assert not settings.is_postgres
+    assert settings.admin_token is None
+    assert settings.allowed_targets == ()
+    assert settings.roller_interval == 3600.0
+    assert settings.max_in_flight == 64
+    assert settings.max_body_bytes == 4 * 1024 * 1024
+    assert settings.log_level == "INFO"
+    assert settings.node_name
+
+
+def test_empty_and_blank_values_mean_the_default() -> None:
+    assert Settings.from_env({"OSTE_PORT": "", "OSTE_HOST": "  "}) == Settings.from_env({})
+
+
+def test_values_are_read_and_stripped(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {
+            "OSTE_HOST": "0.0.0.0",
+            "OSTE_PORT": " 9000 ",
+            "OSTE_DATA_DIR": str(tmp_path),
+            "OSTE_ADMIN_TOKEN": "s3cret",
+            "OSTE_MAX_IN_FLIGHT": "128",
+            "OSTE_MAX_BODY_BYTES": "1024",
+            "OSTE_NODE_NAME": "node-a",
+            "OSTE_LOG_LEVEL": "debug",
+        }
+    )
+    assert (settings.host, settings.port, settings.data_dir) == ("0.0.0.0", 9000, tmp_path)
+    assert settings.database_url == f"sqlite://{tmp_path / 'oste.sqlite3'}"
+    assert settings.admin_token == "s3cret"
+    assert (settings.max_in_flight, settings.max_body_bytes) == (128, 1024)
+    assert (settings.node_name, settings.log_level) == ("node-a", "DEBUG")
+
+
+def test_without_an_environ_the_process_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSTE_PORT", "9191")
+    assert Settings.from_env().port == 9191
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "65536", "-1", "80.5", "8080x"])
+def test_a_bad_port_names_the_variable_and_the_value(value: str) -> None:
+    with pytest.raises(ConfigurationError) as exc:
+        Settings.from_env({"OSTE_PORT": value})
+    assert str(exc.value) == f"OSTE_PORT must be an integer 1-65535, got {value!r}"
+
+
+@pytest.mark.parametrize("value", ["1", "65535"])
+def test_port_limits(value: str) -> None:
+    assert Settings.from_env({"OSTE_PORT": value}).port == int(value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OSTE_MAX_IN_FLIGHT", "0"),
+        ("OSTE_MAX_IN_FLIGHT", "many"),
+        ("OSTE_MAX_BODY_BYTES", "100"),
+        ("OSTE_LOG_LEVEL", "verbose"),
+        ("OSTE_ROLLER_INTERVAL", "soon"),
+        ("OSTE_ALLOWED_TARGETS", "10.0.0.0/33"),
+        ("OSTE_DATABASE_URL", "mysql://db/oste"),
+    ],
+)
+def test_every_error_names_the_variable_and_the_value(variable: str, value: str) -> None:
+    with pytest.raises(ConfigurationError) as exc:
+        Settings.from_env({variable: value})
+    assert variable in str(exc.value)
+    assert repr(value) in str(exc.value)
+
+
+def test_overrides_win_over_the_environment_and_are_validated_the_same_way() -> None:
+    assert Settings.from_env({"OSTE_PORT": "9000"}, {"port": 9100, "host": None}).port == 9100
+    with pytest.raises(ConfigurationError, match="OSTE_PORT must be an integer 1-65535, got 'abc'"):
+        Settings.from_env({}, {"port": "abc"})
+
+
+def test_allowed_targets_are_hosts_and_cidrs() -> None:
+    settings = Settings.from_env(
+        {"OSTE_ALLOWED_TARGETS": " 127.0.0.0/8, receiver.internal ,, ::1/128,10.1.2.3,192.168.1.7/24"}
+    )
+    assert settings.allowed_targets == (
+        "127.0.0.0/8",
+        "receiver.internal",
+        "::1/128",
+        "10.1.2.3",
+        "192.168.1.7/24",
+    )
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/33", "300.0.0.0/8", "10.0.0.0/x", "localhost/8", "::1/129"])
+def test_an_invalid_cidr_is_named(cidr: str) -> None:
+    with pytest.raises(ConfigurationError) as exc:
+        Settings.from_env({"OSTE_ALLOWED_TARGETS": f"127.0.0.1,{cidr}"})
+    assert str(exc.value).startswith("OSTE_ALLOWED_TARGETS has an invalid CIDR")
+    assert repr(cidr) in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("30", 30.0), ("1.5", 1.5), ("PT5M", 300.0), ("PT1H", 3600.0), ("P1D", 86_400.0), ("PT0.5S", 0.5)],
+)
+def test_roller_interval_is_seconds_or_an_iso_duration(value: str, seconds: float) -> None:
+    assert Settings.from_env({"OSTE_ROLLER_INTERVAL": value}).roller_interval == seconds
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "PT0S", "nan", "inf", "-inf", "P1M", "5 minutes"])
+def test_roller_interval_must_be_a_positive_finite_duration(value: str) -> None:
+    with pytest.raises(ConfigurationError) as exc:
+        Settings.from_env({"OSTE_ROLLER_INTERVAL": value})
+    assert str(exc.value).startswith("OSTE_ROLLER_INTERVAL ")
+    assert str(exc.value).endswith(f"got {value!r}")
+
+
+@pytest.mark.parametrize(
+    "url", ["postgres://oste@db:5432/oste", "postgresql://oste@db/oste", "asyncpg://oste@db/oste"]
+)
+def test_a_postgres_url_selects_postgresql(url: str) -> None:
+    settings = Settings.from_env({"OSTE_DATABASE_URL": url})
+    assert settings.database_url == url
+    assert settings.is_postgres
+
+
+def test_an_explicit_sqlite_url_is_kept() -> None:
+    settings = Settings.from_env(
+        {"OSTE_DATABASE_URL": "sqlite:///var/lib/oste/db.sqlite3", "OSTE_DATA_DIR": "/x"}
+    )
+    assert settings.database_url == "sqlite:///var/lib/oste/db.sqlite3"
+    assert not settings.is_postgres
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings.from_env({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.port = 1  # type: ignore[misc]
+
+
+def test_every_documented_setting_is_a_field_with_an_oste_variable() -> None:
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    assert {spec.field for spec in SETTINGS} == fields
+    assert all(spec.env == "OSTE_" + spec.field.upper() for spec in SETTINGS)
+    assert all(spec.help.strip() for spec in SETTINGS)
