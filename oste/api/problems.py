@@ -9,6 +9,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
 
 from oste.errors import InvalidInput, OsteError
 
@@ -74,7 +75,19 @@ async def http_error(request: Request, exc: Exception) -> Response:
     else:
         detail = str(exc.detail)
     extra = {"allow": exc.headers["Allow"]} if exc.headers and "Allow" in exc.headers else None
+    if status == 405:
+        extra = {"allow": _allowed_methods(request) or (extra or {}).get("allow", "")}
     return problem(status, _TITLES.get(status, "Error"), detail, request.url.path, extra)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves on this path (one route per method, so Starlette's own Allow
+    names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:

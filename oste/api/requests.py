@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,6 +17,9 @@ from oste.domain.durations import parse_duration_seconds
 from oste.domain.records import Company
 from oste.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from oste.storage.store import MAX_PAGE, Store
+
+DRAIN_LIMIT = 16 * 1024 * 1024
+"""How much of an oversized body is read and dropped so that the 413 reaches the client."""
 
 
 @dataclass(frozen=True)
@@ -38,14 +42,18 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         )
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
+        if int(declared) <= DRAIN_LIMIT:
+            await _discard(request.stream())
         raise HttpProblem(
             413, f"the body has {declared} bytes; the limit is {max_bytes} (OSTE_MAX_BODY_BYTES)"
         )
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    stream = request.stream()
+    async for chunk in stream:
         size += len(chunk)
         if size > max_bytes:
+            await _discard(stream)
             raise HttpProblem(
                 413, f"the body is larger than the limit of {max_bytes} bytes (OSTE_MAX_BODY_BYTES)"
             )
@@ -57,6 +65,19 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise HttpProblem(400, f"the body is not valid JSON: {exc}") from None
+
+
+async def _discard(stream: AsyncIterator[bytes]) -> None:
+    """Read and drop the rest of an oversized body (up to DRAIN_LIMIT bytes).
+
+    A client still sending when the server answers and closes gets a connection reset instead of the
+    413; reading the rest first lets it read the problem.
+    """
+    drained = 0
+    async for chunk in stream:
+        drained += len(chunk)
+        if drained > DRAIN_LIMIT:
+            return
 
 
 async def authenticate(request: Request, store: Store, admin_token: str) -> Principal:
