@@ -17,7 +17,7 @@ from hypercorn.config import Config as HypercornConfig
 from oste import __version__
 from oste.api.openapi import build_spec
 from oste.errors import ConfigurationError, OsteError
-from oste.server import create_app, prepare_data_dir, resolve_admin_token
+from oste.server import SHUTDOWN_GRACE_SECONDS, create_app, prepare_data_dir, resolve_admin_token, run_worker
 from oste.settings import SETTINGS, Settings
 from oste.storage.database import describe, migrate
 
@@ -76,11 +76,11 @@ async def run_http(settings: Settings, engine: bool) -> None:
             f"Generated the admin token (stored in {Path(settings.data_dir) / 'admin-token'}):\n  {token}\n",
             flush=True,
         )
-    app = create_app(settings, token)
+    app = create_app(settings, token, run_engine=engine)
     config = HypercornConfig()
     config.bind = [f"{settings.host}:{settings.port}"]
     config.accesslog = None
-    config.graceful_timeout = 30
+    config.graceful_timeout = SHUTDOWN_GRACE_SECONDS
     stop = asyncio.Event()
     _on_signals(stop)
     log.info(
@@ -132,10 +132,17 @@ def _dispatch(args: argparse.Namespace) -> int:
     runners: dict[str, Any] = {
         "serve": lambda: run_http(settings, engine=True),
         "api": lambda: run_http(settings, engine=False),
+        "worker": lambda: _worker(settings),
         "migrate": lambda: _migrate(settings),
     }
     asyncio.run(runners[args.command]())
     return 0
+
+
+async def _worker(settings: Settings) -> None:
+    stop = asyncio.Event()
+    _on_signals(stop)
+    await run_worker(settings, stop)
 
 
 async def _migrate(settings: Settings) -> None:

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import secrets
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 
 from starlette.applications import Starlette
 
 from oste.api import EXCEPTION_HANDLERS, ApiContext, api_routes
 from oste.domain.clock import Clock, SystemClock
+from oste.engine import Engine
 from oste.settings import Settings
-from oste.storage.database import close_database, open_database
+from oste.storage.database import close_database, describe, open_database
 from oste.storage.store import Store
 
 log = logging.getLogger("oste")
 ADMIN_TOKEN_FILE = "admin-token"
+SHUTDOWN_GRACE_SECONDS = 30.0
 
 
 def resolve_admin_token(settings: Settings) -> tuple[str, bool]:
@@ -50,20 +54,52 @@ def create_app(
     admin_token: str,
     clock: Clock | None = None,
     apply_migrations: bool = True,
+    run_engine: bool = False,
 ) -> Starlette:
-    """The ASGI app: the API (and UI) over the store; its lifespan opens and closes the database."""
-    store = Store(clock or SystemClock())
+    """The ASGI app: the API over the store, and with ``run_engine`` the dispatch engine beside it.
 
+    Its lifespan opens (and migrates) the database, starts the engine, and on shutdown stops the
+    engine gracefully (in-flight requests finish, unstarted claims are released) before closing.
+    """
+    clock = clock or SystemClock()
+    store = Store(clock)
+    engine = Engine(settings, clock) if run_engine else None
     prepare_data_dir(settings)
+
+    def notify_due(when: datetime) -> None:
+        if engine is not None and engine.running:
+            engine.notify_due(when)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await open_database(settings.database_url, apply_migrations)
         try:
+            if engine is not None:
+                await engine.start()
             yield
         finally:
+            if engine is not None:
+                await engine.stop(grace=SHUTDOWN_GRACE_SECONDS)
             await close_database()
 
     app = Starlette(routes=api_routes(), exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
-    app.state.api = ApiContext(store=store, admin_token=admin_token, max_body_bytes=settings.max_body_bytes)
+    app.state.api = ApiContext(
+        store=store, admin_token=admin_token, max_body_bytes=settings.max_body_bytes, notify_due=notify_due
+    )
+    app.state.engine = engine
     return app
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
+    """`oste worker`: the engine alone until ``stop`` is set, then a graceful drain and exit."""
+    await open_database(settings.database_url)
+    engine = Engine(settings)
+    try:
+        await engine.start()
+        node = engine.node.id if engine.node else "?"
+        log.info("worker node %s started on the %s", node, describe(settings.database_url))
+        await stop.wait()
+        log.info("stopping: finishing in-flight requests (grace %ss)", SHUTDOWN_GRACE_SECONDS)
+    finally:
+        await engine.stop(grace=SHUTDOWN_GRACE_SECONDS)
+        await close_database()
