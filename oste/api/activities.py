@@ -16,7 +16,7 @@ from starlette.routing import Route
 from oste.api import render, schemas
 from oste.api.activity_types import rules_of
 from oste.api.context import ApiContext, body, ctx, solution_in_path
-from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
+from oste.api.requests import check_storable, paging, parse_duration, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json
 from oste.domain import records as r
 from oste.domain.parameters import join_path
@@ -91,8 +91,10 @@ async def create(request: Request) -> Response:
     item = await new_activity(data, cache, now)
     key = request.headers.get("idempotency-key")
     if key is not None:
-        if not key or len(key) > MAX_IDEMPOTENCY_KEY:
-            raise InvalidInput.field("Idempotency-Key", f"must be 1-{MAX_IDEMPOTENCY_KEY} characters")
+        if not key or len(key) > MAX_IDEMPOTENCY_KEY or "\x00" in key:
+            raise InvalidInput.field(
+                "Idempotency-Key", f"must be 1-{MAX_IDEMPOTENCY_KEY} characters, without NUL"
+            )
         digest = hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
         item = r.NewActivity(**{**item.__dict__, "idempotency_key": key, "request_hash": digest})
     activity, fresh = await api.store.create_activity_once(item)
@@ -173,6 +175,7 @@ async def list_activities(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     store = ctx(request).store
     limit, cursor = paging(request)
+    check_storable(dict(request.query_params))  # object_id is compared in SQL
     filters = activity_filter(request.query_params, await type_ids(store, solution))
     return json(render.page(await store.list_activities(solution, filters, limit, cursor), render.activity))
 

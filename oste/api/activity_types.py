@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from oste.api import render, schemas
 from oste.api.context import body, ctx, solution_in_path
-from oste.api.requests import paging, parse_duration, query_flag
+from oste.api.requests import paging, parse_duration, query_flag, slug_in_path
 from oste.api.tenants import SOLUTION, json, no_content
 from oste.domain import records as r
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
@@ -148,7 +148,8 @@ async def create_type(request: Request) -> Response:
 
 async def type_in_path(request: Request) -> tuple[r.Solution, r.ActivityType]:
     _, solution = await solution_in_path(request)
-    return solution, await ctx(request).store.get_activity_type(solution, request.path_params["type"])
+    name = slug_in_path(request, "type", "activity type")
+    return solution, await ctx(request).store.get_activity_type(solution, name)
 
 
 async def get_type(request: Request) -> Response:

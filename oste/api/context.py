@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from oste.api.requests import Principal, authenticate, check_company_access, read_json
+from oste.api.requests import Principal, authenticate, check_company_access, read_json, slug_in_path
 from oste.domain import records as r
 from oste.storage.store import Store
 
@@ -40,12 +40,12 @@ async def body(request: Request) -> Any:
 async def company_in_path(request: Request) -> tuple[Principal, r.Company]:
     """The caller and the company named in the path (404 for a company key reaching another company)."""
     who = await principal(request)
-    company = await ctx(request).store.get_company(request.path_params["company"])
+    company = await ctx(request).store.get_company(slug_in_path(request, "company", "company"))
     check_company_access(who, company)
     return who, company
 
 
 async def solution_in_path(request: Request) -> tuple[Principal, r.Solution]:
     who, company = await company_in_path(request)
-    solution = await ctx(request).store.get_solution(company, request.path_params["solution"])
+    solution = await ctx(request).store.get_solution(company, slug_in_path(request, "solution", "solution"))
     return who, solution

@@ -14,12 +14,16 @@ from starlette.requests import Request
 
 from oste.api.problems import HttpProblem
 from oste.domain.durations import parse_duration_seconds
+from oste.domain.parameters import SLUG
 from oste.domain.records import Company
-from oste.errors import Forbidden, InvalidInput, NotFound, Unauthorized
+from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, Unauthorized
 from oste.storage.store import MAX_PAGE, Store
 
 DRAIN_LIMIT = 16 * 1024 * 1024
 """How much of an oversized body is read and dropped so that the 413 reaches the client."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects a request body may have."""
+NO_NUL = "must not contain NUL (U+0000) characters"
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ async def read_json(request: Request, max_bytes: int) -> Any:
             415, f"send the body as application/json (got {content_type or 'no content type'!r})"
         )
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         if int(declared) <= DRAIN_LIMIT:
             await _discard(request.stream())
         raise HttpProblem(
@@ -62,9 +66,34 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     if not raw.strip():
         raise HttpProblem(400, "the request body is empty; send a JSON object")
     try:
-        return orjson.loads(raw)
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise HttpProblem(400, f"the body is not valid JSON: {exc}") from None
+    check_storable(data)
+    return data
+
+
+def check_storable(data: Any) -> None:
+    """Refuse what cannot be stored or echoed on every backend, naming the field: NUL (U+0000) in a
+    string or key (PostgreSQL text and jsonb refuse it), and nesting deeper than MAX_JSON_DEPTH."""
+    errors: list[FieldError] = []
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while stack:
+        node, path = stack.pop()
+        if len(path) > MAX_JSON_DEPTH:
+            where = "/".join(str(p) for p in path[:MAX_JSON_DEPTH])
+            raise InvalidInput.field(where, f"nests deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(node, str) and "\x00" in node:
+            errors.append(FieldError("/".join(str(p) for p in path), NO_NUL))
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if "\x00" in key:
+                    errors.append(FieldError("/".join(str(p) for p in (*path, key)), "name " + NO_NUL))
+                stack.append((value, (*path, key)))
+        elif isinstance(node, list):
+            stack.extend((item, (*path, index)) for index, item in enumerate(node))
+    if errors:
+        raise InvalidInput("; ".join(f"{e.field or 'body'}: {e.reason}" for e in errors[:20]), errors)
 
 
 async def _discard(stream: AsyncIterator[bytes]) -> None:
@@ -95,6 +124,14 @@ async def authenticate(request: Request, store: Store, admin_token: str) -> Prin
     return Principal(company)
 
 
+def slug_in_path(request: Request, name: str, what: str) -> str:
+    """A name from the path. One that is not a slug cannot exist: 404 without asking the database."""
+    value = request.path_params[name]
+    if not SLUG.fullmatch(value):
+        raise NotFound(f"{what} {value!r} not found")
+    return value
+
+
 def require_admin(principal: Principal) -> None:
     if not principal.is_admin:
         raise Forbidden(
@@ -111,7 +148,7 @@ def check_company_access(principal: Principal, company: Company) -> None:
 def paging(request: Request) -> tuple[int, str | None]:
     """``limit`` (1-1000, default 100) and ``cursor`` query parameters."""
     raw = request.query_params.get("limit", "100")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE:
         raise InvalidInput.field("limit", f"must be an integer 1-{MAX_PAGE}")
     return int(raw), request.query_params.get("cursor") or None
 
@@ -137,7 +174,10 @@ def parse_time(value: Any, field: str) -> datetime:
         ) from None
     if parsed.tzinfo is None:
         raise InvalidInput.field(field, "needs a UTC offset (Z or +01:00): a time without one is ambiguous")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first representable instant
+        raise InvalidInput.field(field, "is out of range: years 0001-9999 in UTC") from None
 
 
 def parse_duration(value: Any, field: str, maximum: float | None = None) -> float:

@@ -7,6 +7,7 @@ body) and a reason the user can act on.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -14,12 +15,17 @@ from urllib.parse import quote, urlsplit
 
 import jsonschema
 from jsonschema.validators import Draft202012Validator
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from oste.errors import FieldError, InvalidInput
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+LOCAL_SCHEMAS_ONLY = Registry()
+"""No schema is ever fetched: a ``$ref`` resolves inside its own schema or not at all (no SSRF)."""
 
 
 def join_path(*parts: object) -> str:
@@ -80,7 +86,29 @@ def check_parameter_schema(schema: Any, field: str = "parameter_schema") -> dict
     except jsonschema.SchemaError as exc:
         where = join_path(field, *exc.path)
         raise InvalidInput.field(where, f"is not a valid JSON Schema: {exc.message}") from None
+    resolver = LOCAL_SCHEMAS_ONLY.resolver_with_root(DRAFT202012.create_resource(schema))
+    for path, ref in _references(schema):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            raise InvalidInput.field(
+                join_path(field, *path),
+                f"{ref!r} does not point inside this schema; use local references such as #/$defs/Name",
+            ) from None
     return schema
+
+
+def _references(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Every ``$ref`` / ``$dynamicRef`` in a schema, with its path."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                yield (*path, key), value
+            else:
+                yield from _references(value, (*path, key))
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _references(item, (*path, index))
 
 
 def fill_uri(pattern: str, parameter: dict[str, Any]) -> str:
@@ -110,7 +138,11 @@ class ParameterRules:
     def _validator(self) -> Draft202012Validator | None:
         if self.parameter_schema is None:
             return None
-        return Draft202012Validator(self.parameter_schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        return Draft202012Validator(
+            self.parameter_schema,
+            format_checker=Draft202012Validator.FORMAT_CHECKER,
+            registry=LOCAL_SCHEMAS_ONLY,
+        )
 
     def check(self, parameter: Any, field: str = "parameter") -> str | None:
         """Validate a parameter and return its object id (None when the type has no object_id_ref).
