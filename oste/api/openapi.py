@@ -44,9 +44,10 @@ class Op:
     path: str
     operation_id: str
     summary: str
-    returns: str | None = None
-    """Component schema of the success body (None: no body)."""
+    returns: str | dict[str, Any] | None = None
+    """The success body: a component schema's name, or a schema (None: no body)."""
     status: int = 200
+    media: str = "application/json"
     body: str | None = None
     """Component schema of the JSON request body, if it takes one."""
     query: tuple[str, ...] = ()
@@ -74,6 +75,7 @@ _HEALTH = {
     "required": ["status"],
 }
 _SYSTEM = "System"
+_TEXT = {"type": "string"}
 _ADMIN_NOTE = " Operator only: a company API key gets 403."
 
 TABLE: dict[str, tuple[Op, ...]] = {
@@ -88,35 +90,9 @@ TABLE: dict[str, tuple[Op, ...]] = {
             public=True,
             responses={"503": {"description": "The database does not answer", **_content(_ref("Health"))}},
         ),
-        Op(
-            "GET",
-            "/metrics",
-            "metrics",
-            "Prometheus metrics",
-            public=True,
-            responses={
-                "200": {
-                    "description": "Metrics in the Prometheus text format",
-                    **_content({"type": "string"}, "text/plain"),
-                }
-            },
-        ),
-        Op(
-            "GET",
-            "/openapi.json",
-            "openapi",
-            "This OpenAPI document",
-            public=True,
-            responses={"200": {"description": "The OpenAPI 3.1 document", **_content({"type": "object"})}},
-        ),
-        Op(
-            "GET",
-            "/docs",
-            "docs",
-            "Swagger UI for this API",
-            public=True,
-            responses={"200": {"description": "An HTML page", **_content({"type": "string"}, "text/html")}},
-        ),
+        Op("GET", "/metrics", "metrics", "Prometheus metrics", _TEXT, media="text/plain", public=True),
+        Op("GET", "/openapi.json", "openapi", "This OpenAPI 3.1 document", {"type": "object"}, public=True),
+        Op("GET", "/docs", "docs", "Swagger UI for this API", _TEXT, media="text/html", public=True),
     ),
     "Companies": (
         Op(
@@ -165,14 +141,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
         ),
     ),
     "API keys": (
-        Op(
-            "GET",
-            COMPANY + "/api-keys",
-            "listApiKeys",
-            "List a company's API keys",
-            "ApiKeyPage",
-            query=PAGING,
-        ),
+        Op("GET", COMPANY + "/api-keys", "listApiKeys", "List API keys", "ApiKeyPage", query=PAGING),
         Op(
             "POST",
             COMPANY + "/api-keys",
@@ -290,6 +259,17 @@ TABLE: dict[str, tuple[Op, ...]] = {
                 }
             },
         ),
+        Op(
+            "POST",
+            ACTIVITIES + "/bulk",
+            "bulkActivities",
+            "Cancel, requeue or update every activity matching a filter",
+            "BulkResult",
+            body="ActivityBulk",
+            description="`update` changes scheduled activities only, all or nothing (`set` names the new "
+            "values; `parameter` is merged into each one, null removes a key); `requeue` takes dead and "
+            "cancelled ones back to scheduled; `cancel` cancels unfinished ones. Answers how many changed.",
+        ),
         Op("GET", ACTIVITIES + "/{id}", "getActivity", "Get an activity", "Activity"),
         Op(
             "PATCH",
@@ -317,6 +297,15 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "List an activity's attempts",
             "ExecutionPage",
             query=PAGING,
+        ),
+        Op(
+            "POST",
+            ACTIVITIES + "/{id}/requeue",
+            "requeueActivity",
+            "Requeue a dead or cancelled activity",
+            "Activity",
+            conflict="the activity is neither dead nor cancelled",
+            description="Back to `scheduled`, due now, with the activity type's retries.",
         ),
     ),
     "Recurring activities": (
@@ -471,7 +460,7 @@ def _error_codes(op: Op) -> list[int]:
 def _responses(op: Op) -> dict[str, Any]:
     success: dict[str, Any] = {"description": _SUCCESS[op.status]}
     if op.returns:
-        success.update(_content(_ref(op.returns)))
+        success.update(_content(_ref(op.returns) if isinstance(op.returns, str) else op.returns, op.media))
     responses: dict[str, Any] = {str(op.status): success}
     for code in _error_codes(op):
         responses[str(code)] = {"$ref": "#/components/responses/" + _ERRORS[code][0]}
