@@ -18,7 +18,7 @@ import base64
 import dataclasses
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from tortoise.exceptions import DBConnectionError, IntegrityError
@@ -81,7 +81,7 @@ def _filtered(solution: r.Solution, filters: r.ActivityFilter) -> QuerySet:
         "recurring_activity_id": filters.recurring_activity_id,
     }
     query = m.Activity.filter(solution_id=solution.id)
-    return query.filter(**{key: value for key, value in conditions.items() if value is not None})
+    return query.filter(**_in_utc({key: value for key, value in conditions.items() if value is not None}))
 
 
 def _header_record(headers: dict[str, Any]) -> dict[str, r.Header]:
@@ -90,6 +90,18 @@ def _header_record(headers: dict[str, Any]) -> dict[str, r.Header]:
 
 def _header_json(headers: dict[str, r.Header]) -> dict[str, Any]:
     return {name: {"value": h.value, "secret": h.secret} for name, h in headers.items()}
+
+
+def _in_utc(values: dict[str, Any]) -> dict[str, Any]:
+    """The values with every aware datetime converted to UTC.
+
+    SQLite stores datetimes as text with the offset they came with and compares them as text, so an
+    instant given in another offset would sort wrongly: the database holds (and is queried in) UTC only.
+    """
+    return {
+        key: value.astimezone(UTC) if isinstance(value, datetime) and value.tzinfo else value
+        for key, value in values.items()
+    }
 
 
 def _storable(values: dict[str, Any]) -> dict[str, Any]:
@@ -349,7 +361,7 @@ class Store:
 
         ``scheduled_for`` also moves ``next_attempt_at``. Raises Conflict in any other state.
         """
-        values = dict(changes, updated_at=self.clock.now())
+        values = _in_utc(dict(changes, updated_at=self.clock.now()))
         if "scheduled_for" in values:
             values["next_attempt_at"] = values["scheduled_for"]
         query = m.Activity.filter(id=activity.id, state=r.ActivityState.SCHEDULED)
@@ -441,7 +453,7 @@ class Store:
         changed = 0
         async with in_transaction():
             for activity, changes in updates:
-                values = dict(changes, updated_at=now)
+                values = _in_utc(dict(changes, updated_at=now))
                 if "scheduled_for" in values:
                     values["next_attempt_at"] = values["scheduled_for"]
                 query = m.Activity.filter(id=activity.id, state=r.ActivityState.SCHEDULED)
@@ -450,7 +462,9 @@ class Store:
 
     async def list_executions(self, activity: r.Activity, limit: int, cursor: str | None = None) -> r.Page:
         query = m.Execution.filter(activity_id=activity.id)
-        return await page_of(query, limit, cursor, lambda row: to_record(r.Execution, row))
+        return await page_of(
+            query, limit, cursor, lambda row: to_record(r.Execution, row, outcome=r.Outcome(row.outcome))
+        )
 
     # --- recurring activities ----------------------------------------------------------------------
 
@@ -466,7 +480,7 @@ class Store:
             partition=activity_type.partition,
             created_at=now,
             updated_at=now,
-            **values,
+            **_in_utc(values),
         )
         await row.save()
         return to_record(r.RecurringActivity, row, activity_type=activity_type.name)
@@ -540,7 +554,7 @@ class Store:
         if not changes:
             return
         try:
-            count = await query.update(**changes, updated_at=self.clock.now())
+            count = await query.update(**_in_utc(changes), updated_at=self.clock.now())
         except IntegrityError:
             raise Conflict("the change clashes with another resource's name") from None
         if count == 0:
@@ -573,8 +587,8 @@ class Store:
             solution_id=kind.solution_id,
             activity_type_id=kind.id,
             partition=kind.partition,
-            scheduled_for=item.scheduled_for,
-            next_attempt_at=item.scheduled_for,
+            scheduled_for=item.scheduled_for.astimezone(UTC),
+            next_attempt_at=item.scheduled_for.astimezone(UTC),
             parameter=item.parameter,
             retries=item.retries,
             priority=item.priority,
@@ -582,7 +596,7 @@ class Store:
             state=r.ActivityState.SCHEDULED,
             attempts=0,
             recurring_activity_id=item.recurring_activity_id,
-            occurrence_at=item.occurrence_at,
+            occurrence_at=item.occurrence_at.astimezone(UTC) if item.occurrence_at else None,
             idempotency_key=item.idempotency_key,
             request_hash=item.request_hash,
             created_at=now,
