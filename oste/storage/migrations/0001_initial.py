@@ -54,7 +54,7 @@ class Migration(migrations.Migration):
         ops.CreateModel(
             name='PartitionLease',
             fields=[
-                ('partition', fields.SmallIntField(primary_key=True, unique=True, db_index=True)),
+                ('partition', fields.SmallIntField(primary_key=True, generated=False, unique=True, db_index=True)),
                 ('owner', fields.CharField(null=True, max_length=64)),
                 ('expires_at', fields.DatetimeField(null=True, auto_now=False, auto_now_add=False)),
             ],
