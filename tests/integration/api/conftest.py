@@ -284,16 +284,43 @@ def assert_problem(response: httpx.Response, status: int, field: str | None = No
 # --- the database, read directly ------------------------------------------------------------------
 
 
-async def db_rows(database_url: str, sql: str) -> list[dict[str, Any]]:
-    """Rows of a raw query against the server's database (SQLite file or PostgreSQL)."""
+async def db_rows(database_url: str, *queries: str) -> Any:
+    """Rows of raw queries against the server's database (SQLite file or PostgreSQL), on one connection.
+
+    One query returns its list of rows; several return one list per query.
+    """
+    results: list[list[dict[str, Any]]] = []
     if database_url.startswith("sqlite://"):
         path = database_url.removeprefix("sqlite://").split("?", 1)[0]
         async with aiosqlite.connect(path) as db:
             db.row_factory = aiosqlite.Row
-            async with db.execute(sql) as cursor:
-                return [dict(row) for row in await cursor.fetchall()]
-    conn = await asyncpg.connect(database_url)
-    try:
-        return [dict(row) for row in await conn.fetch(sql)]
-    finally:
-        await conn.close()
+            for sql in queries:
+                async with db.execute(sql) as cursor:
+                    results.append([dict(row) for row in await cursor.fetchall()])
+    else:
+        conn = await asyncpg.connect(database_url)
+        try:
+            for sql in queries:
+                results.append([dict(row) for row in await conn.fetch(sql)])
+        finally:
+            await conn.close()
+    return results[0] if len(queries) == 1 else results
+
+
+TABLES = ("company", "api_key", "solution", "activity_type", "activity", "recurring_activity")
+
+
+async def dump(api: Api) -> dict[str, list[dict[str, Any]]]:
+    """Every row of every resource table: equal dumps mean nothing was stored or changed."""
+    rows = await db_rows(api.database_url, *(f"SELECT * FROM {table} ORDER BY id" for table in TABLES))
+    return dict(zip(TABLES, rows, strict=True))
+
+
+async def rejected(
+    api: Api, method: str, path: str, status: int, field: str | None = None, **kw: Any
+) -> dict[str, Any]:
+    """Send a request that must be refused with ``status`` (naming ``field``) and change nothing."""
+    before = await dump(api)
+    problem = assert_problem(await api.call(method, path, **kw), status, field)
+    assert await dump(api) == before, f"the refused {method} {path} changed the database"
+    return problem

@@ -14,29 +14,13 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.integration.api.conftest import Api, Tenant, assert_problem, db_rows
+from tests.integration.api.conftest import Api, Tenant, assert_problem, rejected
 
-TABLES = ("company", "api_key", "solution", "activity_type", "activity", "recurring_activity")
 STRICT_SCHEMA = {
     "type": "object",
     "properties": {"SongId": {"type": "integer"}, "Album": {"type": "string"}},
     "required": ["SongId"],
 }
-
-
-async def dump(api: Api) -> dict[str, list[dict[str, Any]]]:
-    """Every row of every resource table: equal dumps mean nothing was stored or changed."""
-    return {table: await db_rows(api.database_url, f"SELECT * FROM {table} ORDER BY id") for table in TABLES}
-
-
-async def rejected(
-    api: Api, method: str, path: str, status: int, field: str | None = None, **kw: Any
-) -> dict[str, Any]:
-    """Send a request that must be refused with ``status`` (naming ``field``) and change nothing."""
-    before = await dump(api)
-    problem = assert_problem(await api.call(method, path, **kw), status, field)
-    assert await dump(api) == before, f"the refused {method} {path} changed the database"
-    return problem
 
 
 @dataclass(frozen=True)
