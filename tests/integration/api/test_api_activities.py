@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -133,6 +134,17 @@ async def test_idempotency_key_returns_the_first_activity(api: Api) -> None:
     # another key is another activity
     await api.post(tenant.activities, other, headers={"Idempotency-Key": "order-43"}, expect=201)
     assert len(await api.all_items(tenant.activities)) == 2
+
+
+async def test_concurrent_requests_with_one_idempotency_key_create_one_activity(api: Api) -> None:
+    tenant = await api.tenant()
+    headers = {"Idempotency-Key": "retry-storm"}
+    body = tenant.activity(song=5)
+    responses = await asyncio.gather(*(api.post(tenant.activities, body, headers=headers) for _ in range(10)))
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * 9 + [201], [r.text for r in responses]
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert await stored_activities(api) == 1
 
 
 async def test_idempotency_keys_are_per_solution(api: Api) -> None:
