@@ -185,14 +185,16 @@ class Receiver:
         return self.hits
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0, every: float = 0.02) -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]], within: float = 10.0, every: float = 0.02, what: str = ""
+) -> None:
     """Poll an async condition until it holds; fail with AssertionError after ``within`` seconds."""
     deadline = time.monotonic() + within
     while True:
         if await check():
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within} s")
+            raise AssertionError(f"{what or check.__name__} did not happen within {within} s")
         await asyncio.sleep(every)
 
 

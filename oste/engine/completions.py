@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 
-from oste.domain.dispatch import Completion, CompletionResult
+from oste.domain.dispatch import Claim, Completion, CompletionResult
 from oste.engine.config import CompletionConfig
 from oste.storage.dispatch import DispatchStore
 
@@ -15,17 +16,27 @@ MAX_ERROR_PAUSE = 5.0
 
 
 class CompletionWriter:
-    """Buffers completions (``add``) and writes them with ``run_once``; ``run`` loops until cancelled."""
+    """Buffers completions (``add``) and writes them with ``run_once``; ``run`` loops until cancelled.
 
-    def __init__(self, config: CompletionConfig, store: DispatchStore) -> None:
+    ``written`` is told the claims whose completions are durable: until then the node keeps holding
+    (and leasing) them, so no other node can rescue a claim whose result is about to be written.
+    """
+
+    def __init__(
+        self,
+        config: CompletionConfig,
+        store: DispatchStore,
+        written: Callable[[list[Claim]], None] | None = None,
+    ) -> None:
         self.config = config
         self.store = store
-        self._buffer: deque[Completion] = deque()
+        self.written = written
+        self._buffer: deque[tuple[Claim, Completion]] = deque()
         self._ready = asyncio.Event()
         self.totals = CompletionResult()
 
-    def add(self, completion: Completion) -> None:
-        self._buffer.append(completion)
+    def add(self, claim: Claim, completion: Completion) -> None:
+        self._buffer.append((claim, completion))
         self._ready.set()
 
     @property
@@ -39,11 +50,13 @@ class CompletionWriter:
         if not batch:
             return CompletionResult()
         try:
-            result = await self.store.complete(batch)
+            result = await self.store.complete([completion for _, completion in batch])
         except BaseException:  # a failed or interrupted write keeps its batch for the next try
             self._buffer.extendleft(reversed(batch))
             raise
         self.totals = CompletionResult(self.totals.applied + result.applied, self.totals.stale + result.stale)
+        if self.written is not None:
+            self.written([claim for claim, _ in batch])
         if result.stale:
             log.info("%d completions ignored: their claims had expired and were taken over", result.stale)
         return result

@@ -16,6 +16,9 @@ DEFAULT_CLAIM_BATCH = 500
 """Activities claimed per statement."""
 DEFAULT_MAX_BACKLOG = 4000
 """Claims one node holds at most (waiting on a timer, queued for a slot, or in flight)."""
+DEFAULT_MAX_QUEUED = 256
+"""Due claims waiting for a free request slot beyond which the node stops claiming: an overloaded
+node leaves the work to the others instead of hoarding it under leases."""
 DEFAULT_LEASE_SECONDS = 30.0
 """How long a claim is leased; the lease keeper extends it while the node still holds the claim."""
 DEFAULT_MAX_IN_FLIGHT = 64
@@ -42,6 +45,7 @@ class PollerConfig:
     interval: float = DEFAULT_POLL_INTERVAL
     batch_size: int = DEFAULT_CLAIM_BATCH
     max_backlog: int = DEFAULT_MAX_BACKLOG
+    max_queued: int = DEFAULT_MAX_QUEUED
 
 
 @dataclass(frozen=True)
@@ -95,5 +99,5 @@ class EngineConfig:
 
     @property
     def lease_refresh_interval(self) -> float:
-        """How often the lease keeper runs: a third of the lease."""
-        return self.lease_seconds / 3
+        """How often the lease keeper runs: a quarter of the lease (it renews those half gone)."""
+        return self.lease_seconds / 4

@@ -69,7 +69,7 @@ class PollResult:
     claimed: int = 0
     full: bool = False
     blocked: bool = False
-    """True when the node already holds its maximum backlog."""
+    """True when the node already holds its maximum backlog, or has enough due claims queued."""
 
 
 class Poller:
@@ -85,6 +85,7 @@ class Poller:
         partitions: Callable[[], Sequence[int]],
         book: ClaimBook,
         dispatch: Callable[[Claim], None],
+        queued: Callable[[], int] = lambda: 0,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -94,6 +95,7 @@ class Poller:
         self.partitions = partitions
         self.book = book
         self.dispatch = dispatch
+        self.queued = queued
         self._timers: dict[uuid.UUID, tuple[asyncio.TimerHandle, Claim]] = {}
         self._wake = asyncio.Event()
         self._next_poll_at = clock.now()
@@ -101,7 +103,7 @@ class Poller:
 
     async def run_once(self) -> PollResult:
         """Claim what is due up to ``now + lookahead`` (within the backlog room) and set the timers."""
-        room = self.config.max_backlog - len(self.book)
+        room = min(self.config.max_backlog - len(self.book), self.config.max_queued - self.queued())
         limit = min(self.config.batch_size, room)
         partitions = self.partitions()
         self._blocked = limit <= 0

@@ -32,7 +32,6 @@ from oste.settings import Settings
 from oste.storage.dispatch import DispatchStore
 
 log = logging.getLogger("oste.engine")
-MAX_LOOP_PAUSE = 30.0
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ class Engine:
         self.node = await self.store.register_node(self.settings.node_name, cfg.role)
         self.executor = Executor(cfg.executor, self.clock, self.node.id, self._completed, self.rng)
         await self.executor.open()
-        self.writer = CompletionWriter(cfg.completions, self.store)
+        self.writer = CompletionWriter(cfg.completions, self.store, self._written)
         self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, self.node)
         await self.balancer.run_once()
         self.poller = Poller(
@@ -106,6 +105,7 @@ class Engine:
             self.balancer.partitions,
             self.book,
             self.executor.submit,
+            lambda: self.executor.stats.queued if self.executor else 0,
         )
         keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
         rescuer = Rescuer(cfg.rescuer, self.store, self.rng)
@@ -127,10 +127,14 @@ class Engine:
             self.poller.wake()
 
     def _completed(self, claim: Claim, completion: Completion) -> None:
-        assert self.writer is not None and self.poller is not None
-        self.book.remove(claim)
-        self.writer.add(completion)
-        self.poller.capacity_freed()
+        assert self.writer is not None
+        self.writer.add(claim, completion)
+
+    def _written(self, claims: list[Claim]) -> None:
+        for claim in claims:
+            self.book.remove(claim)
+        if self.poller is not None:
+            self.poller.capacity_freed()
 
     def notify_due(self, when: datetime) -> None:
         """An activity due at ``when`` was created: claim it early if the next poll would be late.
@@ -201,16 +205,20 @@ class Engine:
 
 
 async def _every(interval: float, job: Callable[[], Awaitable[object]], name: str) -> None:
-    """Run ``job`` every ``interval`` seconds until cancelled; failures are logged and retried."""
-    pause = interval
+    """Run ``job`` every ``interval`` seconds until cancelled; a failure is logged and retried on time
+    (the first of a streak with its traceback, the rest in one line)."""
+    failing = False
     while True:
         try:
             await job()
-            pause = interval
-        except Exception:
-            pause = min(max(pause * 2, interval), MAX_LOOP_PAUSE)
-            log.exception("%s failed; retrying in %.1f s", name, pause)
-        await asyncio.sleep(pause)
+            failing = False
+        except Exception as exc:
+            if failing:
+                log.warning("%s failed again: %s: %s", name, type(exc).__name__, exc)
+            else:
+                log.exception("%s failed; retrying every %.1f s", name, interval)
+            failing = True
+        await asyncio.sleep(interval)
 
 
 async def _cancel(task: asyncio.Task[None] | asyncio.Future[None]) -> None:

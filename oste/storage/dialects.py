@@ -84,6 +84,14 @@ class ClaimStrategy:
     def json_of(value: Any) -> Any:
         return orjson.loads(value) if isinstance(value, (str, bytes)) else value
 
+    def update_locked(self, table: str, assign: str, where: str) -> str:
+        """An update of the rows matching ``where`` that locks them in id order, returning their ids.
+
+        Every multi-row write to claimed activities goes through this (or locks in id order itself),
+        so concurrent writers of overlapping rows wait for each other instead of deadlocking.
+        """
+        raise NotImplementedError
+
     async def apply_completions(
         self, conn: BaseDBAsyncClient, completions: Sequence[Completion], now: datetime
     ) -> set[uuid.UUID]:
@@ -121,16 +129,25 @@ class PostgresClaimStrategy(ClaimStrategy):
             f"UPDATE {table} SET {assign} FROM picked WHERE {table}.{key} = picked.{key} RETURNING {columns}"
         )
 
+    def update_locked(self, table: str, assign: str, where: str) -> str:
+        return (
+            f"WITH locked AS MATERIALIZED (SELECT id FROM {table} WHERE {where} ORDER BY id FOR UPDATE) "
+            f"UPDATE {table} SET {assign} FROM locked WHERE {table}.id = locked.id RETURNING {table}.id"
+        )
+
     async def apply_completions(
         self, conn: BaseDBAsyncClient, completions: Sequence[Completion], now: datetime
     ) -> set[uuid.UUID]:
         sql = (
             "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::int[], "
             "$6::text[], $7::timestamptz[], $8::timestamptz[]) "
-            "AS v(id, token, state, retries, attempts, outcome, next_at, finished_at)) "
-            f"UPDATE activity SET {_SET_COMPLETED.format(table='activity', now='$9')} FROM v "
-            "WHERE activity.id = v.id AND activity.claim_token = v.token AND activity.state = 'running' "
-            "RETURNING activity.id"
+            "AS v(id, token, state, retries, attempts, outcome, next_at, finished_at)), "
+            "locked AS MATERIALIZED (SELECT a.id FROM activity a "
+            "JOIN v ON a.id = v.id AND a.claim_token = v.token "
+            "WHERE a.state = 'running' ORDER BY a.id FOR UPDATE OF a) "
+            f"UPDATE activity SET {_SET_COMPLETED.format(table='activity', now='$9')} FROM v, locked "
+            "WHERE activity.id = v.id AND activity.id = locked.id AND activity.claim_token = v.token "
+            "AND activity.state = 'running' RETURNING activity.id"
         )
         columns = _completion_columns(completions)
         rows = await conn.execute_query_dict(sql, [*columns, now])
@@ -169,6 +186,9 @@ class SqliteClaimStrategy(ClaimStrategy):
         columns = ", ".join(returning)
         picked = f"SELECT {key} FROM {table} {pick}"
         return f"UPDATE {table} SET {assign} WHERE {key} IN ({picked}) RETURNING {columns}"
+
+    def update_locked(self, table: str, assign: str, where: str) -> str:
+        return f"UPDATE {table} SET {assign} WHERE {where} RETURNING id"
 
     async def apply_completions(
         self, conn: BaseDBAsyncClient, completions: Sequence[Completion], now: datetime

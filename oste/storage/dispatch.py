@@ -315,35 +315,43 @@ class DispatchStore:
 
     async def extend_leases(self, tokens: Iterable[uuid.UUID], until: datetime) -> int:
         """Extend the lease of every running activity claimed under ``tokens`` to ``until``."""
-        token_list = list(set(tokens))
+        token_list = sorted(set(tokens))
         if not token_list:
             return 0
+        p = Params(self.strategy)
+        assign = f"lease_expires_at = {p.add(until)}"
+        where = "state = 'running' AND " + self._in_uuids("claim_token", token_list, p)
         async with self._db():
-            return await m.Activity.filter(claim_token__in=token_list, state=ActivityState.RUNNING).update(
-                lease_expires_at=until
+            rows = await self._conn().execute_query_dict(
+                self.strategy.update_locked("activity", assign, where), p.values
             )
+        return len(rows)
 
     async def release_claims(self, claims: Iterable[Claim]) -> int:
         """Hand unstarted claims back: ``scheduled`` again, due as before, the attempt not counted."""
-        by_token: dict[uuid.UUID, list[uuid.UUID]] = {}
-        for claim in claims:
-            by_token.setdefault(claim.claim_token, []).append(claim.activity_id)
+        pairs = sorted((c.activity_id, c.claim_token) for c in claims)
         released = 0
-        async with self._db():
-            for token, ids in by_token.items():
-                for start in range(0, len(ids), WRITE_CHUNK):
-                    released += await m.Activity.filter(
-                        claim_token=token,
-                        id__in=ids[start : start + WRITE_CHUNK],
-                        state=ActivityState.RUNNING,
-                    ).update(
-                        state=ActivityState.SCHEDULED,
-                        claimed_by=None,
-                        claim_token=None,
-                        lease_expires_at=None,
-                        updated_at=self.clock.now(),
-                    )
+        for start in range(0, len(pairs), WRITE_CHUNK):
+            chunk = pairs[start : start + WRITE_CHUNK]
+            p = Params(self.strategy)
+            assign = (
+                "state = 'scheduled', claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, "
+                f"updated_at = {p.add(self.clock.now())}"
+            )
+            where = (
+                "state = 'running' AND "
+                + self._in_uuids("id", [i for i, _ in chunk], p)
+                + " AND "
+                + self._in_uuids("claim_token", sorted({t for _, t in chunk}), p)
+            )
+            sql = self.strategy.update_locked("activity", assign, where)
+            async with self._db():
+                released += len(await self._conn().execute_query_dict(sql, p.values))
         return released
+
+    def _in_uuids(self, column: str, values: Sequence[uuid.UUID], p: Params) -> str:
+        encoded = [self.strategy.encode_uuid(v) for v in values]
+        return self.strategy.in_list(column, encoded, p, "uuid")
 
     # --- rescue ---------------------------------------------------------------------------------
 

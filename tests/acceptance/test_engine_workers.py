@@ -1,0 +1,262 @@
+"""Worker processes as they run in production, killed with signals; nothing lost, nothing doubled.
+
+Each worker is ``tests/acceptance/engine_worker.py``: exactly what ``oste worker`` does (open the
+database, ``Engine(settings)``, ``start()``, wait for SIGTERM, ``stop(grace)``) with leases, polls and
+heartbeats shortened through ``OSTE_TEST_ENGINE`` so a crash is recovered in seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from oste.domain import records as r
+from oste.domain.clock import SystemClock
+from oste.storage import models as m
+from oste.storage.database import close_database, open_database
+from oste.storage.dispatch import DispatchStore
+from oste.storage.store import Store
+from tests.engine_support import (
+    Receiver,
+    eventually,
+    executions_of,
+    make_activities,
+    make_type,
+    reload,
+    settled,
+)
+
+pytestmark = pytest.mark.timeout(120)
+WORKER = Path(__file__).with_name("engine_worker.py")
+CRASH_TIMINGS = {
+    "lease_seconds": 2.0,
+    "poll_interval": 0.2,
+    "rescue_interval": 0.2,
+    "heartbeat_interval": 0.2,
+    "node_ttl": 1.0,
+    "partition_ttl": 1.0,
+}
+"""Short enough that a SIGKILLed worker's claim is rescued within seconds (with a light load)."""
+LOAD_TIMINGS = dict(
+    CRASH_TIMINGS, lease_seconds=6.0, node_ttl=2.5, partition_ttl=2.5, heartbeat_interval=0.25
+)
+"""Under 5,000 requests on two cores a busy worker's loop can lag a second: leases keep margins."""
+READY_WITHIN = 30.0
+
+
+@dataclass
+class Worker:
+    process: asyncio.subprocess.Process
+    node_id: str
+    log: Path
+
+    def signal(self, sig: int) -> None:
+        if self.process.returncode is None:
+            self.process.send_signal(sig)
+
+    async def exit_code(self, within: float = 30.0) -> int:
+        return await asyncio.wait_for(self.process.wait(), within)
+
+
+class Workers:
+    """Starts worker processes on one database; kills any still running at the end."""
+
+    def __init__(self, url: str, tmp_path: Path) -> None:
+        self.url = url
+        self.tmp_path = tmp_path
+        self.started: list[Worker] = []
+
+    async def start(self, name: str, timings: dict[str, float] = CRASH_TIMINGS) -> Worker:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
+        env.update(
+            OSTE_DATABASE_URL=self.url,
+            OSTE_ALLOWED_TARGETS="127.0.0.1",
+            OSTE_NODE_NAME=name,
+            OSTE_DATA_DIR=str(self.tmp_path),
+            OSTE_TEST_ENGINE=json.dumps(timings),
+            OSTE_LOG_LEVEL="INFO",
+        )
+        log = self.tmp_path / f"{name}.log"
+        with log.open("wb") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, str(WORKER), env=env, stdout=asyncio.subprocess.PIPE, stderr=stderr
+            )
+        assert process.stdout is not None
+        try:
+            line = await asyncio.wait_for(process.stdout.readline(), READY_WITHIN)
+        except TimeoutError:
+            process.kill()
+            raise
+        assert line.startswith(b"ready "), f"worker {name} did not start: {log.read_text()}"
+        worker = Worker(process, line.decode().split()[1], log)
+        self.started.append(worker)
+        return worker
+
+    def logs(self) -> str:
+        return ", ".join(str(worker.log) for worker in self.started)
+
+    async def close(self) -> None:
+        for worker in self.started:
+            worker.signal(signal.SIGKILL)
+            await worker.exit_code()
+
+
+@pytest.fixture
+async def workers(store: Store, database_url: str, tmp_path: Path) -> AsyncIterator[Workers]:
+    group = Workers(database_url, tmp_path)
+    try:
+        yield group
+    finally:
+        await group.close()
+
+
+@pytest.fixture
+async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
+    """Several worker processes share PostgreSQL (on SQLite one `oste serve` owns every partition)."""
+    await open_database(postgres_url)
+    try:
+        yield Store(SystemClock())
+    finally:
+        await close_database()
+
+
+@pytest.fixture
+async def pg_workers(pg_store: Store, postgres_url: str, tmp_path: Path) -> AsyncIterator[Workers]:
+    group = Workers(postgres_url, tmp_path)
+    try:
+        yield group
+    finally:
+        await group.close()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    rec = await Receiver().start()
+    try:
+        yield rec
+    finally:
+        await rec.stop()
+
+
+async def count_state(store: Store, state: r.ActivityState, solution: str = "songs") -> int:
+    company = await store.get_company("acme")
+    sol = await store.get_solution(company, solution)
+    total, cursor = 0, None
+    while True:
+        page = await store.list_activities(sol, r.ActivityFilter(state=state), 1000, cursor)
+        total += len(page.items)
+        if page.next_cursor is None:
+            return total
+        cursor = page.next_cursor
+
+
+async def test_sigkill_mid_request_refires_with_the_same_key(
+    store: Store, workers: Workers, receiver: Receiver
+) -> None:
+    gate = asyncio.Event()
+
+    async def first_one_hangs(request: web.Request, rec: Receiver) -> web.StreamResponse:
+        if len(rec.hits) == 1:
+            await asyncio.wait_for(gate.wait(), 60)
+        return web.Response(text="ok")
+
+    receiver.behaviour = first_one_hangs
+    kind = await make_type(store, receiver.url + "/song/{n}", retries=3, backoff_base=0.05, backoff_max=0.1)
+    activities = await make_activities(store, kind, SystemClock().now(), 20)
+    alpha = await workers.start("alpha")
+    hits = await receiver.wait_for(20, within=20)
+    victim = next(a for a in activities if str(a.id) == hits[0].headers["OSTE-Activity-Id"])
+
+    async def others_done() -> bool:
+        return await count_state(store, r.ActivityState.SUCCEEDED) == 19
+
+    await eventually(others_done, within=20, what="19 of 20 succeeded")
+    alpha.signal(signal.SIGKILL)  # mid-request: the victim's request is still open
+    assert await alpha.exit_code() == -signal.SIGKILL
+    bravo = await workers.start("bravo")
+    await receiver.wait_for(21, within=30)
+    again = [h for h in receiver.hits if h.headers["OSTE-Activity-Id"] == str(victim.id)]
+    assert len(again) == 2
+    assert again[0].headers["Idempotency-Key"] == again[1].headers["Idempotency-Key"] == str(victim.id)
+    assert [h.headers["OSTE-Attempt"] for h in again] == ["1", "2"]
+
+    async def all_done() -> bool:
+        return await count_state(store, r.ActivityState.SUCCEEDED) == 20
+
+    await eventually(all_done, within=20, what="all 20 succeeded")
+    runs = await executions_of(store, await reload(store, victim))
+    assert [(e.attempt, e.outcome, e.node) for e in runs] == [
+        (1, r.Outcome.ERROR, alpha.node_id),
+        (2, r.Outcome.OK, bravo.node_id),
+    ]
+    assert "lease expired" in (runs[0].error or "")
+    assert len(receiver.hits) == 21  # nothing else was fired twice
+    gate.set()
+    bravo.signal(signal.SIGTERM)
+    assert await bravo.exit_code() == 0
+
+
+async def wait_for_owners(dispatch: DispatchStore, expected: dict[str, int], within: float = 20.0) -> None:
+    seen: dict[str | None, int] = {}
+
+    async def balanced() -> bool:
+        seen.clear()
+        seen.update(Counter((await dispatch.partition_owners()).values()))
+        return seen == expected
+
+    try:
+        await eventually(balanced, within=within, every=0.1)
+    except AssertionError:
+        raise AssertionError(f"partitions owned {seen}, expected {expected}") from None
+
+
+async def test_three_workers_share_5000_activities_and_survivors_take_over(
+    pg_store: Store, pg_workers: Workers, receiver: Receiver
+) -> None:
+    store = pg_store
+    dispatch = DispatchStore(SystemClock())
+    kinds = [await make_type(store, receiver.url + "/t/{n}", name=f"type-{i}") for i in range(32)]
+    crew = [await pg_workers.start(name, LOAD_TIMINGS) for name in ("one", "two", "three")]
+    shares = dict(zip(sorted(w.node_id for w in crew), (22, 21, 21), strict=True))
+    await wait_for_owners(dispatch, shares)
+
+    when = SystemClock().now() + timedelta(seconds=1)
+    for index, kind in enumerate(kinds):
+        count = 5000 // len(kinds) + (1 if index < 5000 % len(kinds) else 0)
+        await make_activities(store, kind, when, count)
+    await receiver.wait_for(5000, within=60)
+
+    async def all_done() -> bool:
+        return await count_state(store, r.ActivityState.SUCCEEDED) == 5000
+
+    await eventually(all_done, within=30, what="all 5,000 succeeded")
+    per_activity = Counter(hit.headers["OSTE-Activity-Id"] for hit in receiver.hits)
+    twice = [activity for activity, hits in per_activity.items() if hits > 1]
+    assert len(per_activity) == 5000 and not twice, f"{len(twice)} fired twice; see {pg_workers.logs()}"
+    per_node = Counter(await m.Execution.all().values_list("node", flat=True))
+    assert set(per_node) == {w.node_id for w in crew} and sum(per_node.values()) == 5000
+
+    one, two, three = crew
+    three.signal(signal.SIGTERM)  # a graceful stop hands its partitions over at once
+    assert await three.exit_code() == 0
+    await wait_for_owners(dispatch, dict(zip(sorted([one.node_id, two.node_id]), (32, 32), strict=True)))
+    two.signal(signal.SIGKILL)  # a crash: its leases expire and the survivor takes them
+    await two.exit_code()
+    await wait_for_owners(dispatch, {one.node_id: 64})
+
+    more = await make_activities(store, kinds[0], SystemClock().now(), 50)
+    await receiver.wait_for(5050, within=30)
+    for activity in more[:5]:
+        [run] = await executions_of(store, await settled(store, activity))
+        assert run.node == one.node_id
