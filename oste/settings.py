@@ -77,7 +77,46 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Human-readable name of this node; its unique id is registered in the store at start.",
     ),
     SettingSpec("log_level", "OSTE_LOG_LEVEL", "INFO", "Logging level: DEBUG, INFO, WARNING or ERROR."),
+    SettingSpec(
+        "claim_lease",
+        "OSTE_CLAIM_LEASE",
+        "PT30S",
+        "How long a node's claim on an activity lasts (renewed while its request runs); after a crash "
+        "the activity is fired again once this has passed.",
+    ),
+    SettingSpec(
+        "poll_interval",
+        "OSTE_POLL_INTERVAL",
+        "0.5",
+        "Seconds between polls for due work when nothing wakes the engine sooner (at most 1: "
+        "the engine claims one second ahead).",
+    ),
+    SettingSpec(
+        "rescue_interval",
+        "OSTE_RESCUE_INTERVAL",
+        "5",
+        "Seconds between searches for claims whose lease expired (their node died).",
+    ),
+    SettingSpec(
+        "heartbeat_interval",
+        "OSTE_HEARTBEAT_INTERVAL",
+        "2",
+        "Seconds between a node's heartbeats, which also rebalance partitions among the nodes.",
+    ),
+    SettingSpec(
+        "node_timeout",
+        "OSTE_NODE_TIMEOUT",
+        "10",
+        "Seconds of silence after which a node counts as dead and its partitions move to the others "
+        "(at least twice the heartbeat interval).",
+    ),
 )
+
+
+MIN_CLAIM_LEASE = 1.0
+"""Shorter leases would be renewed so often that renewing them would be the engine's main work."""
+MAX_POLL_INTERVAL = 1.0
+"""The engine's look-ahead: polling less often than this would fire late."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +134,11 @@ class Settings:
     max_body_bytes: int = 4 * 1024 * 1024
     node_name: str = ""
     log_level: str = "INFO"
+    claim_lease: float = 30.0
+    poll_interval: float = 0.5
+    rescue_interval: float = 5.0
+    heartbeat_interval: float = 2.0
+    node_timeout: float = 10.0
 
     @property
     def is_postgres(self) -> bool:
@@ -140,7 +184,27 @@ class Settings:
             )
         if not settings.node_name:
             settings = dataclasses.replace(settings, node_name=os.uname().nodename)
+        _check_timings(settings)
         return settings
+
+
+def _check_timings(settings: Settings) -> None:
+    if settings.claim_lease < MIN_CLAIM_LEASE:
+        raise ConfigurationError(
+            f"OSTE_CLAIM_LEASE must be at least {MIN_CLAIM_LEASE:g} s (it is renewed every quarter "
+            f"of itself), got {settings.claim_lease:g}"
+        )
+    if settings.poll_interval > MAX_POLL_INTERVAL:
+        raise ConfigurationError(
+            f"OSTE_POLL_INTERVAL must be at most {MAX_POLL_INTERVAL:g} s (the engine claims that far "
+            f"ahead), got {settings.poll_interval:g}"
+        )
+    if settings.node_timeout < 2 * settings.heartbeat_interval:
+        raise ConfigurationError(
+            f"OSTE_NODE_TIMEOUT ({settings.node_timeout:g} s) must be at least twice "
+            f"OSTE_HEARTBEAT_INTERVAL ({settings.heartbeat_interval:g} s), or live nodes would be "
+            "taken for dead; raise the timeout or shorten the heartbeat"
+        )
 
 
 def _port(value: Any) -> int:
@@ -201,4 +265,9 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_in_flight": _int_in(1, 100_000),
     "max_body_bytes": _int_in(1024, 1024**3),
     "log_level": _log_level,
+    "claim_lease": _interval,
+    "poll_interval": _interval,
+    "rescue_interval": _interval,
+    "heartbeat_interval": _interval,
+    "node_timeout": _interval,
 }

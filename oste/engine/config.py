@@ -91,11 +91,21 @@ class EngineConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings, **changes: Any) -> EngineConfig:
-        """Defaults, with the node's in-flight cap and SSRF allowances from the settings."""
-        executor = ExecutorConfig(
-            max_in_flight=settings.max_in_flight, allowed_targets=settings.allowed_targets
+        """Defaults, with the node's in-flight cap, SSRF allowances and timings from the settings."""
+        base = cls(
+            lease_seconds=settings.claim_lease,
+            poller=PollerConfig(interval=settings.poll_interval),
+            executor=ExecutorConfig(
+                max_in_flight=settings.max_in_flight, allowed_targets=settings.allowed_targets
+            ),
+            rescuer=RescuerConfig(interval=settings.rescue_interval),
+            balancer=BalancerConfig(
+                interval=settings.heartbeat_interval,
+                node_ttl=settings.node_timeout,
+                partition_ttl=settings.node_timeout,
+            ),
         )
-        return dataclasses.replace(cls(executor=executor), **changes)
+        return dataclasses.replace(base, **changes)
 
     @property
     def lease_refresh_interval(self) -> float:

@@ -1,20 +1,19 @@
-"""Worker processes as they run in production, killed with signals; nothing lost, nothing doubled.
+"""`oste worker` processes started as users start them, killed with signals; nothing lost, nothing doubled.
 
-Each worker is ``tests/acceptance/engine_worker.py``: exactly what ``oste worker`` does (open the
-database, ``Engine(settings)``, ``start()``, wait for SIGTERM, ``stop(grace)``) with leases, polls and
-heartbeats shortened through ``OSTE_TEST_ENGINE`` so a crash is recovered in seconds.
+Leases, polls and heartbeats are shortened through their ``OSTE_*`` settings so that a crash is
+recovered in seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
+import re
 import signal
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -38,21 +37,21 @@ from tests.engine_support import (
 )
 
 pytestmark = pytest.mark.timeout(120)
-WORKER = Path(__file__).with_name("engine_worker.py")
+OSTE = str(Path(sys.executable).parent / "oste")
 CRASH_TIMINGS = {
-    "lease_seconds": 2.0,
-    "poll_interval": 0.2,
-    "rescue_interval": 0.2,
-    "heartbeat_interval": 0.2,
-    "node_ttl": 1.0,
-    "partition_ttl": 1.0,
+    "OSTE_CLAIM_LEASE": "2",
+    "OSTE_POLL_INTERVAL": "0.2",
+    "OSTE_RESCUE_INTERVAL": "0.2",
+    "OSTE_HEARTBEAT_INTERVAL": "0.2",
+    "OSTE_NODE_TIMEOUT": "1",
 }
 """Short enough that a SIGKILLed worker's claim is rescued within seconds (with a light load)."""
 LOAD_TIMINGS = dict(
-    CRASH_TIMINGS, lease_seconds=6.0, node_ttl=2.5, partition_ttl=2.5, heartbeat_interval=0.25
+    CRASH_TIMINGS, OSTE_CLAIM_LEASE="6", OSTE_NODE_TIMEOUT="2.5", OSTE_HEARTBEAT_INTERVAL="0.25"
 )
 """Under 5,000 requests on two cores a busy worker's loop can lag a second: leases keep margins."""
 READY_WITHIN = 30.0
+STARTED = re.compile(rb"worker node (\S+) started")
 
 
 @dataclass
@@ -60,48 +59,68 @@ class Worker:
     process: asyncio.subprocess.Process
     node_id: str
     log: Path
+    copier: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def signal(self, sig: int) -> None:
         if self.process.returncode is None:
             self.process.send_signal(sig)
 
     async def exit_code(self, within: float = 30.0) -> int:
-        return await asyncio.wait_for(self.process.wait(), within)
+        code = await asyncio.wait_for(self.process.wait(), within)
+        if self.copier is not None:
+            await asyncio.wait_for(self.copier, within)
+        return code
+
+
+async def _copy_lines(source: asyncio.StreamReader, log: Path) -> None:
+    with log.open("ab") as sink:
+        while line := await source.readline():
+            sink.write(line)
+            sink.flush()
 
 
 class Workers:
-    """Starts worker processes on one database; kills any still running at the end."""
+    """Starts `oste worker` processes on one database; kills any still running at the end."""
 
     def __init__(self, url: str, tmp_path: Path) -> None:
         self.url = url
         self.tmp_path = tmp_path
         self.started: list[Worker] = []
 
-    async def start(self, name: str, timings: dict[str, float] = CRASH_TIMINGS) -> Worker:
+    async def start(self, name: str, timings: dict[str, str] = CRASH_TIMINGS) -> Worker:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
         env.update(
+            timings,
             OSTE_DATABASE_URL=self.url,
             OSTE_ALLOWED_TARGETS="127.0.0.1",
             OSTE_NODE_NAME=name,
             OSTE_DATA_DIR=str(self.tmp_path),
-            OSTE_TEST_ENGINE=json.dumps(timings),
             OSTE_LOG_LEVEL="INFO",
         )
         log = self.tmp_path / f"{name}.log"
-        with log.open("wb") as stderr:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, str(WORKER), env=env, stdout=asyncio.subprocess.PIPE, stderr=stderr
-            )
-        assert process.stdout is not None
+        process = await asyncio.create_subprocess_exec(
+            OSTE, "worker", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
+        assert process.stderr is not None
         try:
-            line = await asyncio.wait_for(process.stdout.readline(), READY_WITHIN)
-        except TimeoutError:
+            node_id = await asyncio.wait_for(self._started(process.stderr, log), READY_WITHIN)
+        except (TimeoutError, AssertionError):
             process.kill()
-            raise
-        assert line.startswith(b"ready "), f"worker {name} did not start: {log.read_text()}"
-        worker = Worker(process, line.decode().split()[1], log)
+            await process.wait()
+            raise AssertionError(f"oste worker {name} did not start: {log.read_text()}") from None
+        worker = Worker(process, node_id, log, asyncio.ensure_future(_copy_lines(process.stderr, log)))
         self.started.append(worker)
         return worker
+
+    @staticmethod
+    async def _started(stderr: asyncio.StreamReader, log: Path) -> str:
+        """Copy the worker's log until it says it started; return its node id."""
+        with log.open("wb") as sink:
+            while line := await stderr.readline():
+                sink.write(line)
+                if found := STARTED.search(line):
+                    return found.group(1).decode()
+        raise AssertionError("the worker exited before it started")
 
     def logs(self) -> str:
         return ", ".join(str(worker.log) for worker in self.started)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from oste.engine.config import EngineConfig
 from oste.errors import ConfigurationError
 from oste.settings import SETTINGS, Settings
 
@@ -158,3 +159,43 @@ def test_every_documented_setting_is_a_field_with_an_oste_variable() -> None:
     assert {spec.field for spec in SETTINGS} == fields
     assert all(spec.env == "OSTE_" + spec.field.upper() for spec in SETTINGS)
     assert all(spec.help.strip() for spec in SETTINGS)
+
+
+def test_the_readme_documents_every_setting_as_the_code_does() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for spec in SETTINGS:
+        assert f"| `{spec.env}` | `{spec.default}` | {spec.help} |" in readme, spec.env
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"OSTE_POLL_INTERVAL": "5"}, "OSTE_POLL_INTERVAL must be at most 1 s"),
+        ({"OSTE_CLAIM_LEASE": "0.2"}, "OSTE_CLAIM_LEASE must be at least 1 s"),
+        ({"OSTE_CLAIM_LEASE": "soon"}, "OSTE_CLAIM_LEASE must be seconds or an ISO 8601 duration"),
+        (
+            {"OSTE_HEARTBEAT_INTERVAL": "3", "OSTE_NODE_TIMEOUT": "5"},
+            "OSTE_NODE_TIMEOUT (5 s) must be at least twice OSTE_HEARTBEAT_INTERVAL (3 s)",
+        ),
+    ],
+)
+def test_engine_timings_are_checked_against_each_other(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env(env)
+    assert message in caught.value.detail
+
+
+def test_engine_timings_reach_the_engine_config() -> None:
+    settings = Settings.from_env(
+        {
+            "OSTE_CLAIM_LEASE": "PT2S",
+            "OSTE_POLL_INTERVAL": "0.2",
+            "OSTE_RESCUE_INTERVAL": "0.3",
+            "OSTE_HEARTBEAT_INTERVAL": "0.25",
+            "OSTE_NODE_TIMEOUT": "1.5",
+        }
+    )
+    config = EngineConfig.from_settings(settings)
+    assert config.lease_seconds == 2.0 and config.poller.interval == 0.2
+    assert config.rescuer.interval == 0.3 and config.balancer.interval == 0.25
+    assert config.balancer.node_ttl == config.balancer.partition_ttl == 1.5
