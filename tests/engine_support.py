@@ -47,6 +47,8 @@ async def make_type(
     backoff_max: float = 0.2,
     headers: dict[str, r.Header] | None = None,
     success_statuses: tuple[int, ...] | None = None,
+    max_concurrency: int | None = None,
+    rate_limit: float | None = None,
 ) -> r.ActivityType:
     """An activity type (creating its company and solution on first use)."""
     try:
@@ -66,8 +68,8 @@ async def make_type(
         "timeout": request_timeout,
         "object_id_ref": (),
         "headers": headers or {},
-        "max_concurrency": None,
-        "rate_limit": None,
+        "max_concurrency": max_concurrency,
+        "rate_limit": rate_limit,
         "backoff_base": backoff_base,
         "backoff_max": backoff_max,
         "success_statuses": success_statuses,

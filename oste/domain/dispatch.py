@@ -56,6 +56,12 @@ class DispatchTarget:
     backoff_max: float
     success_statuses: tuple[int, ...] | None
     signing_secret: str
+    company_qos: int = 1
+    solution_qos: int = 1
+    max_concurrency: int | None = None
+    """Requests of this type in flight at once, at most (None: no limit)."""
+    rate_limit: float | None = None
+    """Requests of this type started per second, at most (None: no limit)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class Claim:
     occurrence_at: datetime | None
     lease_expires_at: datetime
     target: DispatchTarget
+    priority: int = 0
 
     @property
     def idempotency_key(self) -> str:

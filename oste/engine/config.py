@@ -18,7 +18,8 @@ DEFAULT_MAX_BACKLOG = 4000
 """Claims one node holds at most (waiting on a timer, queued for a slot, or in flight)."""
 DEFAULT_MAX_QUEUED = 256
 """Due claims waiting for a free request slot beyond which the node stops claiming: an overloaded
-node leaves the work to the others instead of hoarding it under leases."""
+node leaves the work to the others instead of hoarding it under leases. Once half of that is one
+activity type's, claims pass that type over, so one tenant's backlog cannot crowd out the rest."""
 DEFAULT_LEASE_SECONDS = 30.0
 """How long a claim is leased; the lease keeper extends it while the node still holds the claim."""
 DEFAULT_MAX_IN_FLIGHT = 64

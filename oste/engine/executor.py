@@ -27,6 +27,7 @@ from oste.domain.records import Outcome
 from oste.domain.targets import TargetPolicy
 from oste.domain.webhooks import OutboundRequest, build_request
 from oste.engine.config import ExecutorConfig
+from oste.engine.fairness import FairQueue
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in
 
 log = logging.getLogger("oste.engine.executor")
@@ -63,7 +64,8 @@ class Executor:
         self.policy = TargetPolicy.allowing(config.allowed_targets)
         self._slots = asyncio.Semaphore(config.max_in_flight)
         self._session: aiohttp.ClientSession | None = None
-        self._queued: dict[uuid.UUID, tuple[Claim, asyncio.Task[None]]] = {}
+        self._waiting = FairQueue()
+        self._pump_later: asyncio.TimerHandle | None = None
         self._in_flight: dict[uuid.UUID, tuple[Claim, asyncio.Task[None]]] = {}
 
     async def open(self) -> None:
@@ -86,34 +88,59 @@ class Executor:
 
     @property
     def stats(self) -> ExecutorStats:
-        return ExecutorStats(len(self._queued), len(self._in_flight))
+        return ExecutorStats(len(self._waiting), len(self._in_flight))
 
     # --- background firing ----------------------------------------------------------------------
 
     def submit(self, claim: Claim) -> None:
-        """Fire ``claim`` as soon as a slot is free; its completion goes to ``sink``."""
-        task = asyncio.create_task(self._run(claim), name=f"fire-{claim.activity_id}")
-        self._queued[claim.activity_id] = (claim, task)
+        """Fire ``claim`` as soon as a slot is free for it (see ``FairQueue`` for the order);
+        its completion goes to ``sink``."""
+        self._waiting.push(claim, time.monotonic())
+        self._pump()
+
+    def saturated_types(self, threshold: int) -> set[uuid.UUID]:
+        """Activity types with at least ``threshold`` claims waiting for a slot on this node."""
+        return self._waiting.crowded(threshold)
+
+    def _pump(self) -> None:
+        """Start as many waiting claims as there are free slots (and limits allow)."""
+        now = time.monotonic()
+        while len(self._in_flight) < self.config.max_in_flight:
+            claim = self._waiting.pop(now)
+            if claim is None:
+                break
+            task = asyncio.create_task(self._run(claim), name=f"fire-{claim.activity_id}")
+            self._in_flight[claim.activity_id] = (claim, task)
+        self._wake_for_rate_limits(now)
+
+    def _wake_for_rate_limits(self, now: float) -> None:
+        """If claims wait only for a rate limit's next token, pump again when it is there."""
+        if self._pump_later is not None or len(self._in_flight) >= self.config.max_in_flight:
+            return
+        wait = self._waiting.ready_in(now)
+        if wait is not None and wait > 0:
+            self._pump_later = asyncio.get_running_loop().call_later(wait, self._pumped_later)
+
+    def _pumped_later(self) -> None:
+        self._pump_later = None
+        self._pump()
 
     async def _run(self, claim: Claim) -> None:
-        async with self._slots:
-            entry = self._queued.pop(claim.activity_id)
-            self._in_flight[claim.activity_id] = entry
-            try:
-                completion = await self.fire(claim)
-            finally:
-                self._in_flight.pop(claim.activity_id, None)
+        try:
+            completion = await self.fire(claim)
+        finally:
+            self._in_flight.pop(claim.activity_id, None)
+            self._waiting.done(claim)
         if self.sink is not None:
             self.sink(claim, completion)
+        self._pump()
 
     def cancel_queued(self) -> list[Claim]:
         """Take back every claim still waiting for a slot (its request was never started)."""
-        claims = []
-        for claim, task in list(self._queued.values()):
-            task.cancel()
-            claims.append(claim)
-        self._queued.clear()
-        return claims
+        if self._pump_later is not None:
+            self._pump_later.cancel()
+            self._pump_later = None
+        return self._waiting.take_all()
 
     async def wait_in_flight(self, grace: float) -> list[Claim]:
         """Wait up to ``grace`` seconds for requests in flight; cancel and return those still open."""

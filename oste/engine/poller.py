@@ -86,6 +86,7 @@ class Poller:
         book: ClaimBook,
         dispatch: Callable[[Claim], None],
         queued: Callable[[], int] = lambda: 0,
+        crowded: Callable[[int], Iterable[uuid.UUID]] = lambda threshold: (),
     ) -> None:
         self.config = config
         self.clock = clock
@@ -96,6 +97,7 @@ class Poller:
         self.book = book
         self.dispatch = dispatch
         self.queued = queued
+        self.crowded = crowded
         self._timers: dict[uuid.UUID, tuple[asyncio.TimerHandle, Claim]] = {}
         self._wake = asyncio.Event()
         self._next_poll_at = clock.now()
@@ -110,7 +112,10 @@ class Poller:
         if self._blocked or not partitions:
             return PollResult(blocked=self._blocked)
         horizon = self.clock.now() + timedelta(seconds=self.config.lookahead)
-        claims = await self.store.claim_due(self.owner, partitions, limit, self.lease_seconds, horizon)
+        skip = self.crowded(max(1, self.config.max_queued // 2))
+        claims = await self.store.claim_due(
+            self.owner, partitions, limit, self.lease_seconds, horizon, skip_types=skip
+        )
         self.book.add(claims)
         for claim in claims:
             self._schedule(claim)

@@ -59,6 +59,7 @@ _CLAIM_COLUMNS = (
     "next_attempt_at",
     "recurring_activity_id",
     "occurrence_at",
+    "priority",
 )
 _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
 
@@ -189,9 +190,17 @@ class DispatchStore:
     # --- claims ---------------------------------------------------------------------------------
 
     async def claim_due(
-        self, owner: str, partitions: Sequence[int], limit: int, lease_seconds: float, horizon: datetime
+        self,
+        owner: str,
+        partitions: Sequence[int],
+        limit: int,
+        lease_seconds: float,
+        horizon: datetime,
+        skip_types: Iterable[uuid.UUID] = (),
     ) -> list[Claim]:
         """Claim up to ``limit`` scheduled activities due at or before ``horizon`` in ``partitions``.
+
+        Activities of ``skip_types`` are left for later (the node has enough of them waiting).
 
         Each claimed activity becomes ``running`` under one new claim token, owned by ``owner`` until
         ``now + lease_seconds``. Concurrent claimers get disjoint activities. Activities of paused
@@ -203,7 +212,9 @@ class DispatchStore:
         now = self.clock.now()
         token = new_id()
         lease_until = now + timedelta(seconds=lease_seconds)
-        sql, values = self._claim_statement(owner, token, lease_until, now, partitions, limit, horizon)
+        sql, values = self._claim_statement(
+            owner, token, lease_until, now, partitions, limit, horizon, sorted(set(skip_types))
+        )
         async with self._db():
             rows = await self._conn().execute_query_dict(sql, values)
         if not rows:
@@ -221,6 +232,7 @@ class DispatchStore:
         partitions: Sequence[int],
         limit: int,
         horizon: datetime,
+        skip_types: Sequence[uuid.UUID],
     ) -> tuple[str, list[Any]]:
         p = Params(self.strategy)
         lease = (
@@ -230,6 +242,8 @@ class DispatchStore:
         where = f"state = 'scheduled' AND next_attempt_at <= {p.add(horizon)}"
         if len(set(partitions)) < len(ALL_PARTITIONS):
             where += " AND " + self.strategy.in_list("partition", sorted(set(partitions)), p, "smallint")
+        if skip_types:
+            where += " AND NOT " + self._in_uuids("activity_type_id", skip_types, p)
         paused = (
             "activity_type_id NOT IN (SELECT t.id FROM activity_type t "
             "JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = s.company_id "
@@ -264,6 +278,7 @@ class DispatchStore:
             occurrence_at=s.time_of(row["occurrence_at"]),
             lease_expires_at=lease_until,
             target=target,
+            priority=int(row["priority"]),
         )
 
     async def _targets_of(self, type_ids: set[uuid.UUID]) -> dict[uuid.UUID, DispatchTarget]:
@@ -278,7 +293,7 @@ class DispatchStore:
         missing = type_ids - found.keys()
         if missing:
             async with self._db():
-                rows = await m.ActivityType.filter(id__in=list(missing)).select_related("solution")
+                rows = await m.ActivityType.filter(id__in=list(missing)).select_related("solution__company")
             for row in rows:
                 target = _target(row)
                 self._targets[row.id] = (target, now)
@@ -432,4 +447,8 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         backoff_max=row.backoff_max,
         success_statuses=statuses,
         signing_secret=row.solution.signing_secret,
+        company_qos=row.solution.company.qos_level,
+        solution_qos=row.solution.qos_level,
+        max_concurrency=row.max_concurrency,
+        rate_limit=row.rate_limit,
     )

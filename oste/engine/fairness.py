@@ -1,0 +1,209 @@
+"""FairQueue: due claims waiting for a request slot, handed out fairly between tenants.
+
+When more is due than a node can send, each freed slot goes to the company with the fewest requests
+in flight for its ``qos_level`` (so under contention companies hold slots in proportion to their
+levels), within it to the solution with the fewest in flight for its level, within that to the
+claim with the highest ``priority``, then the earliest due time. An activity type at its
+``max_concurrency`` or out of ``rate_limit`` tokens is passed over without holding anyone else up.
+
+All of a type's activities live in one partition and a partition is held by one node, so these
+per-node limits are the type's limits across the whole deployment (except for the moments a
+partition changes hands).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from oste.domain.dispatch import Claim, DispatchTarget
+
+
+@dataclass
+class TokenBucket:
+    """``rate`` tokens per second, holding at most ``capacity`` (one second's worth, at least 1)."""
+
+    rate: float
+    capacity: float
+    tokens: float
+    stamp: float
+
+    @classmethod
+    def full(cls, rate: float, now: float) -> TokenBucket:
+        capacity = max(1.0, rate)
+        return cls(rate, capacity, capacity, now)
+
+    def refill(self, now: float) -> None:
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def wait(self, now: float) -> float:
+        """Seconds until a token is available (0 when one is)."""
+        self.refill(now)
+        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
+
+
+@dataclass
+class _TypeLane:
+    target: DispatchTarget
+    heap: list[tuple[int, float, int, Claim]] = field(default_factory=list)
+    in_flight: int = 0
+    bucket: TokenBucket | None = None
+
+    def ready_in(self, now: float) -> float | None:
+        """None when nothing can go (empty, or at its concurrency cap); else seconds until it can."""
+        if not self.heap:
+            return None
+        cap = self.target.max_concurrency
+        if cap is not None and self.in_flight >= cap:
+            return None
+        return self.bucket.wait(now) if self.bucket is not None else 0.0
+
+    def head(self) -> tuple[int, float, int]:
+        priority, due, seq, _ = self.heap[0]
+        return priority, due, seq
+
+
+@dataclass
+class _Solution:
+    weight: int
+    in_flight: int = 0
+    lanes: dict[uuid.UUID, _TypeLane] = field(default_factory=dict)
+
+    def ready_head(self, now: float) -> tuple[int, float, int] | None:
+        """The best head among the solution's types that may go now (None: none may)."""
+        heads = [lane.head() for lane in self.lanes.values() if lane.ready_in(now) == 0.0]
+        return min(heads) if heads else None
+
+
+@dataclass
+class _Company:
+    weight: int
+    in_flight: int = 0
+    solutions: dict[uuid.UUID, _Solution] = field(default_factory=dict)
+
+    def ready_head(self, now: float) -> tuple[int, float, int] | None:
+        heads = [head for s in self.solutions.values() if (head := s.ready_head(now)) is not None]
+        return min(heads) if heads else None
+
+
+G = TypeVar("G", _Company, _Solution)
+
+
+class FairQueue:
+    """Claims waiting for a slot. ``push`` them, ``pop`` the next that may go, ``done`` when finished."""
+
+    def __init__(self) -> None:
+        self._companies: dict[uuid.UUID, _Company] = {}
+        self._seq = itertools.count()
+        self._size = 0
+        self._per_type: dict[uuid.UUID, int] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    def crowded(self, threshold: int) -> set[uuid.UUID]:
+        """Activity types with at least ``threshold`` claims waiting."""
+        return {type_id for type_id, count in self._per_type.items() if count >= threshold}
+
+    def push(self, claim: Claim, now: float) -> None:
+        """Queue a due claim (``now``: a monotonic clock reading, for rate limits)."""
+        lane = self._lane(claim.target, now)
+        due = claim.due_at.timestamp()
+        heapq.heappush(lane.heap, (-claim.priority, due, next(self._seq), claim))
+        self._size += 1
+        type_id = claim.target.activity_type_id
+        self._per_type[type_id] = self._per_type.get(type_id, 0) + 1
+
+    def pop(self, now: float) -> Claim | None:
+        """The next claim that may start now, counted as in flight; None when none may."""
+        company = _fewest_per_weight(self._companies.values(), now)
+        if company is None:
+            return None
+        solution = _fewest_per_weight(company.solutions.values(), now)
+        assert solution is not None
+        lane = min(
+            (lane for lane in solution.lanes.values() if lane.ready_in(now) == 0.0), key=_TypeLane.head
+        )
+        claim = heapq.heappop(lane.heap)[3]
+        if lane.bucket is not None:
+            lane.bucket.tokens -= 1.0
+        lane.in_flight += 1
+        solution.in_flight += 1
+        company.in_flight += 1
+        self._size -= 1
+        self._per_type[lane.target.activity_type_id] -= 1
+        return claim
+
+    def done(self, claim: Claim) -> None:
+        """A claim handed out by ``pop`` finished: its slot counts no more."""
+        target = claim.target
+        company = self._companies.get(target.company_id)
+        solution = company.solutions.get(target.solution_id) if company else None
+        lane = solution.lanes.get(target.activity_type_id) if solution else None
+        if company is None or solution is None or lane is None:
+            return
+        lane.in_flight -= 1
+        solution.in_flight -= 1
+        company.in_flight -= 1
+        if not lane.heap and lane.in_flight == 0 and lane.bucket is None:
+            del solution.lanes[target.activity_type_id]
+        if not solution.lanes and solution.in_flight == 0:
+            del company.solutions[target.solution_id]
+        if not company.solutions and company.in_flight == 0:
+            del self._companies[target.company_id]
+
+    def ready_in(self, now: float) -> float | None:
+        """Seconds until some queued claim may go (0: now); None when every one waits on a slot."""
+        waits = [
+            wait
+            for company in self._companies.values()
+            for solution in company.solutions.values()
+            for lane in solution.lanes.values()
+            if (wait := lane.ready_in(now)) is not None
+        ]
+        return min(waits) if waits else None
+
+    def take_all(self) -> list[Claim]:
+        """Remove and return every queued claim (claims in flight stay counted until ``done``)."""
+        claims = []
+        for company in self._companies.values():
+            for solution in company.solutions.values():
+                for lane in solution.lanes.values():
+                    claims.extend(entry[3] for entry in lane.heap)
+                    lane.heap.clear()
+        self._size = 0
+        self._per_type.clear()
+        return claims
+
+    def _lane(self, target: DispatchTarget, now: float) -> _TypeLane:
+        company = self._companies.setdefault(target.company_id, _Company(target.company_qos))
+        company.weight = target.company_qos
+        solution = company.solutions.setdefault(target.solution_id, _Solution(target.solution_qos))
+        solution.weight = target.solution_qos
+        lane = solution.lanes.setdefault(target.activity_type_id, _TypeLane(target))
+        lane.target = target  # the newest settings of the type (its limits may have changed)
+        rate = target.rate_limit
+        if rate is None:
+            lane.bucket = None
+        elif lane.bucket is None or lane.bucket.rate != rate:
+            lane.bucket = TokenBucket.full(rate, now)
+        return lane
+
+
+def _fewest_per_weight(groups: Iterable[G], now: float) -> G | None:
+    """The group with work ready now and the fewest in flight per weight (ties: the best head)."""
+    best: tuple[float, tuple[int, float, int]] | None = None
+    chosen = None
+    for group in groups:
+        head = group.ready_head(now)
+        if head is None:
+            continue
+        key = (group.in_flight / max(group.weight, 1), head)
+        if best is None or key < best:
+            best, chosen = key, group
+    return chosen
