@@ -1,9 +1,10 @@
-"""`oste serve | api | worker | migrate | openapi` — the command line."""
+"""`oste serve | api | worker | migrate | openapi | settings | bench` — the command line."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
@@ -51,7 +52,58 @@ def build_parser() -> argparse.ArgumentParser:
     spec = commands.add_parser("openapi", help="Print the OpenAPI 3.1 document (YAML) or write it to a file.")
     spec.add_argument("--output", "-o", help="file to write (default: standard output)")
     commands.add_parser("settings", help="List every setting: environment variable, default and meaning.")
+    add_bench_parser(commands)
     return parser
+
+
+BENCH_HELP = (
+    "Measure OSTE beside the practical limit (a bare aiohttp loop): starts a receiver, a fresh database "
+    "and OSTE, runs a workload, prints a table. See docs/benchmarks.md."
+)
+
+
+def add_bench_parser(commands: Any) -> None:
+    """`oste bench WORKLOAD [options]`."""
+    bench = commands.add_parser(
+        "bench",
+        help=BENCH_HELP,
+        description=BENCH_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="workloads:\n"
+        "  burst   --count N activities due at one instant: fires/s, lag (default 20,000)\n"
+        "  steady  --rate R per second for --duration D seconds: lag percentiles (300/s, 60 s)\n"
+        "  scale   the burst with --stored M future activities stored: ratio to the empty-store burst,\n"
+        "          claim query time (1,000,000)\n"
+        "  cron    --recurring K recurring activities on --cron for --duration seconds\n"
+        "          (100, every minute, 150 s)\n"
+        "  api     batch creation rate (--count) and single-create latency (--singles)",
+    )
+    add = bench.add_argument
+    add("workload", choices=("burst", "steady", "scale", "cron", "api"), help="what to measure")
+    add(
+        "--database-url",
+        help="a PostgreSQL server URL (a fresh database is created and dropped per run); "
+        "default: a fresh SQLite file in a temporary directory",
+    )
+    add("--workers", type=int, default=1, help="PostgreSQL: how many `oste worker` processes (default 1)")
+    add("--count", type=int, help="activities of a burst, scale burst or api batch create")
+    add("--rate", type=int, default=300, help="steady: activities due per second (default 300)")
+    add("--duration", type=float, help="steady/cron: seconds the workload lasts")
+    add("--stored", type=int, default=1_000_000, help="scale: future activities stored first")
+    add("--recurring", type=int, default=100, help="cron: recurring activities (default 100)")
+    add("--cron", default="* * * * *", help="cron: their schedule, 5 fields or 6 with seconds")
+    add("--singles", type=int, default=1000, help="api: single creates timed one by one (default 1000)")
+    add("--types", type=int, default=32, help="activity types the activities are spread over (default 32)")
+    add("--concurrency", type=int, default=64, help="the limit's requests in flight (default 64)")
+    add("--batch-concurrency", type=int, default=4, help="batch create requests at once (default 4)")
+    add("--lead", type=float, help="seconds ahead the workload is scheduled (default: from its size)")
+    add(
+        "--timeout", type=float, default=120.0, help="seconds after the last due instant to wait for arrivals"
+    )
+    add("--no-limit", action="store_true", help="skip the bare-loop limit run")
+    add("--json", action="store_true", help="print the result as JSON instead of tables")
+    add("--no-progress", action="store_true", help="no progress bar on standard error")
+    add("--work-dir", help="where the scratch directory (SQLite files, process logs) is made")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -122,6 +174,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
+    if args.command == "bench":
+        return _bench(args)
     if args.command == "settings":
         for spec in SETTINGS:
             print(f"{spec.env:<24} default {spec.default:<28} {spec.help}")
@@ -137,6 +191,40 @@ def _dispatch(args: argparse.Namespace) -> int:
     }
     asyncio.run(runners[args.command]())
     return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from oste.bench import BenchOptions, run
+    from oste.bench.report import print_report
+
+    options = BenchOptions(
+        workload=args.workload,
+        count=args.count,
+        rate=args.rate,
+        duration=args.duration,
+        stored=args.stored,
+        recurring=args.recurring,
+        cron=args.cron,
+        singles=args.singles,
+        types=args.types,
+        workers=args.workers,
+        database_url=args.database_url,
+        concurrency=args.concurrency,
+        batch_concurrency=args.batch_concurrency,
+        lead=args.lead,
+        timeout=args.timeout,
+        run_limit=not args.no_limit,
+        progress=not args.no_progress,
+        work_dir=Path(args.work_dir) if args.work_dir else None,
+    )
+    result = asyncio.run(run(options))
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        print_report(result, Console())
+    return 0 if result["ok"] else 1
 
 
 async def _worker(settings: Settings) -> None:

@@ -1,0 +1,195 @@
+"""Turning arrivals into figures, and figures into a table (people) or JSON (machines).
+
+An arrival's lag is its arrival time at the receiver minus the instant it was due (its
+``OSTE-Scheduled-For``). Fires per second is the number delivered divided by the time from the first
+due instant to the last arrival, so a slow start counts against the rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+Key = tuple[str, int]
+"""What identifies one expected request: (n, due instant in whole milliseconds)."""
+
+
+def key_of(n: str | int, due: float) -> Key:
+    return (str(n), round(due * 1000))
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The nearest-rank percentile of sorted ``values`` (0 when empty)."""
+    if not values:
+        return 0.0
+    rank = max(1, math.ceil(pct / 100 * len(values)))
+    return values[min(rank, len(values)) - 1]
+
+
+def latency_ms(seconds: Iterable[float]) -> dict[str, float]:
+    """p50, p95, p99 and max of durations given in seconds, as milliseconds."""
+    ordered = sorted(seconds)
+    figures = {f"p{p}": percentile(ordered, p) for p in (50, 95, 99)}
+    figures["max"] = ordered[-1] if ordered else 0.0
+    return {name: round(value * 1000, 2) for name, value in figures.items()}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How one run's requests arrived, against what was expected."""
+
+    expected: int
+    delivered: int
+    missing: int
+    duplicates: int
+    unexpected: int
+    fires_per_s: float
+    lag_ms: dict[str, float]
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "expected": self.expected,
+            "delivered": self.delivered,
+            "missing": self.missing,
+            "duplicates": self.duplicates,
+            "unexpected": self.unexpected,
+            "fires_per_s": self.fires_per_s,
+            "lag_ms": self.lag_ms,
+            "seconds": self.seconds,
+        }
+
+
+def analyse(expected: Mapping[Key, float], records: Iterable[tuple[str, str, float]]) -> Delivery:
+    """Compare the receiver's records ``(n, scheduled_for, arrival)`` with the expected due instants."""
+    parsed: dict[str, float] = {}
+    first: dict[Key, float] = {}
+    hits: Counter[Key] = Counter()
+    for n, scheduled, arrival in records:
+        if scheduled not in parsed:
+            parsed[scheduled] = datetime.fromisoformat(scheduled).timestamp() if scheduled else 0.0
+        key = key_of(n, parsed[scheduled])
+        hits[key] += 1
+        if key not in first or arrival < first[key]:
+            first[key] = arrival
+    on_plan = [key for key in first if key in expected]
+    lags = [first[key] - expected[key] for key in on_plan]
+    start = min(expected.values(), default=0.0)
+    end = max((first[key] for key in on_plan), default=start)
+    seconds = max(end - start, 1e-6)
+    return Delivery(
+        expected=len(expected),
+        delivered=len(on_plan),
+        missing=len(expected) - len(on_plan),
+        duplicates=sum(count - 1 for count in hits.values()),
+        unexpected=len(first) - len(on_plan),
+        fires_per_s=round(len(on_plan) / seconds, 1) if on_plan else 0.0,
+        lag_ms=latency_ms(lags),
+        seconds=round(seconds, 3),
+    )
+
+
+def ratio(value: float | None, reference: float | None) -> float | None:
+    if value is None or not reference:
+        return None
+    return round(value / reference, 3)
+
+
+ROWS = (
+    ("fires/s", ("fires_per_s",)),
+    ("lag p50 ms", ("lag_ms", "p50")),
+    ("lag p95 ms", ("lag_ms", "p95")),
+    ("lag p99 ms", ("lag_ms", "p99")),
+    ("lag max ms", ("lag_ms", "max")),
+    ("delivered", ("delivered",)),
+    ("missing", ("missing",)),
+    ("duplicates", ("duplicates",)),
+    ("unexpected", ("unexpected",)),
+)
+
+
+def _dig(data: Mapping[str, Any] | None, path: Sequence[str]) -> Any:
+    value: Any = data
+    for part in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def delivery_table(title: str, oste: Mapping[str, Any], limit: Mapping[str, Any] | None) -> Table:
+    """OSTE beside the limit, with OSTE/limit ratios."""
+    table = Table(title=title, title_justify="left")
+    for column in ("", "OSTE", "limit", "OSTE / limit"):
+        table.add_column(column, justify="right" if column else "left")
+    for label, path in ROWS:
+        mine, theirs = _dig(oste, path), _dig(limit, path)
+        both = isinstance(mine, float) and isinstance(theirs, float)
+        table.add_row(label, _fmt(mine), _fmt(theirs), _fmt(ratio(mine, theirs)) if both else "")
+    return table
+
+
+def facts_table(title: str, facts: Mapping[str, Any]) -> Table:
+    """A two-column table of named figures."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    for name, value in facts.items():
+        if isinstance(value, Mapping):
+            for part, inner in value.items():
+                if not isinstance(inner, (Mapping, list)):
+                    table.add_row(f"{name} {part}", _fmt(inner))
+        elif not isinstance(value, list):
+            table.add_row(name, _fmt(value))
+    return table
+
+
+def usage_facts(usage: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One line per OSTE process: peak RSS and CPU seconds."""
+    facts: dict[str, Any] = {}
+    for index, item in enumerate(usage):
+        label = f"{item['role']} #{index + 1}" if item["role"] == "worker" else str(item["role"])
+        facts[f"{label} peak RSS MB"] = item["peak_rss_mb"]
+        facts[f"{label} CPU s (measured window)"] = item["cpu_s"]
+    return facts
+
+
+def print_report(result: Mapping[str, Any], console: Console) -> None:
+    """The human form of a result: the run, OSTE vs the limit, the workload's own figures, resources."""
+    head = (
+        f"oste bench {result['workload']} — {result['database']}, {result['topology']}, {result['cpus']} CPUs"
+    )
+    console.print(head)
+    oste = result.get("oste") or {}
+    if "lag_ms" in oste:
+        console.print(delivery_table("delivery", oste, result.get("limit")))
+    elif oste:
+        console.print(facts_table("stored as asked", oste))
+    own = result.get(result["workload"])
+    if isinstance(own, Mapping):
+        console.print(facts_table(result["workload"], own))
+    if result.get("usage"):
+        console.print(facts_table("OSTE processes", usage_facts(result["usage"])))
+    for note in result.get("notes", []):
+        console.print(f"note: {note}")
+    verdict = (
+        "OK: nothing missing, nothing doubled" if result["ok"] else "FAILED: " + "; ".join(result["problems"])
+    )
+    console.print(verdict)

@@ -1,0 +1,237 @@
+"""The five workloads of ``oste bench``. Each returns a result dictionary (see ``oste.bench.run``).
+
+- ``burst``: N activities due at one instant; fires/s and lag.
+- ``steady``: R activities per second for D seconds; lag percentiles.
+- ``scale``: the burst on an empty store, then again with M future activities stored; the ratio, and
+  how long the claim query takes with M stored.
+- ``cron``: K recurring activities on one schedule for D seconds; every occurrence must arrive.
+- ``api``: creation rate through the batch endpoint and single-create latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from oste.bench import probe
+from oste.bench.client import COMPANY, SOLUTION
+from oste.bench.harness import Deployment, Harness
+from oste.bench.report import Delivery, Key, key_of, latency_ms
+
+Result = dict[str, Any]
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "burst": {"count": 20_000},
+    "steady": {"rate": 300, "duration": 60.0},
+    "scale": {"count": 20_000, "stored": 1_000_000},
+    "cron": {"recurring": 100, "duration": 150.0, "cron": "* * * * *"},
+    "api": {"count": 20_000, "singles": 1000},
+}
+API_CREATES_PER_SECOND = 800.0
+"""A cautious guess of the batch API's speed, to schedule a workload after its creation is done."""
+FAR_FUTURE = 86400.0
+
+
+def burst_plan(count: int, at: float) -> dict[Key, float]:
+    """``count`` activities all due at ``at`` (whole milliseconds)."""
+    at = round(at, 3)
+    return {key_of(i, at): at for i in range(count)}
+
+
+def steady_plan(rate: int, duration: float, start: float) -> dict[Key, float]:
+    """``rate`` activities per second for ``duration`` seconds from ``start`` (whole milliseconds)."""
+    start = round(start, 3)
+    plan = {}
+    for i in range(round(rate * duration)):
+        due = round(start + i / rate, 3)
+        plan[key_of(i, due)] = due
+    return plan
+
+
+def fired(delivery: Delivery | None) -> Result:
+    return delivery.as_dict() if delivery else {}
+
+
+async def fire(
+    harness: Harness, label: str, make_plan: Callable[[float], dict[Key, float]], size: int
+) -> tuple[Delivery, list[dict[str, Any]], list[str]]:
+    """One OSTE run of a one-shot plan: deploy, create ahead via the API, wait for every arrival."""
+    async with harness.deployment() as deployment:
+        plan = make_plan(time.time() + harness.lead(size, API_CREATES_PER_SECOND))
+        await harness.create(deployment, plan, label)
+        deployment.meter.begin()
+        delivery = await harness.arrivals(plan, label, deployment)
+        usage = [u.as_dict() for u in deployment.meter.end()]
+        return delivery, usage, deployment.notes
+
+
+async def burst(harness: Harness) -> Result:
+    count = harness.options.count or DEFAULTS["burst"]["count"]
+    oste, usage, notes = await fire(harness, "OSTE", lambda at: burst_plan(count, at), count)
+    limit = await harness.limit(burst_plan(count, time.time()))
+    return {
+        "params": {"count": count},
+        "oste": fired(oste),
+        "limit": fired(limit),
+        "usage": usage,
+        "notes": notes,
+    }
+
+
+async def steady(harness: Harness) -> Result:
+    opts = harness.options
+    rate, duration = opts.rate, opts.duration or DEFAULTS["steady"]["duration"]
+    size = round(rate * duration)
+    oste, usage, notes = await fire(harness, "OSTE", lambda at: steady_plan(rate, duration, at), size)
+    limit = await harness.limit(steady_plan(rate, duration, time.time()))
+    return {
+        "params": {"rate": rate, "duration": duration},
+        "oste": fired(oste),
+        "limit": fired(limit),
+        "usage": usage,
+        "notes": notes,
+    }
+
+
+async def scale(harness: Harness) -> Result:
+    opts = harness.options
+    count = opts.count or DEFAULTS["scale"]["count"]
+    empty, empty_usage, notes = await fire(
+        harness, "OSTE, empty store", lambda at: burst_plan(count, at), count
+    )
+    async with harness.deployment() as deployment:
+        async with probe.database(deployment.url):
+            bar = harness.view.phase(f"storing {opts.stored:,} future activities", opts.stored)
+            store_seconds = await probe.prestore(
+                COMPANY, SOLUTION, deployment.client.types, opts.stored, bar.advance
+            )
+        plan = burst_plan(count, time.time() + harness.lead(count, API_CREATES_PER_SECOND))
+        await harness.create(deployment, plan, "OSTE, stored")
+        deployment.meter.begin()
+        stored = await harness.arrivals(plan, f"OSTE, {opts.stored:,} stored", deployment)
+        usage = [u.as_dict() for u in deployment.meter.end()]
+        async with probe.database(deployment.url):
+            claims = await probe.time_claims(opts.claim_probes)
+        notes += deployment.notes
+    limit = await harness.limit(burst_plan(count, time.time()))
+    facts = {
+        "stored": opts.stored,
+        "store_method": "Store.create_activities in the bench process (not the API), 5,000 per transaction",
+        "store_seconds": round(store_seconds, 1),
+        "store_per_s": round(opts.stored / store_seconds, 1) if store_seconds else None,
+        "ratio_to_empty": round(stored.fires_per_s / empty.fires_per_s, 3) if empty.fires_per_s else None,
+        "claim_query_ms": latency_ms(claims),
+        "claim_query": f"DispatchStore.claim_due over all partitions, nothing due, {len(claims)} times",
+        "empty_store": empty.as_dict(),
+        "empty_store_usage": empty_usage,
+    }
+    return {
+        "params": {"count": count, "stored": opts.stored},
+        "oste": stored.as_dict(),
+        "limit": fired(limit),
+        "usage": usage,
+        "scale": facts,
+        "notes": notes,
+    }
+
+
+async def _gather_limited(jobs: list[Callable[[], Awaitable[None]]], at_once: int) -> None:
+    queue = list(reversed(jobs))
+
+    async def worker() -> None:
+        while queue:
+            await queue.pop()()
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(at_once, len(jobs))))))
+
+
+async def cron(harness: Harness) -> Result:
+    opts = harness.options
+    k, duration = opts.recurring, opts.duration or DEFAULTS["cron"]["duration"]
+    async with harness.deployment(types=min(opts.types, k)) as deployment:
+        client = deployment.client
+        start = time.time() + harness.lead(k, 100.0)
+        end = start + duration
+        times = await client.fire_times(opts.cron, start, end)
+        if not times:
+            raise ValueError(f"{opts.cron!r} does not fire within {duration:g} s: give a longer --duration")
+        plan = {key_of(n, t): t for n in range(k) for t in times}
+        bar = harness.view.phase("OSTE: creating recurring activities", k)
+        jobs = [lambda n=n: client.create_recurring(n, opts.cron, start, end, bar.advance) for n in range(k)]
+        await _gather_limited(jobs, opts.batch_concurrency * 2)
+        if time.time() > start:
+            deployment.notes.append(f"creating the recurring activities ran {time.time() - start:.1f} s late")
+        deployment.meter.begin()
+        oste = await harness.arrivals(plan, "OSTE occurrences", deployment)
+        usage = [u.as_dict() for u in deployment.meter.end()]
+        notes = deployment.notes
+    if oste.delivered == 0:
+        notes.append("no occurrence arrived: do recurring activities get expanded (the expander running)?")
+    limit = await harness.limit(plan)
+    facts = {"recurring": k, "schedule": opts.cron, "fire_times": len(times), "occurrences": len(plan)}
+    return {
+        "params": {"recurring": k, "duration": duration, "cron": opts.cron},
+        "oste": oste.as_dict(),
+        "limit": fired(limit),
+        "usage": usage,
+        "cron": facts,
+        "notes": notes,
+    }
+
+
+async def api(harness: Harness) -> Result:
+    opts = harness.options
+    count = opts.count or DEFAULTS["api"]["count"]
+    async with harness.deployment() as deployment:
+        client = deployment.client
+        due = time.time() + FAR_FUTURE
+        bar = harness.view.phase("OSTE: batch create", count)
+        deployment.meter.begin()
+        batch_seconds = await client.create_batches(
+            [(i, due) for i in range(count)], opts.batch_concurrency, bar.advance
+        )
+        singles = await _singles(harness, deployment, count, due)
+        usage = [u.as_dict() for u in deployment.meter.end()]
+        stored = await client.count_activities("scheduled")
+    expected = count + opts.singles
+    facts = {
+        "batch_activities": count,
+        "batch_concurrency": opts.batch_concurrency,
+        "batch_per_s": round(count / batch_seconds, 1) if batch_seconds else None,
+        "singles": opts.singles,
+        "single_create_ms": latency_ms(singles),
+        "stored_after": stored,
+    }
+    oste = {
+        "expected": expected,
+        "missing": max(0, expected - stored),
+        "duplicates": max(0, stored - expected),
+    }
+    return {
+        "params": {"count": count, "singles": opts.singles},
+        "oste": oste,
+        "limit": None,
+        "usage": usage,
+        "api": facts,
+        "notes": deployment.notes,
+    }
+
+
+async def _singles(harness: Harness, deployment: Deployment, offset: int, due: float) -> list[float]:
+    """Latencies of ``--singles`` single creates, one after another."""
+    bar = harness.view.phase("OSTE: single creates", harness.options.singles)
+    latencies = []
+    for i in range(harness.options.singles):
+        latencies.append(await deployment.client.create_one(offset + i, due))
+        bar.advance()
+    return latencies
+
+
+WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
+    "burst": burst,
+    "steady": steady,
+    "scale": scale,
+    "cron": cron,
+    "api": api,
+}
