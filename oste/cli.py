@@ -90,6 +90,7 @@ def add_bench_parser(commands: Any) -> None:
     add("--rate", type=int, default=300, help="steady: activities due per second (default 300)")
     add("--duration", type=float, help="steady/cron: seconds the workload lasts")
     add("--stored", type=int, default=1_000_000, help="scale: future activities stored first")
+    add("--claim-probes", type=int, default=200, help="scale: claim queries timed (default 200)")
     add("--recurring", type=int, default=100, help="cron: recurring activities (default 100)")
     add("--cron", default="* * * * *", help="cron: their schedule, 5 fields or 6 with seconds")
     add("--singles", type=int, default=1000, help="api: single creates timed one by one (default 1000)")
@@ -215,6 +216,7 @@ def _bench(args: argparse.Namespace) -> int:
         batch_concurrency=args.batch_concurrency,
         lead=args.lead,
         timeout=args.timeout,
+        claim_probes=args.claim_probes,
         run_limit=not args.no_limit,
         progress=not args.no_progress,
         work_dir=Path(args.work_dir) if args.work_dir else None,
