@@ -342,6 +342,8 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "Change a recurring activity",
             "RecurringActivity",
             body="RecurringActivityPatch",
+            description="Occurrences not fired yet are replaced under the new values; its next "
+            "occurrence is created at once.",
         ),
         Op(
             "DELETE",
@@ -357,6 +359,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "pauseRecurringActivity",
             "Pause a recurring activity",
             "RecurringActivity",
+            description="Its occurrences that have not fired yet are cancelled.",
         ),
         Op(
             "POST",
@@ -364,6 +367,31 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "resumeRecurringActivity",
             "Resume a recurring activity",
             "RecurringActivity",
+            description="Re-plans from its cursor under the catch-up policy: occurrences missed while "
+            "paused fire (`latest`, `all`) or are skipped and counted (`skip`, `catchup_window`).",
+        ),
+        Op(
+            "POST",
+            RECURRING + "/{id}/run-now",
+            "runRecurringActivityNow",
+            "Fire one occurrence now",
+            "Activity",
+            201,
+            conflict="an occurrence at this very instant exists",
+            description="Creates one occurrence due now (its Idempotency-Key derived from the recurring "
+            "activity and now) without moving the schedule or counting a run.",
+        ),
+        Op(
+            "POST",
+            RECURRING + "/{id}/backfill",
+            "backfillRecurringActivity",
+            "Create the occurrences of a past range",
+            "BackfillResult",
+            201,
+            body="BackfillRequest",
+            description="The schedule's occurrences in [`from`, `to`] that do not exist yet, due now. "
+            "`overlap`: `allow` creates them all; `skip` the oldest (none while an occurrence is busy), "
+            "counting the rest as skipped; `buffer_one` the oldest, the rest queued one at a time.",
         ),
     ),
     "Schedules": (
@@ -374,7 +402,8 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "Preview a schedule's next fire times",
             "SchedulePreview",
             body="SchedulePreviewRequest",
-            description="Nothing is stored. Any valid token may call it.",
+            description="Nothing is stored. Any valid token may call it. `occurrences` annotates the "
+            "DST-affected ones (`shifted`, `skipped`, `first`, `second`…) under the given DST policy.",
         ),
     ),
 }

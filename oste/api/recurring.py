@@ -1,8 +1,12 @@
-"""Recurring activities and the schedule preview."""
+"""Recurring activities (their policies, run-now and backfill) and the schedule preview.
+
+Creating, changing or resuming a recurring activity materialises its next occurrence at once; changing
+it replaces the occurrences not fired yet; pausing or deleting cancels them.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -12,12 +16,32 @@ from starlette.routing import Route
 from oste.api import render, schemas
 from oste.api.activities import TypeCache
 from oste.api.context import body, ctx, principal, solution_in_path
-from oste.api.requests import paging, parse_time, parse_uuid
+from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json, no_content
 from oste.domain import records as r
+from oste.domain.recurrence import (
+    Catchup,
+    DstAmbiguous,
+    DstNonexistent,
+    Overlap,
+    Recurrence,
+    check_choice,
+    policy_of,
+)
 from oste.domain.schedule import Schedule, parse_schedule
+from oste.errors import InvalidInput
+from oste.storage.occurrences import RecurrenceStore, recurrence_of
 
 NEXT_FIRE_TIMES_SHOWN = 5
+MAX_POLICY_DURATION = 366 * 86400.0
+"""Longest ``catchup_window``, ``max_jitter`` or ``spread``."""
+_CHOICES = {
+    "dst_nonexistent": DstNonexistent,
+    "dst_ambiguous": DstAmbiguous,
+    "catchup": Catchup,
+    "overlap": Overlap,
+}
+_DURATIONS = ("catchup_window", "max_jitter", "spread")
 
 
 def _bounds(
@@ -38,6 +62,35 @@ def schedule_of(data: dict[str, Any], current: r.RecurringActivity | None = None
     return parse_schedule(raw, timezone, start_at, end_at)
 
 
+def policy_values(data: dict[str, Any]) -> dict[str, Any]:
+    """The policy fields given in a body, validated (durations in seconds; null means none)."""
+    values: dict[str, Any] = {}
+    for name, enum in _CHOICES.items():
+        if name in data:
+            values[name] = check_choice(enum, data[name], name)
+    for name in _DURATIONS:
+        if name in data:
+            raw = data[name]
+            seconds = parse_duration(raw, name, MAX_POLICY_DURATION) if raw is not None else None
+            values[name] = seconds if name == "catchup_window" else (seconds or 0.0)
+    if "max_runs" in data:
+        values["max_runs"] = data["max_runs"]
+    return values
+
+
+def store_of(request: Request) -> RecurrenceStore:
+    return RecurrenceStore(ctx(request).store.clock)
+
+
+async def _materialised(request: Request, recurring_id: Any) -> None:
+    """Create the next occurrence now, and tell the engine when it is due."""
+    store = store_of(request)
+    await store.materialise(recurring_id)
+    current = await store.get(recurring_id)
+    if current.next_fire_at is not None and not current.paused:
+        ctx(request).notify_due(current.last_occurrence_at or current.next_fire_at)
+
+
 async def create(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     api = ctx(request)
@@ -47,7 +100,9 @@ async def create(request: Request) -> Response:
     parameter = data.get("parameter", {})
     object_id = cache.rules[kind.name].check(parameter)
     schedule = schedule_of(data)
-    upcoming = schedule.next_fire_times(api.store.clock.now(), 1)
+    policy = policy_values(data)
+    now = api.store.clock.now()
+    upcoming = Recurrence(schedule, **_dst(policy)).fire_times(now, 1)
     values = {
         "schedule": data["schedule"],
         "timezone": schedule.timezone,
@@ -59,9 +114,37 @@ async def create(request: Request) -> Response:
         "object_id": object_id,
         "paused": data.get("paused", False),
         "next_fire_at": upcoming[0] if upcoming else None,
+        "planned_until": now,
+        "expand_at": now,
+        **policy,
     }
     created = await api.store.create_recurring(kind, values)
-    return json(render.recurring(created), 201)
+    await _materialised(request, created.id)
+    return json(_rendered(await api.store.get_recurring(solution, created.id), now), 201)
+
+
+def _dst(policy: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nonexistent": DstNonexistent(policy.get("dst_nonexistent", DstNonexistent.SHIFT)),
+        "ambiguous": DstAmbiguous(policy.get("dst_ambiguous", DstAmbiguous.FIRST)),
+    }
+
+
+def _rendered(recurring: r.RecurringActivity, now: datetime) -> dict[str, Any]:
+    upcoming = [] if recurring.next_fire_at is None else _upcoming(recurring, now)
+    return render.recurring(recurring, upcoming)
+
+
+def _upcoming(recurring: r.RecurringActivity, now: datetime) -> list[datetime]:
+    """The next fire times: from the next one planned (or now), capped by ``max_runs``."""
+    policy = policy_of(recurring.__dict__)
+    count = NEXT_FIRE_TIMES_SHOWN
+    if policy.max_runs is not None:
+        count = min(count, max(policy.max_runs - recurring.runs, 0))
+    if count == 0:
+        return []
+    start = min(filter(None, (recurring.next_fire_at, now)))
+    return recurrence_of(recurring).fire_times(start - timedelta(microseconds=1), count)
 
 
 async def recurring_in_path(request: Request) -> tuple[r.Solution, r.RecurringActivity]:
@@ -72,9 +155,7 @@ async def recurring_in_path(request: Request) -> tuple[r.Solution, r.RecurringAc
 
 async def get_one(request: Request) -> Response:
     _, recurring = await recurring_in_path(request)
-    schedule = schedule_of({}, recurring)
-    upcoming = schedule.next_fire_times(ctx(request).store.clock.now(), NEXT_FIRE_TIMES_SHOWN)
-    return json(render.recurring(recurring, upcoming))
+    return json(_rendered(recurring, ctx(request).store.clock.now()))
 
 
 async def list_all(request: Request) -> Response:
@@ -90,41 +171,50 @@ async def patch(request: Request) -> Response:
     data = schemas.check_shape(schemas.RECURRING_PATCH, await body(request))
     cache = TypeCache(api, solution)
     kind = await cache.get(data.get("activity_type", recurring.activity_type), "activity_type")
-    changes: dict[str, Any] = {k: data[k] for k in ("retries", "priority", "paused") if k in data}
+    changes: dict[str, Any] = {k: data[k] for k in ("retries", "priority") if k in data}
     if "parameter" in data or "activity_type" in data:
         parameter = data.get("parameter", recurring.parameter)
         changes["object_id"] = cache.rules[kind.name].check(parameter)
         changes["parameter"] = parameter
     schedule = schedule_of(data, recurring)
+    policy = policy_values(data)
+    merged = {**recurring.__dict__, **policy}
+    upcoming = Recurrence(schedule, **_dst(merged)).fire_times(api.store.clock.now(), 1)
     changes.update(
         schedule=data.get("schedule", recurring.schedule),
         timezone=schedule.timezone,
         start_at=schedule.start_at,
         end_at=schedule.end_at,
+        next_fire_at=upcoming[0] if upcoming else None,
+        **policy,
     )
-    upcoming = schedule.next_fire_times(api.store.clock.now(), 1)
-    changes["next_fire_at"] = upcoming[0] if upcoming else None
-    moved = kind if kind.id != recurring.activity_type_id else None
-    updated = await api.store.update_recurring(recurring, changes, moved)
-    return json(render.recurring(updated))
-
-
-async def _set_paused(request: Request, paused: bool) -> Response:
-    _, recurring = await recurring_in_path(request)
-    api = ctx(request)
-    changes: dict[str, Any] = {"paused": paused}
-    if not paused:
-        upcoming = schedule_of({}, recurring).next_fire_times(api.store.clock.now(), 1)
-        changes["next_fire_at"] = upcoming[0] if upcoming else None
-    return json(render.recurring(await api.store.update_recurring(recurring, changes)))
+    if kind.id != recurring.activity_type_id:
+        changes.update(activity_type_id=kind.id, partition=kind.partition)
+    store = store_of(request)
+    await store.replace_unfired(recurring, changes)
+    current = await api.store.get_recurring(solution, recurring.id)
+    if data.get("paused") is True:
+        await store.pause(current)
+    elif data.get("paused") is False:
+        await store.resume(current)
+    await _materialised(request, recurring.id)
+    return json(_rendered(await api.store.get_recurring(solution, recurring.id), api.store.clock.now()))
 
 
 async def pause(request: Request) -> Response:
-    return await _set_paused(request, True)
+    solution, recurring = await recurring_in_path(request)
+    await store_of(request).pause(recurring)
+    api = ctx(request)
+    return json(_rendered(await api.store.get_recurring(solution, recurring.id), api.store.clock.now()))
 
 
 async def resume(request: Request) -> Response:
-    return await _set_paused(request, False)
+    solution, recurring = await recurring_in_path(request)
+    store = store_of(request)
+    await store.resume(recurring)
+    await _materialised(request, recurring.id)
+    api = ctx(request)
+    return json(_rendered(await api.store.get_recurring(solution, recurring.id), api.store.clock.now()))
 
 
 async def delete(request: Request) -> Response:
@@ -133,14 +223,50 @@ async def delete(request: Request) -> Response:
     return no_content()
 
 
+async def run_now(request: Request) -> Response:
+    """Fire one occurrence now, keyed by now; the schedule does not move."""
+    solution, recurring = await recurring_in_path(request)
+    api = ctx(request)
+    kind = await TypeCache(api, solution).get(recurring.activity_type, "activity_type")
+    created = await store_of(request).run_now(recurring, kind)
+    api.notify_due(created.scheduled_for)
+    return json(render.activity(created), 201)
+
+
+async def backfill(request: Request) -> Response:
+    """Create the occurrences of a past range now, under an overlap policy."""
+    solution, recurring = await recurring_in_path(request)
+    api = ctx(request)
+    data = schemas.check_shape(schemas.BACKFILL, await body(request))
+    start, end = parse_time(data["from"], "from"), parse_time(data["to"], "to")
+    now = api.store.clock.now()
+    if end < start:
+        raise InvalidInput.field("to", "must not be before from")
+    if end > now:
+        raise InvalidInput.field("to", "must not be in the future: backfill covers past occurrences")
+    overlap = Overlap(check_choice(Overlap, data.get("overlap", "allow"), "overlap"))
+    kind = await TypeCache(api, solution).get(recurring.activity_type, "activity_type")
+    created, queued, skipped = await store_of(request).backfill(recurring, kind, start, end, overlap)
+    if created:
+        api.notify_due(now)
+    result = {
+        "created": [render.activity(a) for a in created],
+        "queued": queued,
+        "skipped": skipped,
+    }
+    return json(result, 201)
+
+
 async def preview(request: Request) -> Response:
-    """The next N fire times of a schedule, without storing anything."""
+    """The next N fire times of a schedule under its DST policy, annotated; nothing is stored."""
     await principal(request)
     data = schemas.check_shape(schemas.SCHEDULE_PREVIEW, await body(request))
     schedule = schedule_of(data)
+    policy = policy_values({k: data[k] for k in ("dst_nonexistent", "dst_ambiguous") if k in data})
     after = parse_time(data["after"], "after") if "after" in data else ctx(request).store.clock.now()
-    times = schedule.next_fire_times(after, data.get("count", 10))
-    return json({"timezone": schedule.timezone, "fire_times": [render.iso(t) for t in times]})
+    recurrence = Recurrence(schedule, **_dst(policy))
+    found = recurrence.occurrences(after, data.get("count", 10), annotate_skipped=True)
+    return json(render.preview(schedule.timezone, found))
 
 
 RECURRING = SOLUTION + "/recurring-activities"
@@ -153,5 +279,7 @@ ROUTES = [
     Route(RECURRING + "/{id}", delete, methods=["DELETE"]),
     Route(RECURRING + "/{id}/pause", pause, methods=["POST"]),
     Route(RECURRING + "/{id}/resume", resume, methods=["POST"]),
+    Route(RECURRING + "/{id}/run-now", run_now, methods=["POST"]),
+    Route(RECURRING + "/{id}/backfill", backfill, methods=["POST"]),
     Route("/v1/schedule-preview", preview, methods=["POST"]),
 ]

@@ -114,12 +114,41 @@ def recurring(ra: r.RecurringActivity, next_fire_times: list[Any] | None = None)
         "object_id": ra.object_id,
         "paused": ra.paused,
         "next_fire_at": iso(ra.next_fire_at),
+        "dst_nonexistent": ra.dst_nonexistent,
+        "dst_ambiguous": ra.dst_ambiguous,
+        "catchup": ra.catchup,
+        "catchup_window": format_duration(ra.catchup_window) if ra.catchup_window is not None else None,
+        "overlap": ra.overlap,
+        "max_jitter": format_duration(ra.max_jitter) if ra.max_jitter else None,
+        "spread": format_duration(ra.spread) if ra.spread else None,
+        "max_runs": ra.max_runs,
+        "runs": ra.runs,
+        "skipped": ra.skipped,
+        "last_occurrence_at": iso(ra.last_occurrence_at),
+        "backlog": [iso(t) for t in ra.backlog],
         "created_at": iso(ra.created_at),
         "updated_at": iso(ra.updated_at),
     }
     if next_fire_times is not None:
         out["next_fire_times"] = [iso(t) for t in next_fire_times]
     return out
+
+
+def preview(timezone: str, occurrences: list[Any]) -> dict[str, Any]:
+    """A schedule preview: the fire times, and every occurrence with its local time and DST note."""
+    return {
+        "timezone": timezone,
+        "fire_times": [iso(o.at) for o in occurrences if o.fires],
+        "occurrences": [
+            {
+                "at": iso(o.at),
+                "local_time": o.local.isoformat(),
+                "fires": o.fires,
+                "dst": o.dst.value if o.dst else None,
+            }
+            for o in occurrences
+        ],
+    }
 
 
 def execution(e: r.Execution) -> dict[str, Any]:

@@ -147,6 +147,49 @@ ACTIVITY_BULK = _obj(
     },
     ("filter", "action"),
 )
+NULLABLE_DURATION = {**DURATION, "type": ["string", "null"]}
+RECURRING_POLICIES: dict[str, Any] = {
+    "dst_nonexistent": {
+        "type": "string",
+        "enum": ["shift", "skip"],
+        "default": "shift",
+        "description": "a local time the clocks spring forward over: fire at the first valid instant "
+        "after it (shift) or not at all (skip)",
+    },
+    "dst_ambiguous": {
+        "type": "string",
+        "enum": ["first", "second", "both"],
+        "default": "first",
+        "description": "a local time the clocks fall back over (it happens twice): which instants fire",
+    },
+    "catchup": {
+        "type": "string",
+        "enum": ["latest", "all", "skip"],
+        "default": "latest",
+        "description": "missed occurrences (engine down, activity paused): fire the latest once, all "
+        "(at most 100), or none; the others are counted in `skipped`",
+    },
+    "catchup_window": {
+        **NULLABLE_DURATION,
+        "description": "missed occurrences older than this are skipped (null: no limit)",
+    },
+    "overlap": {
+        "type": "string",
+        "enum": ["allow", "skip", "buffer_one"],
+        "default": "allow",
+        "description": "an occurrence falling due while the previous one runs or waits for a retry: "
+        "fire anyway, skip it, or let it (one) wait",
+    },
+    "max_jitter": {
+        **NULLABLE_DURATION,
+        "description": "random delay up to this, never reaching the next occurrence",
+    },
+    "spread": {
+        **NULLABLE_DURATION,
+        "description": "stable delay in [0, spread) derived from the id, to flatten herds at :00",
+    },
+    "max_runs": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000},
+}
 RECURRING_CREATE = _obj(
     {
         "activity_type": SLUG_SCHEMA,
@@ -158,6 +201,7 @@ RECURRING_CREATE = _obj(
         "retries": {**RETRIES, "type": ["integer", "null"]},
         "priority": PRIORITY,
         "paused": {"type": "boolean"},
+        **RECURRING_POLICIES,
     },
     ("activity_type", "schedule"),
 )
@@ -170,8 +214,18 @@ SCHEDULE_PREVIEW = _obj(
         "end_at": NULLABLE_DATETIME,
         "after": DATETIME,
         "count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+        "dst_nonexistent": RECURRING_POLICIES["dst_nonexistent"],
+        "dst_ambiguous": RECURRING_POLICIES["dst_ambiguous"],
     },
     ("schedule",),
+)
+BACKFILL = _obj(
+    {
+        "from": DATETIME,
+        "to": {**DATETIME, "description": "RFC 3339 with offset; not in the future"},
+        "overlap": {**RECURRING_POLICIES["overlap"], "default": "allow"},
+    },
+    ("from", "to"),
 )
 
 _TIMES = {"created_at": DATETIME, "updated_at": DATETIME}
@@ -245,6 +299,18 @@ RECURRING = _obj(
         "object_id": {"type": ["string", "null"]},
         "next_fire_at": NULLABLE_DATETIME,
         "next_fire_times": {"type": "array", "items": DATETIME},
+        "runs": {"type": "integer", "minimum": 0, "description": "occurrences the schedule created"},
+        "skipped": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "occurrences skipped by the catch-up, window or overlap policies",
+        },
+        "last_occurrence_at": NULLABLE_DATETIME,
+        "backlog": {
+            "type": "array",
+            "items": DATETIME,
+            "description": "backfilled occurrences waiting their turn",
+        },
         **_TIMES,
     },
     ("id", "activity_type", "schedule", "timezone", "parameter", "priority", "paused", "next_fire_at"),
@@ -268,7 +334,43 @@ BULK_RESULT = _obj(
     {"action": {"type": "string"}, "changed": {"type": "integer", "minimum": 0}}, ("action", "changed")
 )
 SCHEDULE_PREVIEW_RESULT = _obj(
-    {"timezone": {"type": "string"}, "fire_times": {"type": "array", "items": DATETIME}}, ("fire_times",)
+    {
+        "timezone": {"type": "string"},
+        "fire_times": {"type": "array", "items": DATETIME},
+        "occurrences": {
+            "type": "array",
+            "description": "each local time the schedule matched, with what the DST policy did",
+            "items": _obj(
+                {
+                    "at": DATETIME,
+                    "local_time": {"type": "string", "description": "local wall-clock time, no offset"},
+                    "fires": {"type": "boolean"},
+                    "dst": {
+                        "type": ["string", "null"],
+                        "enum": [
+                            "shifted",
+                            "skipped",
+                            "first",
+                            "second",
+                            "first_skipped",
+                            "second_skipped",
+                            None,
+                        ],
+                    },
+                },
+                ("at", "local_time", "fires", "dst"),
+            ),
+        },
+    },
+    ("fire_times",),
+)
+BACKFILL_RESULT = _obj(
+    {
+        "created": {"type": "array", "items": ACTIVITY},
+        "queued": {"type": "integer", "minimum": 0},
+        "skipped": {"type": "integer", "minimum": 0},
+    },
+    ("created", "queued", "skipped"),
 )
 PROBLEM = {
     "type": "object",
@@ -316,6 +418,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "RecurringActivityCreate": RECURRING_CREATE,
     "RecurringActivityPatch": RECURRING_PATCH,
     "SchedulePreviewRequest": SCHEDULE_PREVIEW,
+    "BackfillRequest": BACKFILL,
 }
 RESPONSES: dict[str, dict[str, Any]] = {
     "Company": COMPANY,
@@ -327,6 +430,7 @@ RESPONSES: dict[str, dict[str, Any]] = {
     "Execution": EXECUTION,
     "BulkResult": BULK_RESULT,
     "SchedulePreview": SCHEDULE_PREVIEW_RESULT,
+    "BackfillResult": BACKFILL_RESULT,
     "Problem": PROBLEM,
 }
 

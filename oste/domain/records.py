@@ -171,6 +171,27 @@ class RecurringActivity:
     next_fire_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    dst_nonexistent: str = "shift"
+    dst_ambiguous: str = "first"
+    catchup: str = "latest"
+    catchup_window: float | None = None
+    overlap: str = "allow"
+    max_jitter: float = 0.0
+    spread: float = 0.0
+    max_runs: int | None = None
+    runs: int = 0
+    """Occurrences the schedule created (run-now and backfill not counted)."""
+    skipped: int = 0
+    """Occurrences skipped by the DST-free policies: catch-up, catch-up window, overlap."""
+    last_occurrence_at: datetime | None = None
+    planned_until: datetime | None = None
+    """Every occurrence at or before this instant is accounted for (created or skipped)."""
+    expand_at: datetime | None = None
+    """When the expander looks at it next."""
+    backlog: tuple[datetime, ...] = ()
+    """Backfilled occurrences waiting their turn (one at a time, ``overlap: buffer_one``)."""
+    revision: int = 0
+    """Bumped by every change: writers that read an older revision lose (optimistic concurrency)."""
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ from oste.engine.balancer import PartitionBalancer
 from oste.engine.completions import CompletionWriter
 from oste.engine.config import EngineConfig
 from oste.engine.executor import Executor
+from oste.engine.expander import Expander, ExpanderConfig
 from oste.engine.maintenance import LeaseKeeper, Rescuer
 from oste.engine.poller import ClaimBook, Poller
 from oste.settings import Settings
 from oste.storage.dispatch import DispatchStore
+from oste.storage.occurrences import RecurrenceStore
 
 log = logging.getLogger("oste.engine")
 
@@ -54,8 +56,11 @@ class Engine:
         dispatch_store: DispatchStore | None = None,
         config: EngineConfig | None = None,
         rng: random.Random | None = None,
+        expander: ExpanderConfig | None = None,
     ) -> None:
         self.settings = settings
+        self.expander_config = expander or ExpanderConfig()
+        self.expander: Expander | None = None
         self.clock = clock or SystemClock()
         self.config = config or EngineConfig.from_settings(settings)
         self.rng = rng or random.Random()
@@ -96,6 +101,8 @@ class Engine:
         self.writer = CompletionWriter(cfg.completions, self.store, self._written)
         self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, self.node)
         await self.balancer.run_once()
+        self.expander = Expander(self.expander_config, RecurrenceStore(self.clock), self.balancer.partitions)
+        await _guarded(self.expander.run_once(), "expanding recurring activities")  # catch up before firing
         self.poller = Poller(
             cfg.poller,
             self.clock,
@@ -115,6 +122,7 @@ class Engine:
         self._spawn("lease-keeper", _every(cfg.lease_refresh_interval, keeper.run_once, "lease keeper"))
         self._spawn("rescuer", _every(cfg.rescuer.interval, rescuer.run_once, "rescuer"))
         self._spawn("balancer", _every(cfg.balancer.interval, self._rebalance, "partition balancer"))
+        self._spawn("expander", _every(self.expander_config.interval, self.expander.run_once, "expander"))
         log.info("engine started: node %s with %d partitions", self.node.id, len(self.partitions()))
 
     def _spawn(self, name: str, job: Awaitable[None]) -> None:

@@ -106,12 +106,30 @@ class RecurringActivity(Model):
     object_id = fields.CharField(max_length=255, null=True)
     paused = fields.BooleanField(default=False)
     next_fire_at = fields.DatetimeField(null=True)
+    dst_nonexistent = fields.CharField(max_length=8, default="shift", db_default="shift")
+    dst_ambiguous = fields.CharField(max_length=8, default="first", db_default="first")
+    catchup = fields.CharField(max_length=8, default="latest", db_default="latest")
+    catchup_window = fields.FloatField(null=True)
+    overlap = fields.CharField(max_length=12, default="allow", db_default="allow")
+    max_jitter = fields.FloatField(default=0.0, db_default=0.0)
+    spread = fields.FloatField(default=0.0, db_default=0.0)
+    max_runs = fields.IntField(null=True)
+    runs = fields.IntField(default=0, db_default=0)
+    skipped = fields.IntField(default=0, db_default=0)
+    last_occurrence_at = fields.DatetimeField(null=True)
+    planned_until = fields.DatetimeField(null=True)
+    expand_at = fields.DatetimeField(null=True)
+    backlog = fields.JSONField(default=list, db_default="[]")
+    revision = fields.IntField(default=0, db_default=0)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
 
     class Meta:
         table = "recurring_activity"
-        indexes = (Index(fields=("partition", "next_fire_at"), name="recurring_due_idx"),)
+        indexes = (
+            Index(fields=("partition", "next_fire_at"), name="recurring_due_idx"),
+            Index(fields=("partition", "expand_at"), name="recurring_expand_idx"),
+        )
 
 
 class Activity(Model):

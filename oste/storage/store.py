@@ -45,6 +45,12 @@ def to_record(cls: type[R], row: Any, **overrides: Any) -> R:
     return cls(**values)
 
 
+def recurring_record(row: Any, type_name: str) -> r.RecurringActivity:
+    """A recurring activity's record from its row (the backlog's instants parsed)."""
+    backlog = tuple(datetime.fromisoformat(t) for t in (row.backlog or []))
+    return to_record(r.RecurringActivity, row, activity_type=type_name, backlog=backlog)
+
+
 def encode_cursor(last_id: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(str(last_id).encode()).decode().rstrip("=")
 
@@ -483,13 +489,13 @@ class Store:
             **_in_utc(values),
         )
         await row.save()
-        return to_record(r.RecurringActivity, row, activity_type=activity_type.name)
+        return recurring_record(row, activity_type.name)
 
     async def get_recurring(self, solution: r.Solution, recurring_id: uuid.UUID) -> r.RecurringActivity:
         query = m.RecurringActivity.filter(id=recurring_id, solution_id=solution.id)
         row = await self._one(query, "recurring activity not found")
         names = await self._type_names(solution.id)
-        return to_record(r.RecurringActivity, row, activity_type=names[row.activity_type_id])
+        return recurring_record(row, names[row.activity_type_id])
 
     async def list_recurring(
         self,
@@ -506,7 +512,7 @@ class Store:
             query,
             limit,
             cursor,
-            lambda row: to_record(r.RecurringActivity, row, activity_type=names[row.activity_type_id]),
+            lambda row: recurring_record(row, names[row.activity_type_id]),
         )
 
     async def update_recurring(

@@ -1,0 +1,439 @@
+"""The recurring half of the Store contract: turning recurring activities into occurrences.
+
+``RecurrenceStore`` plans with ``oste.domain.recurrence`` and writes the outcome. Its guarantees:
+
+- **Idempotent materialisation.** An occurrence is an activity keyed by (recurring activity, occurrence
+  instant), unique in the database: two expanders, or one run twice, never create it twice. Its
+  ``Idempotency-Key`` (and ``webhook-id``) is derived from that pair.
+- **Optimistic concurrency.** Every change of a recurring activity bumps its ``revision``; a plan made
+  from an older revision is dropped whole (nothing created, nothing counted), so an expander racing a
+  PATCH, a pause or another expander never writes a stale plan.
+- **Nothing silent.** Occurrences skipped by the catch-up, window or overlap policies are counted in
+  ``skipped``; occurrences created by the schedule in ``runs``.
+- Raises ``NotFound`` for a recurring activity that no longer exists, ``Unavailable`` when the database
+  cannot be reached.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.transactions import in_transaction
+
+from oste.domain import records as r
+from oste.domain.clock import Clock
+from oste.domain.dispatch import idempotency_key
+from oste.domain.ids import new_id
+from oste.domain.recurrence import (
+    MISFIRE_GRACE,
+    Fire,
+    Overlap,
+    Plan,
+    PlanInput,
+    Recurrence,
+    plan,
+    policy_of,
+)
+from oste.domain.schedule import parse_schedule
+from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
+from oste.storage import models as m
+from oste.storage.store import recurring_record
+
+DEFAULT_LOOKAHEAD = 60.0
+"""Seconds ahead occurrences are created (overlap policies other than ``allow`` wait until due)."""
+MAX_BACKFILL = 1000
+"""Occurrences one backfill may create."""
+_TICK = timedelta(microseconds=1)
+_UNFIRED = {"state": r.ActivityState.SCHEDULED, "attempts": 0}
+
+
+@dataclass(frozen=True)
+class ExpandResult:
+    """What one expansion wrote."""
+
+    recurring: int = 0
+    """Recurring activities planned."""
+    created: int = 0
+    cancelled: int = 0
+    skipped: int = 0
+    stale: int = 0
+    """Plans dropped because the recurring activity changed meanwhile (or another expander won)."""
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """The not-yet-final occurrences of one recurring activity."""
+
+    overdue: dict[datetime, uuid.UUID]
+    busy: bool
+
+
+def recurrence_of(recurring: r.RecurringActivity) -> Recurrence:
+    """The recurring activity's schedule with its DST policy."""
+    schedule = parse_schedule(recurring.schedule, recurring.timezone, recurring.start_at, recurring.end_at)
+    policy = policy_of(recurring.__dict__)
+    return Recurrence(schedule, policy.dst_nonexistent, policy.dst_ambiguous)
+
+
+class RecurrenceStore:
+    """Materialises, replaces and cancels the occurrences of recurring activities. See the module doc."""
+
+    def __init__(self, clock: Clock, rng: random.Random | None = None) -> None:
+        self.clock = clock
+        self.rng = rng
+        self._recurrences: dict[tuple[uuid.UUID, int], Recurrence] = {}
+
+    # --- the expander's side ----------------------------------------------------------------------
+
+    async def due_for_expansion(self, partitions: Sequence[int], limit: int) -> list[r.RecurringActivity]:
+        """Up to ``limit`` active recurring activities in ``partitions`` whose planning time has come."""
+        if not partitions or limit <= 0:
+            return []
+        query = m.RecurringActivity.filter(
+            paused=False, expand_at__lte=self.clock.now().astimezone(UTC), partition__in=list(partitions)
+        )
+        async with _db():
+            rows = await query.order_by("expand_at").limit(limit)
+        return [recurring_record(row, "") for row in rows]
+
+    async def expand(
+        self,
+        recurring: Sequence[r.RecurringActivity],
+        lookahead: float = DEFAULT_LOOKAHEAD,
+        grace: float = MISFIRE_GRACE,
+    ) -> ExpandResult:
+        """Plan each recurring activity at now and write the plans in one transaction.
+
+        Creates the occurrences due up to ``now + lookahead`` (unless they exist), cancels created
+        occurrences the catch-up policy drops, counts the skipped, and moves each one's cursor. A plan
+        whose recurring activity changed since it was read is dropped (counted as ``stale``).
+        """
+        if not recurring:
+            return ExpandResult()
+        now = self.clock.now()
+        pending = await self._pending([ra.id for ra in recurring], now - timedelta(seconds=grace))
+        plans = [(ra, self._plan(ra, pending.get(ra.id), now, lookahead, grace)) for ra in recurring]
+        return await self._write(plans, pending, now)
+
+    def _plan(
+        self, ra: r.RecurringActivity, pending: _Pending | None, now: datetime, lookahead: float, grace: float
+    ) -> Plan:
+        key = (ra.id, ra.revision)
+        recurrence = self._recurrences.get(key)
+        if recurrence is None:
+            if len(self._recurrences) > 50_000:
+                self._recurrences.clear()
+            recurrence = self._recurrences[key] = recurrence_of(ra)
+        item = PlanInput(
+            recurring_id=ra.id,
+            recurrence=recurrence,
+            policy=policy_of(ra.__dict__),
+            planned_until=ra.planned_until or ra.created_at,
+            runs=ra.runs,
+            overdue=tuple(sorted(pending.overdue)) if pending else (),
+            busy=pending.busy if pending else False,
+            backlog=ra.backlog,
+        )
+        return plan(item, now, lookahead, grace, self.rng)
+
+    async def _pending(self, ids: Sequence[uuid.UUID], late_before: datetime) -> dict[uuid.UUID, _Pending]:
+        """Occurrences not final yet, by recurring activity: the overdue unfired ones, and whether one is
+        busy (running, waiting for a retry, or due)."""
+        now = self.clock.now()
+        query = m.Activity.filter(
+            recurring_activity_id__in=list(ids),
+            state__in=[r.ActivityState.SCHEDULED, r.ActivityState.RUNNING],
+        )
+        async with _db():
+            rows = await query.values_list(
+                "id", "recurring_activity_id", "occurrence_at", "state", "attempts", "next_attempt_at"
+            )
+        found: dict[uuid.UUID, _Pending] = {}
+        for activity_id, recurring_id, occurrence_at, state, attempts, due in rows:
+            entry = found.setdefault(recurring_id, _Pending({}, False))
+            unfired = state == r.ActivityState.SCHEDULED and attempts == 0
+            if unfired and due < late_before and occurrence_at is not None:
+                entry.overdue[occurrence_at] = activity_id
+            if not unfired or due <= now:
+                found[recurring_id] = _Pending(entry.overdue, True)
+        return found
+
+    async def _write(
+        self,
+        plans: list[tuple[r.RecurringActivity, Plan]],
+        pending: dict[uuid.UUID, _Pending],
+        now: datetime,
+    ) -> ExpandResult:
+        retries = await self._type_retries({ra.activity_type_id for ra, _ in plans})
+        rows: list[m.Activity] = []
+        cancel: list[uuid.UUID] = []
+        stale = skipped = 0
+        async with _db(), in_transaction():
+            for ra, p in plans:
+                if not await self._advance(ra, p, now):
+                    stale += 1
+                    continue
+                skipped += p.skipped
+                rows.extend(_occurrence_row(ra, f, retries.get(ra.activity_type_id, 0), now) for f in p.fire)
+                overdue = pending[ra.id].overdue if ra.id in pending else {}
+                cancel.extend(overdue[t] for t in p.cancel if t in overdue)
+            if rows:
+                await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
+            cancelled = await self._cancel_unfired(cancel, now) if cancel else 0
+        return ExpandResult(len(plans), len(rows), cancelled, skipped, stale)
+
+    async def _advance(self, ra: r.RecurringActivity, p: Plan, now: datetime) -> bool:
+        """Move the recurring activity's cursor and counters, if nobody changed it since it was read."""
+        values: dict[str, Any] = {
+            "planned_until": p.planned_until,
+            "next_fire_at": p.next_fire_at,
+            "expand_at": p.expand_at,
+            "runs": p.runs,
+            "skipped": ra.skipped + p.skipped,
+            "backlog": [_iso(t) for t in p.backlog],
+            "revision": ra.revision + 1,
+        }
+        if p.last_occurrence_at is not None:
+            values["last_occurrence_at"] = p.last_occurrence_at
+        query = m.RecurringActivity.filter(id=ra.id, revision=ra.revision)
+        return await query.update(**_utc(values)) == 1
+
+    async def _cancel_unfired(self, ids: list[uuid.UUID], now: datetime) -> int:
+        query = m.Activity.filter(id__in=ids, **_UNFIRED)
+        return await query.update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
+
+    async def _type_retries(self, type_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, int]:
+        async with _db():
+            rows = await m.ActivityType.filter(id__in=list(type_ids)).values_list("id", "retries")
+        return dict(rows)
+
+    # --- the API's side -----------------------------------------------------------------------------
+
+    async def get(self, recurring_id: uuid.UUID) -> r.RecurringActivity:
+        """The recurring activity as stored now (any solution). Raises NotFound."""
+        async with _db():
+            row = await m.RecurringActivity.filter(id=recurring_id).first()
+        if row is None:
+            raise NotFound("recurring activity not found")
+        return recurring_record(row, "")
+
+    async def materialise(
+        self, recurring_id: uuid.UUID, lookahead: float = DEFAULT_LOOKAHEAD
+    ) -> ExpandResult:
+        """Plan one recurring activity now (after create, update or resume): its next occurrence is
+        created at once instead of at the next expander tick. A paused one is left alone."""
+        for _ in range(3):
+            current = await self.get(recurring_id)
+            if current.paused:
+                return ExpandResult()
+            result = await self.expand([current], lookahead)
+            if result.stale == 0:
+                return result
+        return ExpandResult(stale=1)
+
+    async def replace_unfired(self, recurring: r.RecurringActivity, changes: dict[str, Any]) -> None:
+        """Apply changes and delete the occurrences not yet fired, re-planning from now.
+
+        The next ``materialise`` creates them anew under the changed schedule, parameter or type.
+        Occurrences already attempted (running, waiting for a retry, finished) are kept.
+        """
+        now = self.clock.now()
+        async with _db(), in_transaction():
+            row = await self._lock(recurring.id)
+            unfired = m.Activity.filter(recurring_activity_id=recurring.id, **_UNFIRED)
+            instants = await unfired.values_list("occurrence_at", flat=True)
+            await unfired.delete()
+            floor = min([now, *(t - _TICK for t in instants if t is not None)])
+            if row.planned_until is not None:
+                floor = min(floor, row.planned_until)
+            values = dict(
+                changes, planned_until=floor, expand_at=now, revision=row.revision + 1, updated_at=now
+            )
+            await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
+
+    async def pause(self, recurring: r.RecurringActivity) -> int:
+        """Pause it and cancel its occurrences not yet fired (they show as ``cancelled``).
+
+        Returns how many were cancelled. Resuming re-plans them under the catch-up policy.
+        """
+        now = self.clock.now()
+        async with _db(), in_transaction():
+            row = await self._lock(recurring.id)
+            unfired = m.Activity.filter(recurring_activity_id=recurring.id, **_UNFIRED)
+            instants = await unfired.values_list("occurrence_at", flat=True)
+            cancelled = await unfired.update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
+            floor = min([now, *(t - _TICK for t in instants if t is not None)])
+            if row.planned_until is not None:
+                floor = min(floor, row.planned_until)
+            values = {"paused": True, "planned_until": floor, "revision": row.revision + 1, "updated_at": now}
+            await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
+        return cancelled
+
+    async def resume(self, recurring: r.RecurringActivity) -> None:
+        """Resume it: the occurrences its pause cancelled are forgotten and everything after its cursor
+        is re-planned from now under the catch-up policy (call ``materialise`` next)."""
+        now = self.clock.now()
+        async with _db(), in_transaction():
+            row = await self._lock(recurring.id)
+            if not row.paused:
+                return
+            floor = row.planned_until or row.created_at
+            await m.Activity.filter(
+                recurring_activity_id=recurring.id,
+                state=r.ActivityState.CANCELLED,
+                attempts=0,
+                occurrence_at__gt=floor,
+            ).delete()
+            values = {"paused": False, "expand_at": now, "revision": row.revision + 1, "updated_at": now}
+            await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
+
+    async def run_now(self, recurring: r.RecurringActivity, kind: r.ActivityType) -> r.Activity:
+        """Create one occurrence due now, keyed by now, without moving the schedule or counting a run."""
+        now = self.clock.now()
+        row = _occurrence_row(recurring, Fire(now, now), kind.retries, now)
+        try:
+            async with _db():
+                await row.save(force_create=True)
+        except IntegrityError:
+            raise Conflict("an occurrence at this very instant exists; try again") from None
+        return _activity(row, kind.name)
+
+    async def backfill(
+        self,
+        recurring: r.RecurringActivity,
+        kind: r.ActivityType,
+        start: datetime,
+        end: datetime,
+        overlap: Overlap,
+    ) -> tuple[list[r.Activity], int, int]:
+        """Create the schedule's occurrences in [start, end] (a past range) as if they fell due now.
+
+        ``allow``: all are created now. ``skip``: the oldest is created unless an occurrence is busy;
+        the others are skipped (and counted). ``buffer_one``: the oldest is created now and the rest
+        wait in the backlog, each released by the expander once the previous one finished.
+        Occurrences that already exist are left alone. Returns (created, queued, skipped).
+        """
+        instants = recurrence_of(recurring).fire_times(start - _TICK, MAX_BACKFILL + 1, end)
+        if len(instants) > MAX_BACKFILL:
+            raise InvalidInput.field("to", f"the range holds more than {MAX_BACKFILL} occurrences; split it")
+        async with _db():
+            existing = set(
+                await m.Activity.filter(
+                    recurring_activity_id=recurring.id, occurrence_at__in=instants
+                ).values_list("occurrence_at", flat=True)
+            )
+        fresh = [t for t in instants if t not in existing]
+        busy = (await self._pending([recurring.id], self.clock.now())).get(recurring.id)
+        if overlap == Overlap.ALLOW:
+            return await self._create_now(recurring, kind, fresh), 0, 0
+        if overlap == Overlap.SKIP:
+            chosen = [] if busy or not fresh else fresh[:1]
+            created = await self._create_now(recurring, kind, chosen)
+            await self._count_skipped(recurring.id, len(fresh) - len(chosen))
+            return created, 0, len(fresh) - len(chosen)
+        first, rest = ([], fresh) if busy else (fresh[:1], fresh[1:])
+        created = await self._create_now(recurring, kind, first)
+        await self._queue(recurring.id, rest)
+        return created, len(rest), 0
+
+    async def _create_now(
+        self, recurring: r.RecurringActivity, kind: r.ActivityType, instants: Sequence[datetime]
+    ) -> list[r.Activity]:
+        now = self.clock.now()
+        # due now, a microsecond apart: they are claimed oldest first
+        rows = [
+            _occurrence_row(recurring, Fire(t, now + i * _TICK), kind.retries, now)
+            for i, t in enumerate(instants)
+        ]
+        async with _db():
+            await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
+        return [_activity(row, kind.name) for row in rows]
+
+    async def _count_skipped(self, recurring_id: uuid.UUID, count: int) -> None:
+        if count <= 0:
+            return
+        async with _db(), in_transaction():
+            row = await self._lock(recurring_id)
+            await m.RecurringActivity.filter(id=recurring_id).update(
+                skipped=row.skipped + count, revision=row.revision + 1
+            )
+
+    async def _queue(self, recurring_id: uuid.UUID, instants: Sequence[datetime]) -> None:
+        if not instants:
+            return
+        now = self.clock.now()
+        async with _db(), in_transaction():
+            row = await self._lock(recurring_id)
+            merged = sorted({*(datetime.fromisoformat(t) for t in row.backlog or []), *instants})
+            await m.RecurringActivity.filter(id=recurring_id).update(
+                backlog=[_iso(t) for t in merged], expand_at=now, revision=row.revision + 1
+            )
+
+    async def _lock(self, recurring_id: uuid.UUID) -> m.RecurringActivity:
+        """The row, locked for this transaction on PostgreSQL (SQLite has one writer anyway)."""
+        row = await m.RecurringActivity.filter(id=recurring_id).select_for_update().first()
+        if row is None:
+            raise NotFound("recurring activity not found")
+        return row
+
+
+def _occurrence_row(ra: r.RecurringActivity, fire: Fire, type_retries: int, now: datetime) -> m.Activity:
+    """An occurrence as an activity row, keyed by (recurring activity, occurrence instant)."""
+    activity_id = new_id()
+    at = fire.occurrence_at.astimezone(UTC)
+    return m.Activity(
+        id=activity_id,
+        company_id=ra.company_id,
+        solution_id=ra.solution_id,
+        activity_type_id=ra.activity_type_id,
+        partition=r.partition_of(ra.company_id, ra.solution_id, ra.activity_type_id),
+        scheduled_for=fire.scheduled_for.astimezone(UTC),
+        next_attempt_at=fire.scheduled_for.astimezone(UTC),
+        parameter=ra.parameter,
+        retries=ra.retries if ra.retries is not None else type_retries,
+        priority=ra.priority,
+        object_id=ra.object_id,
+        state=r.ActivityState.SCHEDULED,
+        attempts=0,
+        recurring_activity_id=ra.id,
+        occurrence_at=at,
+        idempotency_key=idempotency_key(activity_id, ra.id, at),
+        created_at=now,
+        updated_at=now,
+    )
+
+
+_DERIVED = ("activity_type", "state")
+
+
+def _activity(row: m.Activity, type_name: str) -> r.Activity:
+    return r.Activity(
+        **{
+            f: getattr(row, f) for f in r.Activity.__dataclass_fields__ if f not in ("activity_type", "state")
+        },
+        activity_type=type_name,
+        state=r.ActivityState(row.state),
+    )
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()
+
+
+def _utc(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.astimezone(UTC) if isinstance(v, datetime) else v for k, v in values.items()}
+
+
+@asynccontextmanager
+async def _db() -> AsyncIterator[None]:
+    try:
+        yield
+    except (DBConnectionError, ConnectionError, OSError) as exc:
+        raise Unavailable(f"the database is unreachable: {exc}") from exc
