@@ -29,6 +29,7 @@ RESULT_FIELDS = (
     "workers",
     "cpus",
     "python",
+    "settings",
     "params",
     "oste",
     "limit",

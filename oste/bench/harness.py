@@ -22,7 +22,7 @@ import orjson
 
 from oste.bench import probe
 from oste.bench.client import OsteClient
-from oste.bench.processes import OsteProcesses, ResourceMeter, fresh_database, is_postgres
+from oste.bench.processes import OsteProcesses, ResourceMeter, fresh_database, is_postgres, passed_settings
 from oste.bench.progress import ProgressView
 from oste.bench.receiver import ReceiverProcess
 from oste.bench.report import Delivery, Key, analyse, key_of
@@ -210,4 +210,5 @@ def usage_summary(usage: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    """The machine and the OSTE settings passed on, so a result says what it was measured with."""
+    return {"cpus": os.cpu_count(), "python": sys.version.split()[0], "settings": passed_settings()}

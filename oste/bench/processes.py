@@ -92,6 +92,23 @@ def oste_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from oste.cli import main; sys.exit(main())"]
 
 
+BENCH_SETTINGS = (
+    "OSTE_DATABASE_URL",
+    "OSTE_DATA_DIR",
+    "OSTE_ADMIN_TOKEN",
+    "OSTE_ALLOWED_TARGETS",
+    "OSTE_PORT",
+    "OSTE_HOST",
+    "OSTE_NODE_NAME",
+)
+"""Settings every run sets itself; any other ``OSTE_*`` variable in the bench's environment is passed on."""
+
+
+def passed_settings() -> dict[str, str]:
+    """The ``OSTE_*`` variables the OSTE processes inherit from the bench's environment."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("OSTE_") and k not in BENCH_SETTINGS}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -120,11 +137,10 @@ class OsteProcess:
 class OsteProcesses:
     """OSTE as users run it: ``oste serve`` on SQLite; ``oste api`` + N ``oste worker`` on PostgreSQL."""
 
-    def __init__(self, database_url: str, workers: int, work_dir: Path, max_in_flight: int | None = None):
+    def __init__(self, database_url: str, workers: int, work_dir: Path) -> None:
         self.database_url = database_url
         self.workers = workers
         self.work_dir = work_dir
-        self.max_in_flight = max_in_flight
         self.admin_token = "oste_admin_bench_" + secrets.token_urlsafe(16)
         self.port = free_port()
         self.started: list[OsteProcess] = []
@@ -139,7 +155,10 @@ class OsteProcesses:
         return [p for p in self.started if p.role != "api"]
 
     def env(self, node_name: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
+        """The bench's own environment (so ``OSTE_*`` tuning passes through), with the settings a run
+        must control set by the bench."""
+        env = dict(os.environ)
+        env.setdefault("OSTE_LOG_LEVEL", "WARNING")
         env.update(
             OSTE_DATABASE_URL=self.database_url,
             OSTE_DATA_DIR=str(self.work_dir),
@@ -148,10 +167,7 @@ class OsteProcesses:
             OSTE_PORT=str(self.port),
             OSTE_HOST="127.0.0.1",
             OSTE_NODE_NAME=node_name,
-            OSTE_LOG_LEVEL="WARNING",
         )
-        if self.max_in_flight:
-            env["OSTE_MAX_IN_FLIGHT"] = str(self.max_in_flight)
         return env
 
     def _spawn(self, command: str, name: str) -> OsteProcess:

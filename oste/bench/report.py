@@ -151,14 +151,18 @@ def facts_table(title: str, facts: Mapping[str, Any]) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("")
     table.add_column("value", justify="right")
+    for name, value in _flat(facts):
+        table.add_row(name, _fmt(value))
+    return table
+
+
+def _flat(facts: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """Nested figures as ``outer inner`` rows; lists (per-process usage) are left to their own table."""
     for name, value in facts.items():
         if isinstance(value, Mapping):
-            for part, inner in value.items():
-                if not isinstance(inner, (Mapping, list)):
-                    table.add_row(f"{name} {part}", _fmt(inner))
+            yield from _flat(value, f"{prefix}{name} ")
         elif not isinstance(value, list):
-            table.add_row(name, _fmt(value))
-    return table
+            yield f"{prefix}{name}", value
 
 
 def usage_facts(usage: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -177,6 +181,8 @@ def print_report(result: Mapping[str, Any], console: Console) -> None:
         f"oste bench {result['workload']} — {result['database']}, {result['topology']}, {result['cpus']} CPUs"
     )
     console.print(head)
+    if result.get("settings"):
+        console.print("settings passed on: " + ", ".join(f"{k}={v}" for k, v in result["settings"].items()))
     oste = result.get("oste") or {}
     if "lag_ms" in oste:
         console.print(delivery_table("delivery", oste, result.get("limit")))

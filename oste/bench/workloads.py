@@ -17,7 +17,7 @@ from typing import Any
 
 from oste.bench import probe
 from oste.bench.client import COMPANY, SOLUTION
-from oste.bench.harness import Deployment, Harness
+from oste.bench.harness import Deployment, Harness, usage_summary
 from oste.bench.report import Delivery, Key, key_of, latency_ms
 
 Result = dict[str, Any]
@@ -123,6 +123,8 @@ async def scale(harness: Harness) -> Result:
         "ratio_to_empty": round(stored.fires_per_s / empty.fires_per_s, 3) if empty.fires_per_s else None,
         "claim_query_ms": latency_ms(claims),
         "claim_query": f"DispatchStore.claim_due over all partitions, nothing due, {len(claims)} times",
+        "peak_rss_mb": usage_summary(usage)["peak_rss_mb"],
+        "empty_store_peak_rss_mb": usage_summary(empty_usage)["peak_rss_mb"],
         "empty_store": empty.as_dict(),
         "empty_store_usage": empty_usage,
     }

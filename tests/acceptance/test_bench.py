@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,8 @@ DELIVERY_FIELDS = ("expected", "delivered", "missing", "duplicates", "unexpected
 def bench(workload: str, tmp_path: Path, *extra: str) -> dict:
     command = [*OSTE, "bench", workload, *SMALL[workload], "--json", "--no-progress", "--timeout", "60"]
     command += ["--work-dir", str(tmp_path), *extra]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=170)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=170, env=env)
     assert done.stdout.strip(), f"no JSON from `oste bench {workload}`:\n{done.stderr[-3000:]}"
     result = json.loads(done.stdout)
     assert result["problems"] == [] and done.returncode == 0, (result["problems"], done.stderr[-3000:])
