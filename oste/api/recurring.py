@@ -120,7 +120,7 @@ async def create(request: Request) -> Response:
     }
     created = await api.store.create_recurring(kind, values)
     await _materialised(request, created.id)
-    return json(_rendered(await api.store.get_recurring(solution, created.id), now), 201)
+    return json(await _rendered(request, solution, created.id), 201)
 
 
 def _dst(policy: dict[str, Any]) -> dict[str, Any]:
@@ -130,21 +130,30 @@ def _dst(policy: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rendered(recurring: r.RecurringActivity, now: datetime) -> dict[str, Any]:
-    upcoming = [] if recurring.next_fire_at is None else _upcoming(recurring, now)
-    return render.recurring(recurring, upcoming)
+async def _rendered(request: Request, solution: r.Solution, recurring_id: Any) -> dict[str, Any]:
+    """The recurring activity as stored now, with its next fire times computed from now."""
+    api = ctx(request)
+    recurring = await api.store.get_recurring(solution, recurring_id)
+    now = api.store.clock.now()
+    upcoming = await _upcoming(store_of(request), recurring, now)
+    rendered = render.recurring(recurring, upcoming)
+    if upcoming:
+        rendered["next_fire_at"] = rendered["next_fire_times"][0]
+    return rendered
 
 
-def _upcoming(recurring: r.RecurringActivity, now: datetime) -> list[datetime]:
-    """The next fire times: from the next one planned (or now), capped by ``max_runs``."""
+async def _upcoming(store: RecurrenceStore, recurring: r.RecurringActivity, now: datetime) -> list[datetime]:
+    """The next fire times from now, as many as ``max_runs`` still allows."""
+    if recurring.next_fire_at is None and recurring.last_occurrence_at is None:
+        return []
     policy = policy_of(recurring.__dict__)
     count = NEXT_FIRE_TIMES_SHOWN
     if policy.max_runs is not None:
-        count = min(count, max(policy.max_runs - recurring.runs, 0))
+        waiting = await store.created_ahead(recurring.id, now)
+        count = min(count, max(policy.max_runs - recurring.runs + waiting, 0))
     if count == 0:
         return []
-    start = min(filter(None, (recurring.next_fire_at, now)))
-    return recurrence_of(recurring).fire_times(start - timedelta(microseconds=1), count)
+    return recurrence_of(recurring).fire_times(now - timedelta(microseconds=1), count)
 
 
 async def recurring_in_path(request: Request) -> tuple[r.Solution, r.RecurringActivity]:
@@ -154,8 +163,8 @@ async def recurring_in_path(request: Request) -> tuple[r.Solution, r.RecurringAc
 
 
 async def get_one(request: Request) -> Response:
-    _, recurring = await recurring_in_path(request)
-    return json(_rendered(recurring, ctx(request).store.clock.now()))
+    solution, recurring = await recurring_in_path(request)
+    return json(await _rendered(request, solution, recurring.id))
 
 
 async def list_all(request: Request) -> Response:
@@ -191,21 +200,21 @@ async def patch(request: Request) -> Response:
     if kind.id != recurring.activity_type_id:
         changes.update(activity_type_id=kind.id, partition=kind.partition)
     store = store_of(request)
-    await store.replace_unfired(recurring, changes)
+    if set(data) - {"paused"}:
+        await store.replace_unfired(recurring, changes)
     current = await api.store.get_recurring(solution, recurring.id)
     if data.get("paused") is True:
         await store.pause(current)
     elif data.get("paused") is False:
         await store.resume(current)
     await _materialised(request, recurring.id)
-    return json(_rendered(await api.store.get_recurring(solution, recurring.id), api.store.clock.now()))
+    return json(await _rendered(request, solution, recurring.id))
 
 
 async def pause(request: Request) -> Response:
     solution, recurring = await recurring_in_path(request)
     await store_of(request).pause(recurring)
-    api = ctx(request)
-    return json(_rendered(await api.store.get_recurring(solution, recurring.id), api.store.clock.now()))
+    return json(await _rendered(request, solution, recurring.id))
 
 
 async def resume(request: Request) -> Response:
@@ -213,8 +222,7 @@ async def resume(request: Request) -> Response:
     store = store_of(request)
     await store.resume(recurring)
     await _materialised(request, recurring.id)
-    api = ctx(request)
-    return json(_rendered(await api.store.get_recurring(solution, recurring.id), api.store.clock.now()))
+    return json(await _rendered(request, solution, recurring.id))
 
 
 async def delete(request: Request) -> Response:

@@ -191,9 +191,10 @@ class RecurrenceStore:
 
     async def _advance(self, ra: r.RecurringActivity, p: Plan, now: datetime) -> bool:
         """Move the recurring activity's cursor and counters, if nobody changed it since it was read."""
+        ahead = [f.occurrence_at for f in p.fire if f.occurrence_at >= now]
         values: dict[str, Any] = {
             "planned_until": p.planned_until,
-            "next_fire_at": p.next_fire_at,
+            "next_fire_at": min([*ahead, p.next_fire_at]) if p.next_fire_at else (ahead or [None])[0],
             "expand_at": p.expand_at,
             "runs": p.runs,
             "skipped": ra.skipped + p.skipped,
@@ -233,10 +234,20 @@ class RecurrenceStore:
             current = await self.get(recurring_id)
             if current.paused:
                 return ExpandResult()
+            upcoming = recurrence_of(current).fire_times(current.planned_until or current.created_at, 1)
+            if upcoming:  # reach at least the next occurrence, however far ahead
+                ahead = (upcoming[0] - self.clock.now()).total_seconds()
+                lookahead = max(lookahead, ahead)
             result = await self.expand([current], lookahead)
             if result.stale == 0:
                 return result
         return ExpandResult(stale=1)
+
+    async def created_ahead(self, recurring_id: uuid.UUID, after: datetime) -> int:
+        """How many of its occurrences at or after ``after`` exist and have not fired yet."""
+        query = m.Activity.filter(recurring_activity_id=recurring_id, occurrence_at__gte=after, **_UNFIRED)
+        async with _db():
+            return await query.count()
 
     async def replace_unfired(self, recurring: r.RecurringActivity, changes: dict[str, Any]) -> None:
         """Apply changes and delete the occurrences not yet fired, re-planning from now.
@@ -330,7 +341,8 @@ class RecurrenceStore:
                 ).values_list("occurrence_at", flat=True)
             )
         fresh = [t for t in instants if t not in existing]
-        busy = (await self._pending([recurring.id], self.clock.now())).get(recurring.id)
+        pending = (await self._pending([recurring.id], self.clock.now())).get(recurring.id)
+        busy = pending is not None and pending.busy
         if overlap == Overlap.ALLOW:
             return await self._create_now(recurring, kind, fresh), 0, 0
         if overlap == Overlap.SKIP:
