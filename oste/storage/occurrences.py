@@ -176,7 +176,7 @@ class RecurrenceStore:
         cancel: list[uuid.UUID] = []
         stale = skipped = 0
         async with _db(), in_transaction():
-            for ra, p in plans:
+            for ra, p in sorted(plans, key=lambda pair: pair[0].id):  # lock rows in id order: no deadlocks
                 if not await self._advance(ra, p, now):
                     stale += 1
                     continue
