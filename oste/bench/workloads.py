@@ -100,20 +100,7 @@ async def scale(harness: Harness) -> Result:
     empty, empty_usage, notes = await fire(
         harness, "OSTE, empty store", lambda at: burst_plan(count, at), count
     )
-    async with harness.deployment() as deployment:
-        async with probe.database(deployment.url):
-            bar = harness.view.phase(f"storing {opts.stored:,} future activities", opts.stored)
-            store_seconds = await probe.prestore(
-                COMPANY, SOLUTION, deployment.client.types, opts.stored, bar.advance
-            )
-        plan = burst_plan(count, time.time() + harness.lead(count, API_CREATES_PER_SECOND))
-        await harness.create(deployment, plan, "OSTE, stored")
-        deployment.meter.begin()
-        stored = await harness.arrivals(plan, f"OSTE, {opts.stored:,} stored", deployment)
-        usage = [u.as_dict() for u in deployment.meter.end()]
-        async with probe.database(deployment.url):
-            claims = await probe.time_claims(opts.claim_probes)
-        notes += deployment.notes
+    stored, usage, store_seconds, claims = await _stored_burst(harness, count, notes)
     limit = await harness.limit(burst_plan(count, time.time()))
     facts = {
         "stored": opts.stored,
@@ -136,6 +123,26 @@ async def scale(harness: Harness) -> Result:
         "scale": facts,
         "notes": notes,
     }
+
+
+async def _stored_burst(
+    harness: Harness, count: int, notes: list[str]
+) -> tuple[Delivery, list[dict[str, Any]], float, list[float]]:
+    """The burst on a store holding ``--stored`` future activities; then the claim query, timed."""
+    stored = harness.options.stored
+    async with harness.deployment() as deployment:
+        async with probe.database(deployment.url):
+            bar = harness.view.phase(f"storing {stored:,} future activities", stored)
+            seconds = await probe.prestore(COMPANY, SOLUTION, deployment.client.types, stored, bar.advance)
+        plan = burst_plan(count, time.time() + harness.lead(count, API_CREATES_PER_SECOND))
+        await harness.create(deployment, plan, "OSTE, stored")
+        deployment.meter.begin()
+        delivery = await harness.arrivals(plan, f"OSTE, {stored:,} stored", deployment)
+        usage = [u.as_dict() for u in deployment.meter.end()]
+        async with probe.database(deployment.url):
+            claims = await probe.time_claims(harness.options.claim_probes)
+        notes += deployment.notes
+    return delivery, usage, seconds, claims
 
 
 async def _gather_limited(jobs: list[Callable[[], Awaitable[None]]], at_once: int) -> None:
