@@ -8,6 +8,7 @@ recurring activity's revision make a second expansion a no-op.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -78,6 +79,7 @@ class Expander:
                 totals[index] += value
             if len(due) < self.config.batch_size:
                 break
+            await asyncio.sleep(0)  # let the poller and executor on this loop fire between batches
         outcome = ExpandRunResult(*totals, seconds=time.perf_counter() - started)
         if outcome.created or outcome.skipped:
             log.debug("expanded %d recurring activities: %s", outcome.planned, outcome)

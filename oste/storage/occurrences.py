@@ -46,8 +46,10 @@ from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
 from oste.storage import models as m
 from oste.storage.store import recurring_record
 
-DEFAULT_LOOKAHEAD = 60.0
-"""Seconds ahead occurrences are created (overlap policies other than ``allow`` wait until due)."""
+DEFAULT_LOOKAHEAD = 30.0
+"""Seconds ahead occurrences are created (overlap policies other than ``allow`` wait until due). Not a
+divisor of a minute's multiples' firing instants: a per-minute herd is planned at :30, away from the
+:00 when it fires."""
 MAX_BACKFILL = 1000
 """Occurrences one backfill may create."""
 _TICK = timedelta(microseconds=1)

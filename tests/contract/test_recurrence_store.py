@@ -1,0 +1,76 @@
+"""The RecurrenceStore contract on SQLite and PostgreSQL: idempotent materialisation, stale plans
+dropped, pause/resume/replace semantics. Time is a ManualClock."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from oste.domain import records as r
+from oste.domain.clock import ManualClock
+from oste.storage.occurrences import RecurrenceStore
+from oste.storage.store import Store
+from tests.factories import T0, make_activity_type, make_recurring
+
+
+async def _setup(store: Store) -> tuple[Store, RecurrenceStore, ManualClock, r.RecurringActivity]:
+    clock = ManualClock(T0 + timedelta(seconds=30))
+    timed = Store(clock)
+    kind = await make_activity_type(timed)
+    recurring = await make_recurring(
+        timed, kind, schedule={"cron": "* * * * *"}, timezone="UTC", planned_until=T0, expand_at=T0
+    )
+    return timed, RecurrenceStore(clock), clock, recurring
+
+
+async def _solution(store: Store, recurring: r.RecurringActivity) -> r.Solution:
+    company = await store.get_company_by_id(recurring.company_id)
+    solutions = await store.list_solutions(company, 10)
+    return next(s for s in solutions.items if s.id == recurring.solution_id)
+
+
+async def _listed(store: Store, recurring: r.RecurringActivity) -> list[r.Activity]:
+    solution = await _solution(store, recurring)
+    page = await store.list_activities(solution, r.ActivityFilter(recurring_activity_id=recurring.id), 1000)
+    return sorted(page.items, key=lambda a: a.occurrence_at)
+
+
+async def test_expanding_twice_creates_nothing_more(store: Store) -> None:
+    timed, occurrences, _, recurring = await _setup(store)
+    first = await occurrences.expand([recurring], lookahead=150)
+    assert (first.created, first.stale) == (3, 0)  # 12:01, 12:02, 12:03
+    again = await occurrences.expand([recurring], lookahead=150)  # the same (stale) read: dropped whole
+    assert (again.created, again.stale) == (0, 1)
+    fresh = await occurrences.get(recurring.id)
+    assert (await occurrences.expand([fresh], lookahead=150)).created == 0
+    listed = await _listed(timed, recurring)
+    assert [a.occurrence_at for a in listed] == [T0 + timedelta(minutes=n) for n in (1, 2, 3)]
+    assert len({a.idempotency_key for a in listed}) == 3
+    assert (await occurrences.get(recurring.id)).runs == 3
+
+
+async def test_pause_cancels_resume_replans_patch_replaces(store: Store) -> None:
+    timed, occurrences, clock, recurring = await _setup(store)
+    await occurrences.expand([recurring], lookahead=60)
+    await occurrences.pause(await occurrences.get(recurring.id))
+    assert [a.state for a in await _listed(timed, recurring)] == [r.ActivityState.CANCELLED]
+    assert (await occurrences.materialise(recurring.id)).created == 0  # paused: left alone
+    clock.advance(300)  # paused through 12:01-12:05; now 12:05:30
+    await occurrences.resume(await occurrences.get(recurring.id))
+    result = await occurrences.materialise(recurring.id)
+    listed = await _listed(timed, recurring)
+    # the pause's cancelled occurrence is forgotten; latest missed (12:05) fires now, 12:06 ahead
+    assert [(a.occurrence_at, a.state) for a in listed] == [
+        (T0 + timedelta(minutes=5), r.ActivityState.SCHEDULED),
+        (T0 + timedelta(minutes=6), r.ActivityState.SCHEDULED),
+    ]
+    assert listed[0].scheduled_for == clock.now() and result.skipped == 4
+    assert (await occurrences.get(recurring.id)).skipped == 4
+    await occurrences.replace_unfired(await occurrences.get(recurring.id), {"parameter": {"SongId": 9}})
+    assert await _listed(timed, recurring) == []
+    await occurrences.materialise(recurring.id)
+    # both replaced (the overdue 12:05 one and 12:06), now with the new parameter
+    replaced = await _listed(timed, recurring)
+    assert [(a.occurrence_at, a.parameter) for a in replaced] == [
+        (T0 + timedelta(minutes=5), {"SongId": 9}),
+        (T0 + timedelta(minutes=6), {"SongId": 9}),
+    ]
