@@ -165,6 +165,7 @@ class Activity(Model):
         unique_together = (("solution_id", "idempotency_key"), ("recurring_activity_id", "occurrence_at"))
         indexes = (
             Index(fields=("state", "partition", "next_attempt_at"), name="activity_due_idx"),
+            Index(fields=("state", "next_attempt_at"), name="activity_due_any_idx"),
             Index(fields=("solution_id", "state", "id"), name="activity_listing_idx"),
             Index(fields=("solution_id", "object_id"), name="activity_object_idx"),
             Index(fields=("activity_type_id", "state"), name="activity_type_state_idx"),
