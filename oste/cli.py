@@ -15,7 +15,7 @@ import yaml
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
-from oste import __version__
+from oste import __version__, eventloop
 from oste.api.openapi import build_spec
 from oste.errors import ConfigurationError, OsteError
 from oste.server import SHUTDOWN_GRACE_SECONDS, create_app, prepare_data_dir, resolve_admin_token, run_worker
@@ -190,7 +190,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "worker": lambda: _worker(settings),
         "migrate": lambda: _migrate(settings),
     }
-    asyncio.run(runners[args.command]())
+    eventloop.run(runners[args.command]())
     return 0
 
 
@@ -221,7 +221,7 @@ def _bench(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         work_dir=Path(args.work_dir) if args.work_dir else None,
     )
-    result = asyncio.run(run(options))
+    result = eventloop.run(run(options))
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:

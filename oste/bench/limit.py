@@ -22,6 +22,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from oste import eventloop
 from oste.domain.webhooks import rfc3339
 
 DEFAULT_CONCURRENCY = 64
@@ -74,7 +75,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     args = parser.parse_args()
     plan = [(str(n), float(due)) for n, due in orjson.loads(Path(args.plan).read_bytes())]
-    counts = asyncio.run(fire_plan(plan, args.url, args.concurrency))
+    counts = eventloop.run(fire_plan(plan, args.url, args.concurrency))
     sys.stdout.write(orjson.dumps(counts).decode() + "\n")
 
 

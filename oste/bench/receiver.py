@@ -26,6 +26,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from oste import eventloop
+
 READY_WITHIN = 30.0
 ENTRY = "from oste.bench.receiver import main; main()"
 FIRE_PATH = "/fire/"
@@ -152,7 +154,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.port))
+        eventloop.run(serve(args.port))
 
 
 if __name__ == "__main__":
