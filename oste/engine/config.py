@@ -16,7 +16,7 @@ DEFAULT_CLAIM_BATCH = 500
 """Activities claimed per statement."""
 DEFAULT_MAX_BACKLOG = 4000
 """Claims one node holds at most (waiting on a timer, queued for a slot, or in flight)."""
-DEFAULT_MAX_QUEUED = 256
+DEFAULT_MAX_QUEUED = 512
 """Due claims waiting for a free request slot beyond which the node stops claiming: an overloaded
 node leaves the work to the others instead of hoarding it under leases. Once half of that is one
 activity type's, claims pass that type over, so one tenant's backlog cannot crowd out the rest."""

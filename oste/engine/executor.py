@@ -8,6 +8,7 @@ at most ``max_in_flight`` requests open at once; the per-type timeout; a failed 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -55,12 +56,15 @@ class Executor:
         node_id: str,
         sink: Callable[[Claim, Completion], None] | None = None,
         rng: random.Random | None = None,
+        on_room: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
         self.node_id = node_id
         self.sink = sink
         self.rng = rng or random.Random()
+        self.on_room = on_room
+        """Called whenever claims left the waiting room (the poller may claim more)."""
         self.policy = TargetPolicy.allowing(config.allowed_targets)
         self._slots = asyncio.Semaphore(config.max_in_flight)
         self._session: aiohttp.ClientSession | None = None
@@ -112,6 +116,8 @@ class Executor:
             task = asyncio.create_task(self._run(claim), name=f"fire-{claim.activity_id}")
             self._in_flight[claim.activity_id] = (claim, task)
         self._wake_for_rate_limits(now)
+        if self.on_room is not None:
+            self.on_room()
 
     def _wake_for_rate_limits(self, now: float) -> None:
         """If claims wait only for a rate limit's next token, pump again when it is there."""
@@ -199,7 +205,7 @@ class Executor:
             headers=request.headers,
             data=request.body,
             allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=target.timeout),
+            timeout=_timeout(target.timeout),
         ) as response:
             excerpt = await _read_excerpt(response, self.config.excerpt_bytes)
             status = response.status
@@ -237,6 +243,11 @@ class Executor:
             )
         log.exception("unexpected error while firing")
         return self._report(started, t0, Outcome.ERROR, error=f"internal error: {type(exc).__name__}: {exc}")
+
+
+@functools.lru_cache(maxsize=256)
+def _timeout(seconds: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=seconds)
 
 
 async def _read_excerpt(response: aiohttp.ClientResponse, limit: int) -> str:

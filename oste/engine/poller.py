@@ -108,18 +108,21 @@ class Poller:
         room = min(self.config.max_backlog - len(self.book), self.config.max_queued - self.queued())
         limit = min(self.config.batch_size, room)
         partitions = self.partitions()
-        self._blocked = limit <= 0
+        skip = self.crowded(max(1, self.config.max_queued // 2))
+        # Claim in batches of at least half the waiting room (a nearly full room waits until the
+        # executor drained it, instead of claiming a few rows at a time), unless some type crowds
+        # the room: then whatever room there is goes to the other types at once.
+        self._blocked = limit <= 0 or (limit < max(1, self.config.max_queued // 2) and not skip)
         if self._blocked or not partitions:
             return PollResult(blocked=self._blocked)
         horizon = self.clock.now() + timedelta(seconds=self.config.lookahead)
-        skip = self.crowded(max(1, self.config.max_queued // 2))
         claims = await self.store.claim_due(
             self.owner, partitions, limit, self.lease_seconds, horizon, skip_types=skip
         )
         self.book.add(claims)
         for claim in claims:
             self._schedule(claim)
-        return PollResult(claimed=len(claims), full=len(claims) >= limit)
+        return PollResult(claimed=len(claims), full=len(claims) >= limit and not skip)
 
     def _schedule(self, claim: Claim) -> None:
         delay = (claim.due_at - self.clock.now()).total_seconds()

@@ -96,7 +96,14 @@ class Engine:
         cfg = self.config
         self._loop = asyncio.get_running_loop()
         self.node = await self.store.register_node(self.settings.node_name, cfg.role)
-        self.executor = Executor(cfg.executor, self.clock, self.node.id, self._completed, self.rng)
+        self.executor = Executor(
+            cfg.executor,
+            self.clock,
+            self.node.id,
+            self._completed,
+            self.rng,
+            on_room=self._room_to_claim,
+        )
         await self.executor.open()
         self.writer = CompletionWriter(cfg.completions, self.store, self._written)
         self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, self.node)
@@ -134,6 +141,10 @@ class Engine:
         result = await self.balancer.run_once()
         if set(result.held) - set(before):
             self.poller.wake()
+
+    def _room_to_claim(self) -> None:
+        if self.poller is not None:
+            self.poller.capacity_freed()
 
     def _completed(self, claim: Claim, completion: Completion) -> None:
         assert self.writer is not None

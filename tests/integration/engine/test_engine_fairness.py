@@ -64,7 +64,7 @@ async def test_a_slow_tenant_with_a_backlog_does_not_starve_another(
     hog = await make_type(store, receiver.url + "/hog/{n}", company="hog")
     calm = await make_type(store, receiver.url + "/calm/{n}", company="calm")
     now = SystemClock().now()
-    await make_activities(store, hog, now, 300)
+    await make_activities(store, hog, now, 700)  # more than a node's waiting room holds
     await receiver.wait_for(SLOTS, within=10)  # the hog holds every slot, its backlog is queued
     mine = await make_activities(store, calm, SystemClock().now(), 6)
     for activity in mine:
