@@ -137,8 +137,7 @@ async def _rendered(request: Request, solution: r.Solution, recurring_id: Any) -
     now = api.store.clock.now()
     upcoming = await _upcoming(store_of(request), recurring, now)
     rendered = render.recurring(recurring, upcoming)
-    if upcoming:
-        rendered["next_fire_at"] = rendered["next_fire_times"][0]
+    rendered["next_fire_at"] = rendered["next_fire_times"][0] if upcoming else None
     return rendered
 
 
