@@ -19,6 +19,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from oste.domain.fastschema import Check, compile_check
 from oste.errors import FieldError, InvalidInput
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -144,6 +145,11 @@ class ParameterRules:
             registry=LOCAL_SCHEMAS_ONLY,
         )
 
+    @cached_property
+    def _accepts(self) -> Check:
+        """Surely valid under the schema (the validator then runs only to explain a rejection)."""
+        return compile_check(self.parameter_schema, assert_formats=True)
+
     def check(self, parameter: Any, field: str = "parameter") -> str | None:
         """Validate a parameter and return its object id (None when the type has no object_id_ref).
 
@@ -153,7 +159,7 @@ class ParameterRules:
         if not isinstance(parameter, dict):
             raise InvalidInput.field(field, "must be a JSON object")
         errors: list[FieldError] = []
-        if self._validator is not None:
+        if self._validator is not None and not self._accepts(parameter):
             for error in sorted(self._validator.iter_errors(parameter), key=lambda e: list(e.path)):
                 errors.append(FieldError(join_path(field, *error.path), error.message))
         for name in self.placeholders:
