@@ -101,6 +101,17 @@ class ClaimStrategy:
     async def insert_executions(self, conn: BaseDBAsyncClient, rows: Sequence[ExecutionRow]) -> None:
         raise NotImplementedError
 
+    async def insert_rows(
+        self,
+        conn: BaseDBAsyncClient,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """Insert many rows in one statement, atomically; ``columns`` are (name, PostgreSQL type) pairs
+        and each row holds their values in that order (uuids as ``uuid.UUID``, JSON as text)."""
+        raise NotImplementedError
+
 
 _SET_COMPLETED = (
     "state = v.state, retries = v.retries, attempts = v.attempts, last_outcome = v.outcome, "
@@ -162,6 +173,19 @@ class PostgresClaimStrategy(ClaimStrategy):
         columns = list(zip(*(_execution_values(row) for row in rows), strict=True))
         await conn.execute_query_dict(sql, [list(column) for column in columns])
 
+    async def insert_rows(
+        self,
+        conn: BaseDBAsyncClient,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        # One array parameter per column: the statement's size does not grow with the batch.
+        names = ", ".join(name for name, _ in columns)
+        arrays = ", ".join(f"${i}::{sql_type}[]" for i, (_, sql_type) in enumerate(columns, 1))
+        sql = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays})"
+        await conn.execute_query(sql, [list(column) for column in zip(*rows, strict=True)])
+
 
 class SqliteClaimStrategy(ClaimStrategy):
     """SQLite: one writer at a time, so a single ``UPDATE … WHERE id IN (SELECT … LIMIT n)`` claims
@@ -214,6 +238,26 @@ class SqliteClaimStrategy(ClaimStrategy):
         for row in rows:
             item = list(_execution_values(row))
             item[0], item[1] = str(item[0]), str(item[1])
+            values.append(item)
+        await conn.execute_many(sql, values)
+
+    async def insert_rows(
+        self,
+        conn: BaseDBAsyncClient,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        # executemany runs in one transaction of its own (or the caller's): all rows or none.
+        names = ", ".join(name for name, _ in columns)
+        sql = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+        uuids = [i for i, (_, sql_type) in enumerate(columns) if sql_type == "uuid"]
+        values = []
+        for row in rows:
+            item = list(row)
+            for i in uuids:
+                if item[i] is not None:
+                    item[i] = str(item[i])
             values.append(item)
         await conn.execute_many(sql, values)
 

@@ -31,6 +31,7 @@ from oste.domain.clock import Clock
 from oste.domain.ids import hash_secret, new_api_key, new_id, new_signing_secret
 from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
 from oste.storage import models as m
+from oste.storage.activity_inserts import insert_activities
 
 R = TypeVar("R")
 MAX_PAGE = 1000
@@ -311,16 +312,7 @@ class Store:
         Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is
         written then).
         """
-        now = self.clock.now()
-        rows = [self._activity_row(item, now) for item in new]
-        try:
-            async with in_transaction():
-                await m.Activity.bulk_create(rows, batch_size=500)
-        except IntegrityError:
-            raise Conflict("an activity with the same idempotency key or occurrence already exists") from None
-        except DBConnectionError as exc:
-            raise Unavailable(f"the database is unreachable: {exc}") from None
-        return [self._activity(row, item.activity_type.name) for row, item in zip(rows, new, strict=True)]
+        return await insert_activities(new, self.clock.now())
 
     async def create_activity_once(self, new: r.NewActivity) -> tuple[r.Activity, bool]:
         """Create an activity under an idempotency key; returns (activity, created).
@@ -583,31 +575,6 @@ class Store:
     async def _with_type_name(self, row: m.Activity) -> r.Activity:
         name = await m.ActivityType.filter(id=row.activity_type_id).first().values_list("name", flat=True)
         return self._activity(row, name or "")
-
-    @staticmethod
-    def _activity_row(item: r.NewActivity, now: datetime) -> m.Activity:
-        kind = item.activity_type
-        return m.Activity(
-            id=new_id(),
-            company_id=kind.company_id,
-            solution_id=kind.solution_id,
-            activity_type_id=kind.id,
-            partition=kind.partition,
-            scheduled_for=item.scheduled_for.astimezone(UTC),
-            next_attempt_at=item.scheduled_for.astimezone(UTC),
-            parameter=item.parameter,
-            retries=item.retries,
-            priority=item.priority,
-            object_id=item.object_id,
-            state=r.ActivityState.SCHEDULED,
-            attempts=0,
-            recurring_activity_id=item.recurring_activity_id,
-            occurrence_at=item.occurrence_at.astimezone(UTC) if item.occurrence_at else None,
-            idempotency_key=item.idempotency_key,
-            request_hash=item.request_hash,
-            created_at=now,
-            updated_at=now,
-        )
 
     @staticmethod
     def _activity(row: m.Activity, type_name: str) -> r.Activity:
