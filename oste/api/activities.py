@@ -48,6 +48,14 @@ class TypeCache:
         self.types: dict[str, r.ActivityType] = {}
         self.rules: dict[str, Any] = {}
 
+    async def prefetch(self, items: list[Any]) -> None:
+        """Look up every type the items name in one query (unknown names are reported by ``get``)."""
+        names = {i["activity_type"] for i in items if isinstance(i, dict) and "activity_type" in i}
+        found = await self.api.store.get_activity_types(self.solution, names - self.types.keys())
+        for name, kind in found.items():
+            self.types[name] = kind
+            self.rules[name] = rules_of(kind)
+
     async def get(self, name: str, field: str) -> r.ActivityType:
         if name not in self.types:
             try:
@@ -64,9 +72,11 @@ async def new_activity(
     data: dict[str, Any], cache: TypeCache, now: datetime, prefix: str = ""
 ) -> r.NewActivity:
     """Validate one create body (shape already checked) into a NewActivity."""
-    kind = await cache.get(data["activity_type"], join_path(prefix, "activity_type"))
+    kind = cache.types.get(data["activity_type"])  # usually prefetched: no field path to build
+    if kind is None:
+        kind = await cache.get(data["activity_type"], join_path(prefix, "activity_type"))
     parameter = data.get("parameter", {})
-    object_id = cache.rules[kind.name].check(parameter, join_path(prefix, "parameter"))
+    object_id = cache.rules[kind.name].check(parameter, f"{prefix}/parameter" if prefix else "parameter")
     retries = data.get("retries")
     return r.NewActivity(
         activity_type=kind,
@@ -108,6 +118,7 @@ async def _create_batch(
 ) -> list[r.Activity]:
     """All-or-nothing: every item is validated first; any error rejects the batch with per-item errors."""
     schemas.check_shape(schemas.ACTIVITY_BATCH, data)
+    await cache.prefetch(data["activities"])
     items: list[r.NewActivity] = []
     errors: list[FieldError] = []
     for index, raw in enumerate(data["activities"]):

@@ -40,7 +40,11 @@ async def body(request: Request) -> Any:
 async def company_in_path(request: Request) -> tuple[Principal, r.Company]:
     """The caller and the company named in the path (404 for a company key reaching another company)."""
     who = await principal(request)
-    company = await ctx(request).store.get_company(slug_in_path(request, "company", "company"))
+    name = slug_in_path(request, "company", "company")
+    if who.company is not None and who.company.name == name:
+        company = who.company  # the key was just resolved to this company: no need to read it again
+    else:
+        company = await ctx(request).store.get_company(name)
     check_company_access(who, company)
     return who, company
 

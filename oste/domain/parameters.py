@@ -159,7 +159,7 @@ class ParameterRules:
         if not isinstance(parameter, dict):
             raise InvalidInput.field(field, "must be a JSON object")
         errors: list[FieldError] = []
-        if self._validator is not None and not self._accepts(parameter):
+        if self.parameter_schema is not None and not self._accepts(parameter) and self._validator:
             for error in sorted(self._validator.iter_errors(parameter), key=lambda e: list(e.path)):
                 errors.append(FieldError(join_path(field, *error.path), error.message))
         for name in self.placeholders:

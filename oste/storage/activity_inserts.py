@@ -58,8 +58,11 @@ def _utc(value: datetime) -> datetime:
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
-def new_activity_record(item: r.NewActivity, now: datetime) -> r.Activity:
-    """The record of a new activity as it will be stored (a fresh id; due at its ``scheduled_for``)."""
+def new_activity_record(item: r.NewActivity, now: datetime, partition: int | None = None) -> r.Activity:
+    """The record of a new activity as it will be stored (a fresh id; due at its ``scheduled_for``).
+
+    ``partition``: its type's partition, when the caller has it at hand.
+    """
     kind = item.activity_type
     due = _utc(item.scheduled_for)
     return r.Activity(
@@ -68,7 +71,7 @@ def new_activity_record(item: r.NewActivity, now: datetime) -> r.Activity:
         solution_id=kind.solution_id,
         activity_type_id=kind.id,
         activity_type=kind.name,
-        partition=kind.partition,
+        partition=kind.partition if partition is None else partition,
         scheduled_for=due,
         next_attempt_at=due,
         parameter=item.parameter,
@@ -121,7 +124,11 @@ async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list
     if not new:
         return []
     now = _utc(now)
-    created = [new_activity_record(item, now) for item in new]
+    partitions = {
+        kind.id: kind.partition
+        for kind in {item.activity_type.id: item.activity_type for item in new}.values()
+    }
+    created = [new_activity_record(item, now, partitions[item.activity_type.id]) for item in new]
     rows = [_row(a, item.request_hash) for a, item in zip(created, new, strict=True)]
     conn = m.Activity._meta.db  # the current transaction's connection, if any
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -204,10 +204,10 @@ class Store:
 
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""
-        row = await m.ApiKey.filter(key_hash=hash_secret(secret), revoked_at__isnull=True).first()
-        if row is None:
-            return None
-        return await self.get_company_by_id(row.company_id)
+        row = await m.Company.filter(
+            api_keys__key_hash=hash_secret(secret), api_keys__revoked_at__isnull=True
+        ).first()
+        return None if row is None else self._company(row)
 
     # --- solutions ---------------------------------------------------------------------------------
 
@@ -274,6 +274,13 @@ class Store:
     async def get_activity_type(self, solution: r.Solution, name: str) -> r.ActivityType:
         query = m.ActivityType.filter(solution_id=solution.id, name=name)
         return self._activity_type(await self._one(query, f"activity type {name!r} not found"))
+
+    async def get_activity_types(
+        self, solution: r.Solution, names: Iterable[str]
+    ) -> dict[str, r.ActivityType]:
+        """The solution's activity types among ``names``, by name (missing names are left out)."""
+        rows = await m.ActivityType.filter(solution_id=solution.id, name__in=list(set(names)))
+        return {row.name: self._activity_type(row) for row in rows}
 
     async def list_activity_types(
         self, solution: r.Solution, limit: int, cursor: str | None = None

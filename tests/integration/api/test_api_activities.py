@@ -87,6 +87,85 @@ async def test_batch_of_1000_is_stored(api: Api) -> None:
     assert sizes == [1000] and len(items) == 1000
 
 
+async def test_batch_of_1000_round_trips_every_field(api: Api) -> None:
+    """Two types (one with a parameter schema and object_id_ref), every optional field, offsets."""
+    tenant = await api.tenant()
+    schema = {"type": "object", "properties": {"SongId": {"type": "integer"}}, "required": ["SongId"]}
+    other = (
+        await api.activity_type(tenant.path, parameter_schema=schema, object_id_ref=["SongId"], retries=7)
+    )["name"]
+    batch = []
+    for i in range(1000):
+        item: dict = {"activity_type": other if i % 2 else tenant.activity_type}
+        item["parameter"] = {"SongId": i, "Title": "é/ü\u2603", "Nested": {"list": [i, 1.5, None, True]}}
+        if i % 3 == 0:
+            item["scheduled_for"] = f"2030-01-02T0{i % 10}:04:05.{i:06d}+02:00"
+        elif i % 3 == 1:
+            item["delay"] = f"PT{i + 1}S"
+        if i % 4 == 0:
+            item["retries"] = i % 101
+        elif i % 4 == 1:
+            item["retries"] = None
+        if i % 5:
+            item["priority"] = i % 2001 - 1000
+        batch.append(item)
+    created = (await api.post(tenant.activities, {"activities": batch}, expect=201)).json()["activities"]
+    listed, _ = await api.pages(tenant.activities, limit=1000)
+    assert listed == created
+    for i, (item, activity) in enumerate(zip(batch, created, strict=True)):
+        assert activity["activity_type"] == item["activity_type"]
+        assert activity["parameter"] == item["parameter"]
+        assert activity["priority"] == item.get("priority", 0)
+        assert activity["retries"] == (
+            item["retries"] if item.get("retries") is not None else (7 if i % 2 else activity["retries"])
+        )
+        assert activity["object_id"] == (str(i) if i % 2 else None)
+        assert activity["state"] == "scheduled" and activity["attempts"] == 0
+        if "scheduled_for" in item:
+            assert at(activity["scheduled_for"]) == at(item["scheduled_for"])
+            assert activity["scheduled_for"].endswith("Z")
+        assert activity["next_attempt_at"] == activity["scheduled_for"]
+    one = (await api.get(f"{tenant.activities}/{created[999]['id']}", expect=200)).json()
+    assert one == created[999]
+
+
+async def test_batch_shape_errors_name_every_bad_item(api: Api) -> None:
+    tenant = await api.tenant()
+    batch = [tenant.activity(song=i) for i in range(10)]
+    batch[2] = {**batch[2], "priority": 5000}
+    batch[5] = {**batch[5], "surprise": 1}
+    batch[7] = {**batch[7], "retries": "three", "activity_type": "Not A Slug"}
+    batch[9] = {"parameter": {"SongId": 9}}
+    problem = assert_problem(await api.post(tenant.activities, {"activities": batch}), 422)
+    fields = {e["field"] for e in problem["errors"]}
+    assert fields == {
+        "activities/2/priority",
+        "activities/5",
+        "activities/7/retries",
+        "activities/7/activity_type",
+        "activities/9",
+    }
+    assert await stored_activities(api) == 0
+
+
+async def test_batch_parameter_errors_name_every_bad_item(api: Api) -> None:
+    schema = {"type": "object", "properties": {"SongId": {"type": "integer", "minimum": 1}}}
+    tenant = await api.tenant(parameter_schema=schema)
+    batch = [tenant.activity(song=i + 1) for i in range(6)]
+    batch[0]["parameter"] = {"SongId": 0}
+    batch[3]["parameter"] = {"SongId": "x"}
+    batch[5]["parameter"] = {}
+    problem = assert_problem(await api.post(tenant.activities, {"activities": batch}), 422)
+    fields = sorted(e["field"] for e in problem["errors"])
+    assert fields == [
+        "activities/0/parameter/SongId",
+        "activities/3/parameter/SongId",
+        "activities/5/parameter/SongId",
+    ]
+    assert problem["detail"].startswith("3 of 6 activities are invalid")
+    assert await stored_activities(api) == 0
+
+
 async def test_batch_of_1001_is_refused_and_nothing_stored(api: Api) -> None:
     tenant = await api.tenant()
     batch = [tenant.activity(song=i) for i in range(1001)]
