@@ -129,7 +129,7 @@ async def run_http(settings: Settings, engine: bool) -> None:
             f"Generated the admin token (stored in {Path(settings.data_dir) / 'admin-token'}):\n  {token}\n",
             flush=True,
         )
-    app = create_app(settings, token, run_engine=engine)
+    app = create_app(settings, token, run_engine=engine, freeze_after_start=True)
     config = HypercornConfig()
     config.bind = [f"{settings.host}:{settings.port}"]
     config.accesslog = None
