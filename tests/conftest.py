@@ -16,6 +16,7 @@ import pytest
 from oste.domain.clock import SystemClock
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
+from tests.engine_support import Receiver
 
 PG_ADMIN_DSN = os.environ.get("OSTE_TEST_PG", "postgres://postgres@127.0.0.1:5432/postgres")
 PG_START = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
@@ -99,3 +100,13 @@ async def store(database_url: str) -> AsyncIterator[Store]:
         yield Store(SystemClock())
     finally:
         await close_database()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    """A real HTTP receiver on 127.0.0.1 that records every request (see ``tests.engine_support``)."""
+    rec = await Receiver().start()
+    try:
+        yield rec
+    finally:
+        await rec.stop()

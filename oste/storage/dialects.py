@@ -18,10 +18,20 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 
 from oste.domain.dispatch import Completion
 
-EXECUTION_COLUMNS = (
-    "id, activity_id, attempt, started_at, finished_at, duration_ms, outcome, http_status, error, "
-    "response_excerpt, node"
+EXECUTION_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "uuid"),
+    ("activity_id", "uuid"),
+    ("attempt", "int"),
+    ("started_at", "timestamptz"),
+    ("finished_at", "timestamptz"),
+    ("duration_ms", "float8"),
+    ("outcome", "text"),
+    ("http_status", "int"),
+    ("error", "text"),
+    ("response_excerpt", "text"),
+    ("node", "text"),
 )
+"""The execution table's columns with their PostgreSQL types, in ``_execution_values`` order."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +109,8 @@ class ClaimStrategy:
         raise NotImplementedError
 
     async def insert_executions(self, conn: BaseDBAsyncClient, rows: Sequence[ExecutionRow]) -> None:
-        raise NotImplementedError
+        """Insert one execution row per applied completion, in one batch."""
+        await self.insert_rows(conn, "execution", EXECUTION_COLUMNS, [_execution_values(r) for r in rows])
 
     async def insert_rows(
         self,
@@ -164,15 +175,6 @@ class PostgresClaimStrategy(ClaimStrategy):
         rows = await conn.execute_query_dict(sql, [*columns, now])
         return {self.uuid_of(row["id"]) for row in rows}  # type: ignore[misc]
 
-    async def insert_executions(self, conn: BaseDBAsyncClient, rows: Sequence[ExecutionRow]) -> None:
-        sql = (
-            f"INSERT INTO execution ({EXECUTION_COLUMNS}) SELECT * FROM unnest($1::uuid[], $2::uuid[], "
-            "$3::int[], $4::timestamptz[], $5::timestamptz[], $6::float8[], $7::text[], $8::int[], "
-            "$9::text[], $10::text[], $11::text[])"
-        )
-        columns = list(zip(*(_execution_values(row) for row in rows), strict=True))
-        await conn.execute_query_dict(sql, [list(column) for column in columns])
-
     async def insert_rows(
         self,
         conn: BaseDBAsyncClient,
@@ -231,15 +233,6 @@ class SqliteClaimStrategy(ClaimStrategy):
             flat.extend((str(row[0]), str(row[1]), *row[2:]))
         found = await conn.execute_query_dict(sql, [*flat, now])
         return {self.uuid_of(row["id"]) for row in found}  # type: ignore[misc]
-
-    async def insert_executions(self, conn: BaseDBAsyncClient, rows: Sequence[ExecutionRow]) -> None:
-        sql = f"INSERT INTO execution ({EXECUTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        values = []
-        for row in rows:
-            item = list(_execution_values(row))
-            item[0], item[1] = str(item[0]), str(item[1])
-            values.append(item)
-        await conn.execute_many(sql, values)
 
     async def insert_rows(
         self,

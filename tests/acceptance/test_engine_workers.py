@@ -159,15 +159,6 @@ async def pg_workers(pg_store: Store, postgres_url: str, tmp_path: Path) -> Asyn
         await group.close()
 
 
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rec = await Receiver().start()
-    try:
-        yield rec
-    finally:
-        await rec.stop()
-
-
 async def count_state(store: Store, state: r.ActivityState, solution: str = "songs") -> int:
     company = await store.get_company("acme")
     sol = await store.get_solution(company, solution)

@@ -31,15 +31,6 @@ SLOTS = 4
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rec = await Receiver().start()
-    try:
-        yield rec
-    finally:
-        await rec.stop()
-
-
-@pytest.fixture
 async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
     config = fast_config(executor=ExecutorConfig(max_in_flight=SLOTS, allowed_targets=LOOPBACK))
     running = Engine(test_settings(database_url), config=config)

@@ -33,15 +33,6 @@ ON_TIME = 0.25
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rec = await Receiver().start()
-    try:
-        yield rec
-    finally:
-        await rec.stop()
-
-
-@pytest.fixture
 async def engines(store: Store, database_url: str) -> AsyncIterator[Callable[..., Awaitable[Engine]]]:
     """Start engines on the test's database; all are stopped at the end."""
     started: list[Engine] = []

@@ -30,15 +30,6 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rec = await Receiver().start()
-    try:
-        yield rec
-    finally:
-        await rec.stop()
-
-
-@pytest.fixture
 async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
     running = Engine(test_settings(database_url), config=fast_config())
     await running.start()

@@ -6,7 +6,6 @@ minutes, then runs the expander (as ``Engine.start`` does before it fires anythi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,15 +31,6 @@ from tests.engine_support import (
 pytestmark = pytest.mark.timeout(90)
 T0 = datetime(2030, 1, 7, 12, 0, 30, tzinfo=UTC)
 """Half a minute past noon: a per-minute schedule's next occurrence is 12:01."""
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rec = await Receiver().start()
-    try:
-        yield rec
-    finally:
-        await rec.stop()
 
 
 class World:

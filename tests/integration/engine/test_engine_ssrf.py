@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -49,15 +48,6 @@ class FakeDNS(AbstractResolver):
 
     async def close(self) -> None:
         return None
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rec = await Receiver().start()
-    try:
-        yield rec
-    finally:
-        await rec.stop()
 
 
 async def drain_one(
