@@ -47,12 +47,22 @@ class TokenBucket:
         return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
 
 
+Entry = tuple[int, float, int, Claim]
+"""A queued claim as it sorts: (-priority, due epoch, arrival sequence, claim)."""
+
+
 @dataclass
 class _TypeLane:
+    """One activity type of a solution: its slots in flight and, if it has limits, its own queue."""
+
     target: DispatchTarget
-    heap: list[tuple[int, float, int, Claim]] = field(default_factory=list)
+    heap: list[Entry] = field(default_factory=list)
     in_flight: int = 0
     bucket: TokenBucket | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.target.max_concurrency is not None or self.target.rate_limit is not None
 
     def ready_in(self, now: float) -> float | None:
         """None when nothing can go (empty, or at its concurrency cap); else seconds until it can."""
@@ -63,21 +73,47 @@ class _TypeLane:
             return None
         return self.bucket.wait(now) if self.bucket is not None else 0.0
 
-    def head(self) -> tuple[int, float, int]:
-        priority, due, seq, _ = self.heap[0]
-        return priority, due, seq
-
 
 @dataclass
 class _Solution:
+    """A solution's waiting claims. Those of types without limits share one heap (``free``), so the
+    next of them is found at once; only types with limits keep a queue of their own, looked at in turn.
+    """
+
     weight: int
     in_flight: int = 0
     lanes: dict[uuid.UUID, _TypeLane] = field(default_factory=dict)
+    limited: dict[uuid.UUID, _TypeLane] = field(default_factory=dict)
+    free: list[Entry] = field(default_factory=list)
 
-    def ready_head(self, now: float) -> tuple[int, float, int] | None:
-        """The best head among the solution's types that may go now (None: none may)."""
-        heads = [lane.head() for lane in self.lanes.values() if lane.ready_in(now) == 0.0]
-        return min(heads) if heads else None
+    def ready_head(self, now: float) -> Entry | None:
+        """The best entry among the solution's types that may go now (None: none may)."""
+        best = self.free[0] if self.free else None
+        for lane in self.limited.values():
+            if lane.ready_in(now) == 0.0 and (best is None or lane.heap[0] < best):
+                best = lane.heap[0]
+        return best
+
+    def take(self, entry: Entry) -> _TypeLane:
+        """Remove ``entry`` (a ``ready_head``) from its queue; the lane of its type."""
+        lane = self.lanes[entry[3].target.activity_type_id]
+        heapq.heappop(lane.heap if lane.limited else self.free)
+        return lane
+
+    def set_limited(self, lane: _TypeLane, limited: bool) -> None:
+        """Move a type's waiting claims between the shared heap and its own when its limits change."""
+        type_id = lane.target.activity_type_id
+        if limited:
+            lane.heap = [e for e in self.free if e[3].target.activity_type_id == type_id]
+            self.free = [e for e in self.free if e[3].target.activity_type_id != type_id]
+            heapq.heapify(lane.heap)
+            heapq.heapify(self.free)
+            self.limited[type_id] = lane
+        else:
+            for entry in lane.heap:
+                heapq.heappush(self.free, entry)
+            lane.heap = []
+            self.limited.pop(type_id, None)
 
 
 @dataclass
@@ -86,9 +122,13 @@ class _Company:
     in_flight: int = 0
     solutions: dict[uuid.UUID, _Solution] = field(default_factory=dict)
 
-    def ready_head(self, now: float) -> tuple[int, float, int] | None:
-        heads = [head for s in self.solutions.values() if (head := s.ready_head(now)) is not None]
-        return min(heads) if heads else None
+    def ready_head(self, now: float) -> Entry | None:
+        best = None
+        for solution in self.solutions.values():
+            head = solution.ready_head(now)
+            if head is not None and (best is None or head < best):
+                best = head
+        return best
 
 
 G = TypeVar("G", _Company, _Solution)
@@ -112,32 +152,37 @@ class FairQueue:
 
     def push(self, claim: Claim, now: float) -> None:
         """Queue a due claim (``now``: a monotonic clock reading, for rate limits)."""
-        lane = self._lane(claim.target, now)
-        due = claim.due_at.timestamp()
-        heapq.heappush(lane.heap, (-claim.priority, due, next(self._seq), claim))
+        solution, lane = self._lane(claim.target, now)
+        entry = (-claim.priority, claim.due_at.timestamp(), next(self._seq), claim)
+        heapq.heappush(lane.heap if lane.limited else solution.free, entry)
         self._size += 1
         type_id = claim.target.activity_type_id
         self._per_type[type_id] = self._per_type.get(type_id, 0) + 1
 
     def pop(self, now: float) -> Claim | None:
         """The next claim that may start now, counted as in flight; None when none may."""
+        if not self._size:
+            return None
         company = _fewest_per_weight(self._companies.values(), now)
         if company is None:
             return None
         solution = _fewest_per_weight(company.solutions.values(), now)
         assert solution is not None
-        lane = min(
-            (lane for lane in solution.lanes.values() if lane.ready_in(now) == 0.0), key=_TypeLane.head
-        )
-        claim = heapq.heappop(lane.heap)[3]
+        entry = solution.ready_head(now)
+        assert entry is not None
+        lane = solution.take(entry)
         if lane.bucket is not None:
             lane.bucket.tokens -= 1.0
         lane.in_flight += 1
         solution.in_flight += 1
         company.in_flight += 1
         self._size -= 1
-        self._per_type[lane.target.activity_type_id] -= 1
-        return claim
+        type_id = lane.target.activity_type_id
+        if self._per_type[type_id] > 1:
+            self._per_type[type_id] -= 1
+        else:
+            del self._per_type[type_id]
+        return entry[3]
 
     def done(self, claim: Claim) -> None:
         """A claim handed out by ``pop`` finished: its slot counts no more."""
@@ -150,8 +195,9 @@ class FairQueue:
         lane.in_flight -= 1
         solution.in_flight -= 1
         company.in_flight -= 1
-        if not lane.heap and lane.in_flight == 0 and lane.bucket is None:
+        if lane.in_flight == 0 and not self._per_type.get(target.activity_type_id) and lane.bucket is None:
             del solution.lanes[target.activity_type_id]
+            solution.limited.pop(target.activity_type_id, None)
         if not solution.lanes and solution.in_flight == 0:
             del company.solutions[target.solution_id]
         if not company.solutions and company.in_flight == 0:
@@ -159,13 +205,12 @@ class FairQueue:
 
     def ready_in(self, now: float) -> float | None:
         """Seconds until some queued claim may go (0: now); None when every one waits on a slot."""
-        waits = [
-            wait
-            for company in self._companies.values()
-            for solution in company.solutions.values()
-            for lane in solution.lanes.values()
-            if (wait := lane.ready_in(now)) is not None
-        ]
+        waits = []
+        for company in self._companies.values():
+            for solution in company.solutions.values():
+                if solution.free:
+                    return 0.0
+                waits.extend(w for lane in solution.limited.values() if (w := lane.ready_in(now)) is not None)
         return min(waits) if waits else None
 
     def take_all(self) -> list[Claim]:
@@ -173,31 +218,41 @@ class FairQueue:
         claims = []
         for company in self._companies.values():
             for solution in company.solutions.values():
-                for lane in solution.lanes.values():
+                claims.extend(entry[3] for entry in solution.free)
+                solution.free.clear()
+                for lane in solution.limited.values():
                     claims.extend(entry[3] for entry in lane.heap)
                     lane.heap.clear()
         self._size = 0
         self._per_type.clear()
         return claims
 
-    def _lane(self, target: DispatchTarget, now: float) -> _TypeLane:
+    def _lane(self, target: DispatchTarget, now: float) -> tuple[_Solution, _TypeLane]:
         company = self._companies.setdefault(target.company_id, _Company(target.company_qos))
         company.weight = target.company_qos
         solution = company.solutions.setdefault(target.solution_id, _Solution(target.solution_qos))
         solution.weight = target.solution_qos
-        lane = solution.lanes.setdefault(target.activity_type_id, _TypeLane(target))
-        lane.target = target  # the newest settings of the type (its limits may have changed)
+        lane = solution.lanes.get(target.activity_type_id)
+        if lane is None:
+            lane = solution.lanes[target.activity_type_id] = _TypeLane(target)
+            if lane.limited:
+                solution.limited[target.activity_type_id] = lane
+        elif lane.target is not target:
+            was_limited = lane.limited
+            lane.target = target  # the newest settings of the type (its limits may have changed)
+            if lane.limited != was_limited:
+                solution.set_limited(lane, lane.limited)
         rate = target.rate_limit
         if rate is None:
             lane.bucket = None
         elif lane.bucket is None or lane.bucket.rate != rate:
             lane.bucket = TokenBucket.full(rate, now)
-        return lane
+        return solution, lane
 
 
 def _fewest_per_weight(groups: Iterable[G], now: float) -> G | None:
     """The group with work ready now and the fewest in flight per weight (ties: the best head)."""
-    best: tuple[float, tuple[int, float, int]] | None = None
+    best: tuple[float, Entry] | None = None
     chosen = None
     for group in groups:
         head = group.ready_head(now)

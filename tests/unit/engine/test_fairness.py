@@ -137,6 +137,35 @@ def test_take_all_returns_what_waits_and_crowded_names_big_queues() -> None:
     assert queue.crowded(1) == set()
 
 
+def test_limits_set_while_claims_wait_apply_to_those_already_queued() -> None:
+    company, solution = uuid.uuid4(), uuid.uuid4()
+    kind, other = a_type(company, solution), a_type(company, solution)
+    queue = FairQueue()
+    fill(queue, claims_of(kind, 6) + claims_of(other, 6, offset=30.0))
+    capped = dataclasses.replace(kind, max_concurrency=1)
+    fill(queue, claims_of(capped, 1, offset=60.0))  # the type's new settings arrive with a new claim
+    started = [queue.pop(0.0) for _ in range(8)]
+    per_type = Counter(c.target.activity_type_id for c in started if c)
+    assert per_type == {kind.activity_type_id: 1, other.activity_type_id: 6}
+    uncapped = dataclasses.replace(kind, max_concurrency=None)
+    fill(queue, claims_of(uncapped, 1, offset=90.0))  # and lifting the cap frees the rest at once
+    rest = [queue.pop(0.0) for _ in range(7)]
+    assert all(c is not None and c.target.activity_type_id == kind.activity_type_id for c in rest)
+    assert queue.pop(0.0) is None and len(queue) == 0
+
+
+def test_a_finished_type_leaves_nothing_behind() -> None:
+    kind = a_type()
+    queue = FairQueue()
+    fill(queue, claims_of(kind, 2))
+    first, second = queue.pop(0.0), queue.pop(0.0)
+    assert first is not None and second is not None
+    queue.done(first)
+    queue.done(second)
+    assert queue.crowded(0) == set() and queue.ready_in(0.0) is None
+    assert queue._companies == {}
+
+
 def test_token_bucket_refills_at_its_rate_up_to_one_second() -> None:
     bucket = TokenBucket.full(2.0, now=0.0)
     bucket.tokens = 0.0
