@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import hmac
 import random
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ def signing_key(secret: str) -> bytes:
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     """The Standard Webhooks ``webhook-signature`` value: ``v1,<base64 HMAC-SHA256("id.ts.body")>``."""
     signed = f"{message_id}.{timestamp}.".encode() + body
-    digest = hmac.new(signing_key(secret), signed, hashlib.sha256).digest()
+    digest = hmac.digest(signing_key(secret), signed, "sha256")
     return "v1," + base64.b64encode(digest).decode()
 
 
@@ -72,7 +71,8 @@ def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> Ou
     target = claim.target
     verb = target.verb.upper()
     body = orjson.dumps(claim.parameter) if verb in BODY_VERBS else None
-    key = claim.idempotency_key
+    activity = str(claim.activity_id)
+    key = activity if claim.recurring_activity_id is None else claim.idempotency_key
     timestamp = int(now.timestamp())
     headers = dict(target.headers)
     if body is not None:
@@ -81,7 +81,7 @@ def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> Ou
         {
             "User-Agent": USER_AGENT,
             "Idempotency-Key": key,
-            "OSTE-Activity-Id": str(claim.activity_id),
+            "OSTE-Activity-Id": activity,
             "OSTE-Attempt": str(claim.attempt),
             "OSTE-Scheduled-For": rfc3339(claim.scheduled_for),
             "webhook-id": key,

@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from urllib.parse import urlsplit
 
 import aiohttp
 from yarl import URL
@@ -113,7 +112,7 @@ class Executor:
             claim = self._waiting.pop(now)
             if claim is None:
                 break
-            task = asyncio.create_task(self._run(claim), name=f"fire-{claim.activity_id}")
+            task = asyncio.create_task(self._run(claim))
             self._in_flight[claim.activity_id] = (claim, task)
         self._wake_for_rate_limits(now)
         if self.on_room is not None:
@@ -185,20 +184,23 @@ class Executor:
             request = build_request(claim, started)
         except (KeyError, ValueError, TypeError) as exc:
             return self._report(started, t0, Outcome.FAILED, error=f"cannot build the request: {exc!r}")
-        host = TARGET_HOST.set(urlsplit(request.url).hostname)
         try:
-            return await self._send(request, claim.target, started, t0)
+            url = URL(request.url, encoded=True) if request.url.isascii() else URL(request.url)
+        except ValueError as exc:
+            return self._report(started, t0, Outcome.FAILED, error=f"invalid URL: {exc}")
+        host = TARGET_HOST.set(url.host)
+        try:
+            return await self._send(request, url, claim.target, started, t0)
         except Exception as exc:  # any failure to get an answer is an outcome, not a crash
             return self._failure(exc, claim.target.timeout, started, t0)
         finally:
             TARGET_HOST.reset(host)
 
     async def _send(
-        self, request: OutboundRequest, target: DispatchTarget, started: datetime, t0: float
+        self, request: OutboundRequest, url: URL, target: DispatchTarget, started: datetime, t0: float
     ) -> AttemptReport:
         if self._session is None:
             raise RuntimeError("the executor is not open")
-        url = URL(request.url, encoded=True) if request.url.isascii() else URL(request.url)
         async with self._session.request(
             request.method,
             url,
@@ -210,7 +212,8 @@ class Executor:
             excerpt = await _read_excerpt(response, self.config.excerpt_bytes)
             status = response.status
             outcome = classify(status, target.success_statuses)
-            retry_after = parse_retry_after(response.headers.get("Retry-After"), self.clock.now())
+            header = response.headers.get("Retry-After")
+            retry_after = parse_retry_after(header, self.clock.now()) if header else None
             error = None if outcome == Outcome.OK else _status_error(response)
         return self._report(started, t0, outcome, status, error, excerpt, retry_after)
 

@@ -251,14 +251,19 @@ class FairQueue:
 
 
 def _fewest_per_weight(groups: Iterable[G], now: float) -> G | None:
-    """The group with work ready now and the fewest in flight per weight (ties: the best head)."""
+    """The group with work ready now and the fewest in flight per weight (ties: the best head).
+
+    A group with more in flight per weight than the best so far cannot win, so its head is not looked at.
+    """
     best: tuple[float, Entry] | None = None
     chosen = None
     for group in groups:
+        share = group.in_flight / max(group.weight, 1)
+        if best is not None and share > best[0]:
+            continue
         head = group.ready_head(now)
         if head is None:
             continue
-        key = (group.in_flight / max(group.weight, 1), head)
-        if best is None or key < best:
-            best, chosen = key, group
+        if best is None or (share, head) < best:
+            best, chosen = (share, head), group
     return chosen
