@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from tortoise.exceptions import DBConnectionError, IntegrityError
 from tortoise.transactions import in_transaction
 
@@ -50,6 +52,9 @@ DEFAULT_LOOKAHEAD = 30.0
 """Seconds ahead occurrences are created (overlap policies other than ``allow`` wait until due). Not a
 divisor of a minute's multiples' firing instants: a per-minute herd is planned at :30, away from the
 :00 when it fires."""
+RECURRENCES_KEPT = 1024
+"""Parsed schedules (each with its cron trigger, a few KB) kept for re-use. Recurring activities on the
+same schedule, time zone, bounds and DST policy share one, whatever their revision."""
 MAX_BACKFILL = 1000
 """Occurrences one backfill may create."""
 _TICK = timedelta(microseconds=1)
@@ -78,10 +83,29 @@ class _Pending:
 
 
 def recurrence_of(recurring: r.RecurringActivity) -> Recurrence:
-    """The recurring activity's schedule with its DST policy."""
-    schedule = parse_schedule(recurring.schedule, recurring.timezone, recurring.start_at, recurring.end_at)
-    policy = policy_of(recurring.__dict__)
-    return Recurrence(schedule, policy.dst_nonexistent, policy.dst_ambiguous)
+    """The recurring activity's schedule with its DST policy (parsed once per distinct schedule)."""
+    return _recurrence(
+        orjson.dumps(recurring.schedule, option=orjson.OPT_SORT_KEYS),
+        recurring.timezone,
+        recurring.start_at,
+        recurring.end_at,
+        recurring.dst_nonexistent,
+        recurring.dst_ambiguous,
+    )
+
+
+@functools.lru_cache(maxsize=RECURRENCES_KEPT)
+def _recurrence(
+    schedule: bytes,
+    timezone: str,
+    start_at: datetime | None,
+    end_at: datetime | None,
+    dst_nonexistent: str,
+    dst_ambiguous: str,
+) -> Recurrence:
+    parsed = parse_schedule(orjson.loads(schedule), timezone, start_at, end_at)
+    policy = policy_of({"dst_nonexistent": dst_nonexistent, "dst_ambiguous": dst_ambiguous})
+    return Recurrence(parsed, policy.dst_nonexistent, policy.dst_ambiguous)
 
 
 class RecurrenceStore:
@@ -90,7 +114,6 @@ class RecurrenceStore:
     def __init__(self, clock: Clock, rng: random.Random | None = None) -> None:
         self.clock = clock
         self.rng = rng
-        self._recurrences: dict[tuple[uuid.UUID, int], Recurrence] = {}
 
     # --- the expander's side ----------------------------------------------------------------------
 
@@ -127,15 +150,9 @@ class RecurrenceStore:
     def _plan(
         self, ra: r.RecurringActivity, pending: _Pending | None, now: datetime, lookahead: float, grace: float
     ) -> Plan:
-        key = (ra.id, ra.revision)
-        recurrence = self._recurrences.get(key)
-        if recurrence is None:
-            if len(self._recurrences) > 50_000:
-                self._recurrences.clear()
-            recurrence = self._recurrences[key] = recurrence_of(ra)
         item = PlanInput(
             recurring_id=ra.id,
-            recurrence=recurrence,
+            recurrence=recurrence_of(ra),
             policy=policy_of(ra.__dict__),
             planned_until=ra.planned_until or ra.created_at,
             runs=ra.runs,

@@ -3,13 +3,14 @@ dropped, pause/resume/replace semantics. Time is a ManualClock."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 from oste.domain import records as r
 from oste.domain.clock import ManualClock
-from oste.storage.occurrences import RecurrenceStore
+from oste.storage.occurrences import RecurrenceStore, recurrence_of
 from oste.storage.store import Store
-from tests.factories import T0, make_activity_type, make_recurring
+from tests.factories import T0, make_activity_type, make_recurring, recurring_values
 
 
 async def _setup(store: Store) -> tuple[Store, RecurrenceStore, ManualClock, r.RecurringActivity]:
@@ -74,3 +75,17 @@ async def test_pause_cancels_resume_replans_patch_replaces(store: Store) -> None
         (T0 + timedelta(minutes=5), {"SongId": 9}),
         (T0 + timedelta(minutes=6), {"SongId": 9}),
     ]
+
+
+def test_recurring_activities_on_one_schedule_share_its_parsed_form() -> None:
+    def recurring(schedule: dict[str, str], timezone: str, revision: int) -> r.RecurringActivity:
+        values = recurring_values(schedule=schedule, timezone=timezone)
+        ids = {name: uuid.uuid4() for name in ("id", "company_id", "solution_id", "activity_type_id")}
+        return r.RecurringActivity(
+            **ids, **values, activity_type="t", created_at=T0, updated_at=T0, revision=revision
+        )
+
+    one = recurrence_of(recurring({"cron": "*/5 * * * *"}, "UTC", revision=3))
+    assert recurrence_of(recurring({"cron": "*/5 * * * *"}, "UTC", revision=8)) is one
+    assert recurrence_of(recurring({"cron": "*/5 * * * *"}, "Europe/Paris", revision=3)) is not one
+    assert recurrence_of(recurring({"cron": "*/6 * * * *"}, "UTC", revision=3)) is not one
