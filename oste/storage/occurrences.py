@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.expressions import F
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
@@ -195,35 +196,63 @@ class RecurrenceStore:
         cancel: list[uuid.UUID] = []
         stale = skipped = 0
         async with _db(), in_transaction():
-            for ra, p in sorted(plans, key=lambda pair: pair[0].id):  # lock rows in id order: no deadlocks
-                if not await self._advance(ra, p, now):
-                    stale += 1
-                    continue
+            current = await self._lock_revisions([ra.id for ra, _ in plans])
+            fresh = [(ra, p) for ra, p in plans if current.get(ra.id) == ra.revision]
+            stale = len(plans) - len(fresh)
+            for ra, p in fresh:
                 skipped += p.skipped
                 rows.extend(_occurrence_row(ra, f, retries.get(ra.activity_type_id, 0), now) for f in p.fire)
                 overdue = pending[ra.id].overdue if ra.id in pending else {}
                 cancel.extend(overdue[t] for t in p.cancel if t in overdue)
+            await self._advance(fresh, now)
             if rows:
                 await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
             cancelled = await self._cancel_unfired(cancel, now) if cancel else 0
         return ExpandResult(len(plans), len(rows), cancelled, skipped, stale)
 
-    async def _advance(self, ra: r.RecurringActivity, p: Plan, now: datetime) -> bool:
-        """Move the recurring activity's cursor and counters, if nobody changed it since it was read."""
-        ahead = [f.occurrence_at for f in p.fire if f.occurrence_at >= now]
-        values: dict[str, Any] = {
-            "planned_until": p.planned_until,
-            "next_fire_at": min([*ahead, p.next_fire_at]) if p.next_fire_at else (ahead or [None])[0],
-            "expand_at": p.expand_at,
-            "runs": p.runs,
-            "skipped": ra.skipped + p.skipped,
-            "backlog": [_iso(t) for t in p.backlog],
-            "revision": ra.revision + 1,
-        }
-        if p.last_occurrence_at is not None:
-            values["last_occurrence_at"] = p.last_occurrence_at
-        query = m.RecurringActivity.filter(id=ra.id, revision=ra.revision)
-        return await query.update(**_utc(values)) == 1
+    async def _lock_revisions(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+        """The current revision of each recurring activity, its row locked for this transaction in id
+        order (on PostgreSQL; SQLite has one writer anyway), so that racing expanders wait for each
+        other instead of deadlocking, and the later one sees the earlier one's revision."""
+        query = m.RecurringActivity.filter(id__in=ids).order_by("id").select_for_update()
+        return {row.id: row.revision for row in await query.only("id", "revision")}
+
+    async def _advance(self, plans: list[tuple[r.RecurringActivity, Plan]], now: datetime) -> None:
+        """Move the cursors and counters of recurring activities locked at the revision they were read
+        at: one UPDATE per distinct set of values (a herd on one schedule moves in one statement)."""
+        groups: dict[tuple[Any, ...], list[uuid.UUID]] = {}
+        for ra, p in plans:
+            ahead = [f.occurrence_at for f in p.fire if f.occurrence_at >= now]
+            key = (
+                ra.revision,
+                p.planned_until,
+                min([*ahead, p.next_fire_at]) if p.next_fire_at else (ahead or [None])[0],
+                p.expand_at,
+                p.last_occurrence_at,
+                tuple(_iso(t) for t in p.backlog),
+                p.runs - ra.runs,
+                p.skipped,
+            )
+            groups.setdefault(key, []).append(ra.id)
+        for key, ids in groups.items():
+            revision, planned_until, next_fire_at, expand_at, last_at, backlog, runs, skipped = key
+            values: dict[str, Any] = {
+                "planned_until": planned_until,
+                "next_fire_at": next_fire_at,
+                "expand_at": expand_at,
+                "backlog": list(backlog),
+            }
+            if last_at is not None:
+                values["last_occurrence_at"] = last_at
+            query = m.RecurringActivity.filter(id__in=ids, revision=revision)
+            updated = await query.update(
+                **_utc(values),
+                runs=F("runs") + runs,
+                skipped=F("skipped") + skipped,
+                revision=F("revision") + 1,
+            )
+            if updated != len(ids):  # cannot happen while the rows are locked; never write a stale plan
+                raise Conflict("recurring activities changed while their plans were written")
 
     async def _cancel_unfired(self, ids: list[uuid.UUID], now: datetime) -> int:
         query = m.Activity.filter(id__in=ids, **_UNFIRED)

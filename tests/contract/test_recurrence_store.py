@@ -77,6 +77,46 @@ async def test_pause_cancels_resume_replans_patch_replaces(store: Store) -> None
     ]
 
 
+async def test_one_batch_moves_each_recurring_activity_by_its_own_plan(store: Store) -> None:
+    clock = ManualClock(T0 + timedelta(seconds=30))
+    timed, occurrences = Store(clock), RecurrenceStore(clock)
+    kind = await make_activity_type(timed)
+
+    async def make(cron: str) -> r.RecurringActivity:
+        schedule = {"cron": cron}
+        return await make_recurring(
+            timed, kind, schedule=schedule, timezone="UTC", planned_until=T0, expand_at=T0
+        )
+
+    ahead, first, second, stale = [await make("* * * * *") for _ in range(4)]
+    hourly = await make("0 * * * *")
+    await occurrences.expand([ahead, stale], lookahead=60)  # both have 12:01 now; stale's read is old
+    ahead = await occurrences.get(ahead.id)
+    result = await occurrences.expand([ahead, first, second, hourly, stale], lookahead=150)
+
+    assert (result.recurring, result.created, result.stale) == (5, 8, 1)
+    after = {ra.id: await occurrences.get(ra.id) for ra in (ahead, first, second, hourly, stale)}
+    minute = [T0 + timedelta(minutes=n) for n in range(4)]
+    expected = {  # runs, revision, planned_until, next_fire_at, last_occurrence_at
+        ahead.id: (3, ahead.revision + 1, minute[3], minute[2], minute[3]),
+        first.id: (3, first.revision + 1, minute[3], minute[1], minute[3]),
+        second.id: (3, second.revision + 1, minute[3], minute[1], minute[3]),
+        hourly.id: (0, hourly.revision + 1, T0, T0 + timedelta(hours=1), None),
+        stale.id: (1, stale.revision + 1, minute[1], minute[1], minute[1]),  # moved once, by the first
+    }
+    for recurring_id, (runs, revision, planned_until, next_fire_at, last) in expected.items():
+        ra = after[recurring_id]
+        assert (ra.runs, ra.revision, ra.planned_until, ra.next_fire_at, ra.last_occurrence_at) == (
+            runs,
+            revision,
+            planned_until,
+            next_fire_at,
+            last,
+        ), recurring_id
+    assert [a.occurrence_at for a in await _listed(timed, stale)] == [minute[1]]
+    assert [a.occurrence_at for a in await _listed(timed, ahead)] == minute[1:]
+
+
 def test_recurring_activities_on_one_schedule_share_its_parsed_form() -> None:
     def recurring(schedule: dict[str, str], timezone: str, revision: int) -> r.RecurringActivity:
         values = recurring_values(schedule=schedule, timezone=timezone)
