@@ -20,6 +20,10 @@ DEFAULT_MAX_QUEUED = 512
 """Due claims waiting for a free request slot beyond which the node stops claiming: an overloaded
 node leaves the work to the others instead of hoarding it under leases. Once half of that is one
 activity type's, claims pass that type over, so one tenant's backlog cannot crowd out the rest."""
+DEFAULT_HELP_AFTER = 1.0
+"""Seconds an activity of another node's partition must be overdue before this node, with nothing of
+its own due and room to spare, claims it (types with ``max_concurrency`` or ``rate_limit`` excepted):
+owners claim a second ahead, so such an activity means its owner is behind, or dead. None: never help."""
 DEFAULT_LEASE_SECONDS = 30.0
 """How long a claim is leased; the lease keeper extends it while the node still holds the claim."""
 DEFAULT_MAX_IN_FLIGHT = 64
@@ -47,6 +51,7 @@ class PollerConfig:
     batch_size: int = DEFAULT_CLAIM_BATCH
     max_backlog: int = DEFAULT_MAX_BACKLOG
     max_queued: int = DEFAULT_MAX_QUEUED
+    help_after: float | None = DEFAULT_HELP_AFTER
 
 
 @dataclass(frozen=True)

@@ -113,12 +113,19 @@ class Poller:
         # executor drained it, instead of claiming a few rows at a time), unless some type crowds
         # the room: then whatever room there is goes to the other types at once.
         self._blocked = limit <= 0 or (limit < max(1, self.config.max_queued // 2) and not skip)
-        if self._blocked or not partitions:
-            return PollResult(blocked=self._blocked)
-        horizon = self.clock.now() + timedelta(seconds=self.config.lookahead)
+        if self._blocked:
+            return PollResult(blocked=True)
+        now = self.clock.now()
+        horizon = now + timedelta(seconds=self.config.lookahead)
         claims = await self.store.claim_due(
             self.owner, partitions, limit, self.lease_seconds, horizon, skip_types=skip
         )
+        if len(claims) < limit and self.config.help_after is not None:
+            # Nothing more of our own is due: take over what other nodes are late with.
+            overdue = now - timedelta(seconds=self.config.help_after)
+            claims += await self.store.claim_overdue_elsewhere(
+                self.owner, partitions, limit - len(claims), self.lease_seconds, overdue, skip
+            )
         self.book.add(claims)
         for claim in claims:
             self._schedule(claim)

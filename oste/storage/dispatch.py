@@ -209,11 +209,43 @@ class DispatchStore:
         """
         if limit <= 0 or not partitions:
             return []
+        return await self._claim_picked(owner, partitions, limit, lease_seconds, horizon, skip_types, False)
+
+    async def claim_overdue_elsewhere(
+        self,
+        owner: str,
+        held: Sequence[int],
+        limit: int,
+        lease_seconds: float,
+        before: datetime,
+        skip_types: Iterable[uuid.UUID] = (),
+    ) -> list[Claim]:
+        """Help a node that is behind: claim up to ``limit`` activities due before ``before`` in the
+        partitions this node does *not* hold, of types without ``max_concurrency`` or ``rate_limit``.
+
+        Their owner would have claimed them ahead of time if it could keep up, so they are its backlog
+        (or a dead node's). A type with limits is left to its owner, which alone enforces them. The
+        claims are ordinary claims: leased, exclusive, completed and rescued like any other.
+        """
+        if limit <= 0 or len(set(held)) >= len(ALL_PARTITIONS):
+            return []
+        return await self._claim_picked(owner, held, limit, lease_seconds, before, skip_types, True)
+
+    async def _claim_picked(
+        self,
+        owner: str,
+        partitions: Sequence[int],
+        limit: int,
+        lease_seconds: float,
+        horizon: datetime,
+        skip_types: Iterable[uuid.UUID],
+        elsewhere: bool,
+    ) -> list[Claim]:
         now = self.clock.now()
         token = new_id()
         lease_until = now + timedelta(seconds=lease_seconds)
         sql, values = self._claim_statement(
-            owner, token, lease_until, now, partitions, limit, horizon, sorted(set(skip_types))
+            owner, token, lease_until, now, partitions, limit, horizon, sorted(set(skip_types)), elsewhere
         )
         async with self._db():
             rows = await self._conn().execute_query_dict(sql, values)
@@ -233,7 +265,10 @@ class DispatchStore:
         limit: int,
         horizon: datetime,
         skip_types: Sequence[uuid.UUID],
+        elsewhere: bool = False,
     ) -> tuple[str, list[Any]]:
+        """The claim of due activities in ``partitions``; with ``elsewhere``, in all *other*
+        partitions and only of types without limits."""
         p = Params(self.strategy)
         lease = (
             f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
@@ -241,13 +276,17 @@ class DispatchStore:
         )
         where = f"state = 'scheduled' AND next_attempt_at <= {p.add(horizon)}"
         if len(set(partitions)) < len(ALL_PARTITIONS):
-            where += " AND " + self.strategy.in_list("partition", sorted(set(partitions)), p, "smallint")
+            held = self.strategy.in_list("partition", sorted(set(partitions)), p, "smallint")
+            where += f" AND NOT {held}" if elsewhere else f" AND {held}"
         if skip_types:
             where += " AND NOT " + self._in_uuids("activity_type_id", skip_types, p)
+        left_alone = "t.paused OR s.paused OR c.paused"
+        if elsewhere:
+            left_alone += " OR t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL"
         paused = (
             "activity_type_id NOT IN (SELECT t.id FROM activity_type t "
             "JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = s.company_id "
-            "WHERE t.paused OR s.paused OR c.paused)"
+            f"WHERE {left_alone})"
         )
         pick = f"WHERE {where} AND {paused} ORDER BY next_attempt_at LIMIT {p.add(limit)}"
         return self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS), p.values

@@ -72,6 +72,33 @@ async def test_claims_only_from_the_given_partitions(store: Store, dispatch: Dis
     assert len(await dispatch.claim_due("n1", [kind.partition], 10, 30, T0)) == 3
 
 
+async def test_a_node_helps_with_overdue_work_of_types_without_limits_elsewhere(
+    store: Store, dispatch: DispatchStore
+) -> None:
+    free = await make_type(store, URL, name="free")
+    capped = await make_type(store, URL, name="capped", max_concurrency=2)
+    paced = await make_type(store, URL, name="paced", rate_limit=5.0)
+    for kind in (free, capped, paced):
+        await make_activities(store, kind, T0 - timedelta(seconds=5), 3)
+    await make_activities(store, free, T0, 2)  # due, but not yet overdue
+    mine = [p for p in ALL_PARTITIONS if p not in {free.partition, capped.partition, paced.partition}]
+    before = T0 - timedelta(seconds=1)
+    helped = await dispatch.claim_overdue_elsewhere("n2", mine, 10, 30, before)
+    assert len(helped) == 3 and {c.target.activity_type_id for c in helped} == {free.id}
+    assert all(c.owner == "n2" for c in helped)
+    assert await dispatch.claim_overdue_elsewhere("n3", mine, 10, 30, before) == []  # claimed once
+    # Its own partitions are never "elsewhere", and a node holding every partition has no one to help.
+    assert (
+        await dispatch.claim_overdue_elsewhere(
+            "n2", [free.partition, capped.partition, paced.partition], 10, 30, T0
+        )
+        == []
+    )
+    assert await dispatch.claim_overdue_elsewhere("n2", ALL_PARTITIONS, 10, 30, T0) == []
+    owner = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
+    assert len(owner) == 8  # the capped and paced ones, and the two just due, stayed with their owner
+
+
 async def test_concurrent_claimers_get_disjoint_work(store: Store, dispatch: DispatchStore) -> None:
     kinds = [await make_type(store, URL, name=f"t{i}") for i in range(4)]
     for kind in kinds:

@@ -15,6 +15,7 @@ from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.engine import Engine, EngineConfig
 from oste.engine.config import PollerConfig
+from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 from tests.engine_support import (
     Receiver,
@@ -137,3 +138,23 @@ async def test_paused_types_do_not_fire(store: Store, receiver: Receiver, databa
     await store.update_activity_type(kind, {"paused": False})
     assert (await engine.drain()).fired == 1
     assert (await reload(store, activity)).state == r.ActivityState.SUCCEEDED
+
+
+async def test_a_node_fires_what_a_silent_node_is_late_with_before_its_partitions_free_up(
+    store: Store, receiver: Receiver, engines
+) -> None:
+    dispatch = DispatchStore(SystemClock())
+    ghost = await dispatch.register_node("ghost", "worker")
+    held_for = SystemClock().now() + timedelta(seconds=120)
+    assert len(await dispatch.acquire_partitions(ghost.id, 64, held_for)) == 64
+    free = await make_type(store, receiver.url + "/free/{n}", name="free")
+    capped = await make_type(store, receiver.url + "/capped/{n}", name="capped", max_concurrency=1)
+    overdue = SystemClock().now() - timedelta(seconds=3)
+    await make_activities(store, free, overdue, 5)
+    waiting = await make_activities(store, capped, overdue, 2)
+    engine = await engines()
+    hits = await receiver.wait_for(5, within=10)
+    assert engine.partitions() == ()  # the silent node still holds every partition
+    assert sorted(hit.path for hit in hits) == [f"/free/{n}" for n in range(5)]
+    # A type with limits is left to the node holding its partition, which alone enforces them.
+    assert {(await reload(store, a)).state for a in waiting} == {r.ActivityState.SCHEDULED}
