@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.domain.partitions import ALL_PARTITIONS, fair_share
-from oste.storage.database import close_database, open_database
+from oste.storage.database import close_database, open_database, settle_after_bulk_load
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 
@@ -60,7 +60,8 @@ async def wait_for_workers(count: int, within: float, alive: Callable[[], None])
 async def prestore(
     company: str, solution: str, type_names: list[str], count: int, advance: Callable[[int], None]
 ) -> float:
-    """Store ``count`` future activities (due over the next 30 days); returns the seconds it took."""
+    """Store ``count`` future activities (due over the next 30 days), then settle the store as weeks of
+    autovacuum would have (``settle_after_bulk_load``); returns the seconds it took."""
     store = Store(SystemClock())
     owner = await store.get_company(company)
     sol = await store.get_solution(owner, solution)
@@ -80,6 +81,7 @@ async def prestore(
         ]
         await store.create_activities(chunk)
         advance(len(chunk))
+    await settle_after_bulk_load()
     return time.perf_counter() - began
 
 

@@ -57,3 +57,18 @@ async def close_database() -> None:
     """Close every connection (an unclosed aiosqlite thread would hang process exit)."""
     await Tortoise.close_connections()
     await asyncio.sleep(0)
+
+
+async def settle_after_bulk_load() -> str | None:
+    """Do at once what PostgreSQL's autovacuum would do over time after a bulk load of activities.
+
+    A store that grew to a million rows over weeks was vacuumed and analysed along the way; one loaded a
+    moment ago was not, and autovacuum would then work through the whole table later, on the same cores
+    as the engine. Returns the statement run (None on SQLite, which has no such background work).
+    """
+    connection = Tortoise.get_connection("default")
+    if connection.capabilities.dialect != "postgres":
+        return None
+    statement = "VACUUM (ANALYZE) activity"
+    await connection.execute_script(statement)
+    return statement
