@@ -11,12 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-from hypercorn.asyncio import serve as hypercorn_serve
-from hypercorn.config import Config as HypercornConfig
-
 from oste import __version__, eventloop
-from oste.api.openapi import build_spec
 from oste.errors import ConfigurationError, OsteError
 from oste.server import SHUTDOWN_GRACE_SECONDS, create_app, prepare_data_dir, resolve_admin_token, run_worker
 from oste.settings import SETTINGS, Settings
@@ -119,10 +114,17 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def spec_yaml() -> str:
     """The OpenAPI document as YAML, exactly as `openapi/openapi.yaml` holds it."""
+    import yaml
+
+    from oste.api.openapi import build_spec
+
     return yaml.safe_dump(build_spec(), sort_keys=False, allow_unicode=True, width=100)
 
 
 async def run_http(settings: Settings, engine: bool) -> None:
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config as HypercornConfig
+
     token, generated = resolve_admin_token(settings)
     if generated:
         print(

@@ -1,4 +1,8 @@
-"""Composition root: builds the app from settings. The one module that imports every room."""
+"""Composition root: builds the app from settings. The one module that imports every room.
+
+The API room (Starlette, jsonschema, the OpenAPI tables) is imported when an app is built, so that
+`oste worker`, which runs the engine alone, does not carry it.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +15,16 @@ import secrets
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from starlette.applications import Starlette
-
-from oste.api import EXCEPTION_HANDLERS, ApiContext, api_routes
 from oste.domain.clock import Clock, SystemClock
 from oste.engine import Engine
 from oste.settings import Settings
 from oste.storage.database import close_database, describe, open_database
 from oste.storage.store import Store
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 log = logging.getLogger("oste")
 ADMIN_TOKEN_FILE = "admin-token"
@@ -72,6 +77,10 @@ def create_app(
     engine gracefully (in-flight requests finish, unstarted claims are released) before closing.
     ``freeze_after_start`` (the CLI's processes) calls ``freeze_startup_objects`` once started.
     """
+    from starlette.applications import Starlette
+
+    from oste.api import EXCEPTION_HANDLERS, ApiContext, api_routes
+
     clock = clock or SystemClock()
     store = Store(clock)
     engine = Engine(settings, clock) if run_engine else None

@@ -9,24 +9,28 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
+from functools import cache, cached_property
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
-
-import jsonschema
-from jsonschema.validators import Draft202012Validator
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
 
 from oste.domain.fastschema import Check, compile_check
 from oste.errors import FieldError, InvalidInput
 
+if TYPE_CHECKING:  # jsonschema is imported where schemas are checked: the engine fills URIs only
+    from jsonschema.validators import Draft202012Validator
+    from referencing import Registry
+
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-LOCAL_SCHEMAS_ONLY = Registry()
-"""No schema is ever fetched: a ``$ref`` resolves inside its own schema or not at all (no SSRF)."""
+
+
+@cache
+def local_schemas_only() -> Registry:
+    """No schema is ever fetched: a ``$ref`` resolves inside its own schema or not at all (no SSRF)."""
+    from referencing import Registry
+
+    return Registry()
 
 
 def join_path(*parts: object) -> str:
@@ -82,12 +86,17 @@ def check_parameter_schema(schema: Any, field: str = "parameter_schema") -> dict
         return None
     if not isinstance(schema, dict):
         raise InvalidInput.field(field, "must be a JSON Schema object (draft 2020-12) or null")
+    from jsonschema import SchemaError
+    from jsonschema.validators import Draft202012Validator
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
     try:
         Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
+    except SchemaError as exc:
         where = join_path(field, *exc.path)
         raise InvalidInput.field(where, f"is not a valid JSON Schema: {exc.message}") from None
-    resolver = LOCAL_SCHEMAS_ONLY.resolver_with_root(DRAFT202012.create_resource(schema))
+    resolver = local_schemas_only().resolver_with_root(DRAFT202012.create_resource(schema))
     for path, ref in _references(schema):
         try:
             resolver.lookup(ref)
@@ -139,10 +148,12 @@ class ParameterRules:
     def _validator(self) -> Draft202012Validator | None:
         if self.parameter_schema is None:
             return None
+        from jsonschema.validators import Draft202012Validator
+
         return Draft202012Validator(
             self.parameter_schema,
             format_checker=Draft202012Validator.FORMAT_CHECKER,
-            registry=LOCAL_SCHEMAS_ONLY,
+            registry=local_schemas_only(),
         )
 
     @cached_property

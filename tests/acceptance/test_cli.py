@@ -54,6 +54,18 @@ def test_bad_setting_is_named_with_what_to_do(tmp_path: Path) -> None:
     assert "OSTE_PORT" in result.stderr and "'abc'" in result.stderr and "1-65535" in result.stderr
 
 
+def test_a_worker_does_not_import_the_api_nor_the_http_server() -> None:
+    # What `oste worker` imports stays resident for its whole life: the API's room stays out of it.
+    probe = (
+        "import sys, oste.cli, oste.engine, oste.server; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'starlette', 'hypercorn', 'jsonschema', 'yaml', 'rich', 'psutil', 'jinja2'}), "
+        "'oste.api' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["[]", "False"]
+
+
 def test_unreachable_database_says_so(tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
     env = clean_env(
