@@ -12,7 +12,7 @@ import gc
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,6 +57,24 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+@contextlib.contextmanager
+def collecting_eagerly() -> Iterator[None]:
+    """While a CLI process opens (and migrates) its database: what the imports left alive is frozen out
+    of the collector's reach, and the oldest generation is collected as often as the middle one.
+
+    Migrating renders the ORM's models afresh for every operation, all of it cyclic garbage that would
+    otherwise pile up (about 30 MB on a fresh database) until a full collection, and stay the process's
+    peak resident memory for good. Frozen imports keep those full collections short.
+    """
+    gc.freeze()
+    threshold = gc.get_threshold()
+    gc.set_threshold(threshold[0], threshold[1], 1)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+
+
 def prepare_data_dir(settings: Settings) -> None:
     """Create the data directory when the database is a SQLite file in it."""
     if settings.database_url.startswith("sqlite://"):
@@ -75,7 +93,8 @@ def create_app(
 
     Its lifespan opens (and migrates) the database, starts the engine, and on shutdown stops the
     engine gracefully (in-flight requests finish, unstarted claims are released) before closing.
-    ``freeze_after_start`` (the CLI's processes) calls ``freeze_startup_objects`` once started.
+    ``freeze_after_start`` (the CLI's processes) opens the database ``collecting_eagerly`` and calls
+    ``freeze_startup_objects`` once started.
     """
     from starlette.applications import Starlette
 
@@ -92,7 +111,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await open_database(settings.database_url, apply_migrations)
+        with collecting_eagerly() if freeze_after_start else contextlib.nullcontext():
+            await open_database(settings.database_url, apply_migrations)
         try:
             if engine is not None:
                 await engine.start()
@@ -114,7 +134,8 @@ def create_app(
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     """`oste worker`: the engine alone until ``stop`` is set, then a graceful drain and exit."""
-    await open_database(settings.database_url)
+    with collecting_eagerly():
+        await open_database(settings.database_url)
     engine = Engine(settings)
     try:
         await engine.start()
