@@ -1,14 +1,34 @@
 """Tortoise models: the tables. Only ``oste.storage`` imports this module.
 
-Indexes follow the engine's queries: due activities by (state, partition, next_attempt_at); lookups by
-object id; listings by (solution, state, id); expired leases by (state, lease_expires_at).
+Indexes follow the engine's queries: scheduled activities by next_attempt_at; lookups by object id;
+listings by (solution, state, id); held leases by lease_expires_at; ended activities by (state,
+finished_at). The three phase indexes are partial, so a claim or completion writes fewer index entries.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from tortoise import fields
 from tortoise.indexes import Index
 from tortoise.models import Model
+
+
+class WhereIndex(Index):
+    """A partial index: over the rows matching ``where`` only (the same SQL on SQLite and PostgreSQL).
+
+    Writing a row outside it costs the index nothing. ``where`` names columns, not model fields.
+    """
+
+    def __init__(self, *, fields: tuple[str, ...], name: str, where: str) -> None:
+        super().__init__(fields=fields, name=name)
+        self.where = where
+        self.extra = f" WHERE {where}"
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        path, args, kwargs = super().deconstruct()
+        kwargs["where"] = self.where
+        return path, args, kwargs
 
 
 class Company(Model):
@@ -163,14 +183,21 @@ class Activity(Model):
     class Meta:
         table = "activity"
         unique_together = (("solution_id", "idempotency_key"), ("recurring_activity_id", "occurrence_at"))
+        # Every claim and every completion rewrites the row: on PostgreSQL each such update adds an
+        # entry to every index over the table, so the indexes of one phase hold only that phase's rows.
         indexes = (
-            Index(fields=("state", "partition", "next_attempt_at"), name="activity_due_idx"),
-            Index(fields=("state", "next_attempt_at"), name="activity_due_any_idx"),
+            WhereIndex(
+                fields=("next_attempt_at",), name="activity_scheduled_idx", where="state = 'scheduled'"
+            ),
             Index(fields=("solution_id", "state", "id"), name="activity_listing_idx"),
             Index(fields=("solution_id", "object_id"), name="activity_object_idx"),
             Index(fields=("activity_type_id", "state"), name="activity_type_state_idx"),
-            Index(fields=("state", "lease_expires_at"), name="activity_lease_idx"),
-            Index(fields=("state", "finished_at"), name="activity_finished_idx"),
+            WhereIndex(
+                fields=("lease_expires_at",), name="activity_leased_idx", where="lease_expires_at IS NOT NULL"
+            ),
+            WhereIndex(
+                fields=("state", "finished_at"), name="activity_ended_idx", where="finished_at IS NOT NULL"
+            ),
         )
 
 
