@@ -219,19 +219,32 @@ class SqliteClaimStrategy(ClaimStrategy):
     async def apply_completions(
         self, conn: BaseDBAsyncClient, completions: Sequence[Completion], now: datetime
     ) -> set[uuid.UUID]:
-        rows = list(zip(*_completion_columns(completions), strict=True))
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
+        # The batch is one JSON parameter, so the statement's text (and its prepared form, which the
+        # driver caches per connection) is the same whatever the batch size.
         sql = (
-            "WITH v(id, token, state, retries, attempts, outcome, next_at, finished_at) "
-            f"AS (VALUES {values}) "
+            "WITH v AS (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token, "
+            "json_extract(value, '$[2]') AS state, json_extract(value, '$[3]') AS retries, "
+            "json_extract(value, '$[4]') AS attempts, json_extract(value, '$[5]') AS outcome, "
+            "json_extract(value, '$[6]') AS next_at, json_extract(value, '$[7]') AS finished_at "
+            "FROM json_each(?)) "
             f"UPDATE activity SET {_SET_COMPLETED.format(table='activity', now='?')} FROM v "
             "WHERE activity.id = v.id AND activity.claim_token = v.token AND activity.state = 'running' "
             "RETURNING id"
         )
-        flat: list[Any] = []
-        for row in rows:
-            flat.extend((str(row[0]), str(row[1]), *row[2:]))
-        found = await conn.execute_query_dict(sql, [*flat, now])
+        batch = [
+            [
+                str(c.activity_id),
+                str(c.claim_token),
+                str(c.state),
+                c.retries,
+                c.attempt,
+                str(c.report.outcome),
+                _sqlite_time(c.next_attempt_at),
+                _sqlite_time(c.finished_at),
+            ]
+            for c in completions
+        ]
+        found = await conn.execute_query_dict(sql, [orjson.dumps(batch).decode(), now])
         return {self.uuid_of(row["id"]) for row in found}  # type: ignore[misc]
 
     async def insert_rows(
@@ -267,6 +280,11 @@ def _completion_columns(completions: Sequence[Completion]) -> list[list[Any]]:
         [c.next_attempt_at for c in completions],
         [c.finished_at for c in completions],
     ]
+
+
+def _sqlite_time(value: datetime | None) -> str | None:
+    """A datetime as Tortoise's SQLite adapter stores it (``isoformat(" ")``), so stored values compare."""
+    return None if value is None else value.isoformat(" ")
 
 
 def _execution_values(row: ExecutionRow) -> tuple[Any, ...]:
