@@ -105,7 +105,8 @@ async def scale(harness: Harness) -> Result:
     facts = {
         "stored": opts.stored,
         "store_method": "Store.create_activities in the bench process (not the API), 5,000 per "
-        "transaction; then, on PostgreSQL, VACUUM (ANALYZE) activity, as autovacuum would have done",
+        "transaction; then what the database would have done meanwhile: VACUUM (ANALYZE) activity on "
+        "PostgreSQL, a WAL checkpoint on SQLite",
         "store_seconds": round(store_seconds, 1),
         "store_per_s": round(opts.stored / store_seconds, 1) if store_seconds else None,
         "ratio_to_empty": round(stored.fires_per_s / empty.fires_per_s, 3) if empty.fires_per_s else None,
