@@ -260,7 +260,8 @@ async def _read_excerpt(response: aiohttp.ClientResponse, limit: int) -> str:
         if not chunk:
             break
         data += chunk
-    return data.decode("utf-8", "replace")
+    # Text columns hold no U+0000 (PostgreSQL refuses it): it is shown as the replacement character.
+    return data.decode("utf-8", "replace").replace("\x00", "\ufffd")
 
 
 def _status_error(response: aiohttp.ClientResponse) -> str:

@@ -135,6 +135,16 @@ async def test_only_4_kib_of_the_response_is_kept(store: Store, receiver: Receiv
     assert len(run.response_excerpt) >= 2000
 
 
+async def test_a_response_with_nul_is_recorded(store: Store, receiver: Receiver, engine: Engine) -> None:
+    # Neither database stores U+0000 in text; an excerpt holding one must not stall the completions.
+    receiver.behaviour = respond(200, "before\x00after")
+    activity = await fire_one(store, receiver.url + "/x")
+    done = await settled(store, activity)
+    assert done.state == r.ActivityState.SUCCEEDED
+    [run] = await executions_of(store, done)
+    assert run.response_excerpt == "before\ufffdafter"
+
+
 async def test_success_statuses_of_the_type(store: Store, receiver: Receiver, engine: Engine) -> None:
     receiver.behaviour = respond(200)
     activity = await fire_one(store, receiver.url + "/x", success_statuses=(202,), retries=0)
