@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tortoise.backends.base.config_generator import expand_db_url
+
 SQLITE_PRAGMAS = {"journal_mode": "WAL", "synchronous": "NORMAL", "busy_timeout": "5000"}
 POSTGRES_POOL = {"minsize": "1", "maxsize": "20"}
 
@@ -24,10 +26,28 @@ def normalise_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
 
 
+async def keep_session(connection: Any) -> None:
+    """asyncpg's pool hook run when a connection goes back to the pool, after any open transaction
+    was rolled back. OSTE sets no session state (no ``SET``, ``LISTEN``, advisory locks or cursors
+    outlive a statement), so there is nothing to reset: the default sends ``RESET ALL`` and three
+    more statements to the server on every release, a round trip per query the engine makes."""
+
+
+def connection_config(url: str) -> str | dict[str, Any]:
+    """Tortoise's connection entry for ``url``: the URL itself, or for PostgreSQL its expanded form
+    with the pool's release hook (``keep_session``)."""
+    normal = normalise_url(url)
+    if urlsplit(normal).scheme != "postgres":
+        return normal
+    expanded = expand_db_url(normal)
+    expanded["credentials"]["reset"] = keep_session
+    return expanded
+
+
 def tortoise_config(url: str) -> dict[str, Any]:
     """The Tortoise config dict for OSTE's one app (``oste``) on the given database URL."""
     return {
-        "connections": {"default": normalise_url(url)},
+        "connections": {"default": connection_config(url)},
         "apps": {
             "oste": {
                 "models": ["oste.storage.models"],

@@ -25,7 +25,6 @@ from typing import Any
 
 from tortoise import connections
 from tortoise.exceptions import DBConnectionError, IntegrityError
-from tortoise.transactions import in_transaction
 
 from oste.domain.clock import Clock
 from oste.domain.delivery import conclude_expired
@@ -42,7 +41,7 @@ from oste.domain.partitions import ALL_PARTITIONS
 from oste.domain.records import ActivityState
 from oste.errors import Unavailable
 from oste.storage import models as m
-from oste.storage.dialects import ClaimStrategy, ExecutionRow, Params, strategy_for
+from oste.storage.dialects import ClaimStrategy, Params, strategy_for
 
 DEFAULT_TARGET_TTL = 5.0
 """Seconds a loaded activity type (verb, URI, headers, secret…) is reused before it is read again."""
@@ -359,13 +358,9 @@ class DispatchStore:
         return CompletionResult(applied, stale)
 
     async def _complete_chunk(self, chunk: Sequence[Completion]) -> int:
-        now = self.clock.now()
-        async with self._db(), in_transaction(self.connection) as conn:
-            ids = await self.strategy.apply_completions(conn, chunk, now)
-            rows = [ExecutionRow(new_id(), c) for c in chunk if c.activity_id in ids]
-            if rows:
-                await self.strategy.insert_executions(conn, rows)
-        return len(rows)
+        async with self._db():
+            ids = await self.strategy.record_completions(self.connection, chunk, self.clock.now())
+        return len(ids)
 
     async def extend_leases(self, tokens: Iterable[uuid.UUID], until: datetime) -> int:
         """Extend the lease of every running activity claimed under ``tokens`` to ``until``."""
@@ -445,13 +440,10 @@ class DispatchStore:
         completions = [conclude_expired(e, now, rng) for e in expired]
         if not completions:
             return 0, 0
-        async with self._db(), in_transaction(self.connection) as conn:
-            ids = await self.strategy.apply_completions(conn, completions, now)
-            rows = [ExecutionRow(new_id(), c) for c in completions if c.activity_id in ids]
-            if rows:
-                await self.strategy.insert_executions(conn, rows)
-        dead = sum(1 for row in rows if row.completion.state == ActivityState.DEAD)
-        return len(rows) - dead, dead
+        async with self._db():
+            ids = await self.strategy.record_completions(self.connection, completions, now)
+        dead = sum(1 for c in completions if c.activity_id in ids and c.state == ActivityState.DEAD)
+        return len(ids) - dead, dead
 
     # --- helpers --------------------------------------------------------------------------------
 
