@@ -6,6 +6,7 @@ body) and a reason the user can act on.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -123,10 +124,29 @@ def _references(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[A
 
 def fill_uri(pattern: str, parameter: dict[str, Any]) -> str:
     """Fill ``{Name}`` placeholders with the parameter's values, percent-encoded (``/`` too)."""
-    return _PLACEHOLDER.sub(lambda m: quote(_scalar_text(parameter[m.group(1)]), safe=""), pattern)
+    pieces = _uri_pieces(pattern)
+    if len(pieces) == 1:
+        return pattern
+    parts = list(pieces)
+    for i in range(1, len(parts), 2):
+        text = _scalar_text(parameter[parts[i]])
+        parts[i] = text if _UNRESERVED.fullmatch(text) else quote(text, safe="")
+    return "".join(parts)
+
+
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
+"""Text that percent-encoding leaves as it is (RFC 3986 unreserved characters)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _uri_pieces(pattern: str) -> tuple[str, ...]:
+    """A URI pattern split at its placeholders: literal, name, literal, name, …, literal."""
+    return tuple(_PLACEHOLDER.split(pattern))
 
 
 def _scalar_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

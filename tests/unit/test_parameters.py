@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from oste.domain.parameters import (
     ParameterRules,
@@ -307,3 +310,10 @@ def test_fill_uri_fills_every_placeholder_including_repeats_and_query() -> None:
         {"Tenant": "acme co", "SongId": 7, "Unused": "x"},
     )
     assert uri == "https://example.com/acme%20co/song/7?again=7&t=acme%20co"
+
+
+@given(st.text())
+def test_fill_uri_encodes_any_text_as_quote_does(value: str) -> None:
+    assert fill_uri("https://example.com/a/{X}/b", {"X": value}) == (
+        f"https://example.com/a/{quote(value, safe='')}/b"
+    )
