@@ -1,4 +1,4 @@
-"""The bench's receiver: a fast aiohttp server in a process of its own that records every arrival.
+"""The bench's receiver: a lean HTTP/1.1 server in a process of its own that records every arrival.
 
 ``main()`` runs it (the bench starts it with ``python -c``); it prints ``ready <port>`` once it
 listens. Every request to ``/fire/{n}`` is answered 200 at once and recorded as
@@ -8,7 +8,10 @@ listens. Every request to ``/fire/{n}`` is answered 200 at once and recorded as
 - ``GET /_records``: every arrival as ``[n, scheduled_for, arrival_epoch]``;
 - ``POST /_reset``: forget everything (between the limit and OSTE).
 
-``ReceiverProcess`` starts it and talks to it from the bench.
+It is an ``asyncio.Protocol`` over httptools' parser (the one uvicorn uses), not a web framework:
+OSTE and the limit share the machine's cores with it, and a receiver that spends less per request
+takes less of what the senders are measured on (a real receiver runs elsewhere). It answers every
+request on a kept-alive connection in order, and closes connections the client asked to close.
 """
 
 from __future__ import annotations
@@ -23,14 +26,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import httptools
 import orjson
-from aiohttp import web
 
 from oste import eventloop
 
 READY_WITHIN = 30.0
 ENTRY = "from oste.bench.receiver import main; main()"
-FIRE_PATH = "/fire/"
+FIRE_PATH = b"/fire/"
+SCHEDULED_HEADER = b"oste-scheduled-for"
+OK_EMPTY = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 @dataclass
@@ -44,53 +51,88 @@ class Arrivals:
         self.records.append((n, scheduled, time.time()))
         self.keys.add((n, scheduled))
 
+    def stats(self) -> dict[str, int]:
+        return {"hits": len(self.records), "distinct": len(self.keys)}
 
-def build_app(arrivals: Arrivals) -> web.Application:
-    """The receiver's routes: the fire endpoint and the bench's read-outs."""
-
-    async def fire(request: web.Request) -> web.Response:
-        arrivals.add(request.match_info["n"], request.headers.get("OSTE-Scheduled-For", ""))
-        if request.can_read_body:
-            await request.read()
-        return web.Response()
-
-    async def stats(request: web.Request) -> web.Response:
-        return _json({"hits": len(arrivals.records), "distinct": len(arrivals.keys)})
-
-    async def records(request: web.Request) -> web.Response:
-        return _json(arrivals.records)
-
-    async def reset(request: web.Request) -> web.Response:
-        arrivals.records.clear()
-        arrivals.keys.clear()
-        return _json({"hits": 0, "distinct": 0})
-
-    app = web.Application()
-    app.router.add_route("*", FIRE_PATH + "{n}", fire)
-    app.router.add_get("/_stats", stats)
-    app.router.add_get("/_records", records)
-    app.router.add_post("/_reset", reset)
-    return app
+    def reset(self) -> dict[str, int]:
+        self.records.clear()
+        self.keys.clear()
+        return self.stats()
 
 
-def _json(value: Any) -> web.Response:
-    return web.Response(body=orjson.dumps(value), content_type="application/json")
+class ReceiverProtocol(asyncio.Protocol):
+    """One client connection: parses requests with httptools and answers each as it completes."""
+
+    def __init__(self, arrivals: Arrivals) -> None:
+        self.arrivals = arrivals
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.url = b""
+        self.scheduled = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            assert self.transport is not None
+            self.transport.write(BAD_REQUEST)
+            self.transport.close()
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.scheduled = b""
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == SCHEDULED_HEADER:
+            self.scheduled = value
+
+    def on_headers_complete(self) -> None:
+        if self.url.startswith(FIRE_PATH):  # recorded on arrival, before any body
+            self.arrivals.add(self.url[len(FIRE_PATH) :].decode(), self.scheduled.decode())
+
+    def on_message_complete(self) -> None:
+        assert self.transport is not None
+        self.transport.write(self._answer(self.parser.get_method(), self.url))
+        if not self.parser.should_keep_alive():
+            self.transport.close()
+
+    def _answer(self, method: bytes, url: bytes) -> bytes:
+        if url.startswith(FIRE_PATH):
+            return OK_EMPTY
+        if method == b"GET" and url == b"/_stats":
+            return _json(self.arrivals.stats())
+        if method == b"GET" and url == b"/_records":
+            return _json(self.arrivals.records)
+        if method == b"POST" and url == b"/_reset":
+            return _json(self.arrivals.reset())
+        return NOT_FOUND
+
+
+def _json(value: Any) -> bytes:
+    body = orjson.dumps(value)
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
 
 
 async def serve(port: int) -> None:
     """Listen on 127.0.0.1:``port`` (0: any free port), print ``ready <port>``, run until killed."""
-    runner = web.AppRunner(build_app(Arrivals()), access_log=None, handle_signals=True)
-    await runner.setup()
+    arrivals = Arrivals()
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
-    site = web.SockSite(runner, sock, backlog=4096)
-    await site.start()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: ReceiverProtocol(arrivals), sock=sock, backlog=4096)
     print(f"ready {sock.getsockname()[1]}", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
+    async with server:
+        await server.serve_forever()
 
 
 class ReceiverProcess:
