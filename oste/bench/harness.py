@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -22,10 +23,18 @@ import orjson
 
 from oste.bench import probe
 from oste.bench.client import OsteClient
-from oste.bench.processes import OsteProcesses, ResourceMeter, fresh_database, is_postgres, passed_settings
+from oste.bench.processes import (
+    CpuWatch,
+    OsteProcesses,
+    ResourceMeter,
+    database_server_pids,
+    fresh_database,
+    is_postgres,
+    passed_settings,
+)
 from oste.bench.progress import ProgressView
 from oste.bench.receiver import ReceiverProcess
-from oste.bench.report import Delivery, Key, analyse, key_of
+from oste.bench.report import Delivery, Key, analyse, cpu_per_fire, key_of
 
 POLL_EVERY = 0.2
 SETTLE = 0.5
@@ -145,6 +154,8 @@ class Harness:
         deadline = max(plan.values(), default=time.time()) + self.options.timeout
         sampler = asyncio.create_task(self._sample(deployment)) if deployment else None
         alive = alive or (deployment.alive if deployment else None)
+        watch = self._cpu_watch(deployment)
+        watch.start()
         try:
             while time.time() < deadline:
                 if alive:
@@ -154,13 +165,25 @@ class Harness:
                 if distinct >= len(plan):
                     break
                 await asyncio.sleep(POLL_EVERY)
+            spent = watch.stop()
             await asyncio.sleep(SETTLE)
         finally:
             if sampler:
                 sampler.cancel()
         delivery = analyse(plan, await self.receiver.records())
         await self.receiver.reset()
-        return delivery
+        return dataclasses.replace(delivery, cpu_us_per_fire=cpu_per_fire(spent, delivery.delivered))
+
+    def _cpu_watch(self, deployment: Deployment | None) -> CpuWatch:
+        """What a delivery's CPU is counted over: OSTE's processes and a local database server while
+        OSTE fires (the limit's loop reports its own), and the receiver either way."""
+        groups: dict[str, Callable[[], list[int]]] = {}
+        if deployment is not None:
+            groups["senders"] = lambda: [p.pid for p in deployment.processes.started]
+            if self.options.postgres:
+                groups["database"] = lambda: database_server_pids(deployment.url)
+        groups["receiver"] = lambda: [self.receiver.pid]
+        return CpuWatch(groups)
 
     @staticmethod
     async def _sample(deployment: Deployment) -> None:
@@ -197,6 +220,14 @@ class Harness:
             if process.returncode is None:
                 process.terminate()
             await process.wait()
+        assert process.stdout is not None
+        report = orjson.loads((await process.stdout.read()) or b"{}")
+        if delivery.cpu_us_per_fire is not None and "cpu_s" in report:
+            spent = {"senders": report["cpu_s"], "receiver": 0.0}
+            cpu = cpu_per_fire(spent, delivery.delivered) or {}
+            receiver = delivery.cpu_us_per_fire.get("receiver", 0.0)
+            cpu["receiver"], cpu["total"] = receiver, round(cpu["senders"] + receiver, 1)
+            delivery = dataclasses.replace(delivery, cpu_us_per_fire=cpu)
         return delivery
 
 

@@ -1,9 +1,11 @@
 """The **limit**: the same workload fired at the same receiver by a bare aiohttp loop, no database.
 
 ``main()`` takes ``PLAN URL --concurrency C`` (the bench runs it with ``python -c``): PLAN is a JSON
-file of ``[[n, due_epoch], …]``. The loop waits for each due instant, then sends ``POST URL/fire/n`` with the
-headers OSTE sends (activity id, scheduled-for, idempotency key, attempt) and a small JSON body, at most
-C requests at once over kept-alive connections. It prints ``{"sent": …, "errors": …}`` when done.
+file of ``[[n, due_epoch], …]``. The loop waits for each due instant, then sends ``POST URL/fire/n``
+with the headers OSTE sends (activity id, scheduled-for, idempotency key, attempt) and a small JSON
+body, at most C requests at once over kept-alive connections. It prints ``{"sent": …, "errors": …,
+"cpu_s": …}`` when done; ``cpu_s`` is the loop's own CPU time while firing, which the bench reports
+per request beside OSTE's.
 
 What OSTE adds over this loop — claiming, leasing, recording each outcome durably — is what the
 bench's ratios measure.
@@ -75,7 +77,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     args = parser.parse_args()
     plan = [(str(n), float(due)) for n, due in orjson.loads(Path(args.plan).read_bytes())]
-    counts = eventloop.run(fire_plan(plan, args.url, args.concurrency))
+    cpu = time.process_time()
+    counts: dict[str, float] = dict(eventloop.run(fire_plan(plan, args.url, args.concurrency)))
+    counts["cpu_s"] = round(time.process_time() - cpu, 3)
     sys.stdout.write(orjson.dumps(counts).decode() + "\n")
 
 

@@ -4,7 +4,9 @@
   server of ``--database-url`` (dropped afterwards);
 - ``OsteProcesses``: ``oste serve`` (SQLite), or ``oste api`` plus N ``oste worker`` (PostgreSQL),
   each a subprocess configured only through ``OSTE_*`` environment variables;
-- ``ResourceMeter``: peak resident memory and CPU seconds of those processes (psutil).
+- ``ResourceMeter``: peak resident memory and CPU seconds of those processes (psutil);
+- ``CpuWatch``: CPU seconds of groups of processes (OSTE or the limit, the receiver, a local
+  PostgreSQL server) over one delivery, to say where each fire's CPU went.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -283,3 +285,53 @@ def _high_water_mark(pid: int) -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+DATABASE_SERVER_NAMES = ("postgres", "postmaster")
+
+
+def database_server_pids(url: str | None) -> list[int]:
+    """The processes of the PostgreSQL server ``url`` points at, when it runs on this machine (its
+    postmaster, background processes and every backend); none for SQLite, which runs inside OSTE."""
+    if not is_postgres(url):
+        return []
+    host = urlsplit(url).hostname or "localhost"  # type: ignore[arg-type]
+    if host not in LOCAL_HOSTS and not host.startswith("/"):
+        return []
+    return [
+        proc.pid for proc in psutil.process_iter(["name"]) if proc.info.get("name") in DATABASE_SERVER_NAMES
+    ]
+
+
+def _cpu_by_pid(pids: Iterable[int]) -> dict[int, float]:
+    found = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            found[pid] = float(times.user + times.system)
+    return found
+
+
+class CpuWatch:
+    """CPU seconds of named groups of processes between ``start()`` and ``stop()``.
+
+    Each group is a function listing its processes, asked at both ends: a process that started in
+    between counts from zero, one that ended in between is lost (the bench's processes outlive a
+    delivery; a database server's backends live as long as the pools' connections).
+    """
+
+    def __init__(self, groups: Mapping[str, Callable[[], Iterable[int]]]) -> None:
+        self.groups = dict(groups)
+        self._begin: dict[str, dict[int, float]] = {}
+
+    def start(self) -> None:
+        self._begin = {name: _cpu_by_pid(pids()) for name, pids in self.groups.items()}
+
+    def stop(self) -> dict[str, float]:
+        spent = {}
+        for name, pids in self.groups.items():
+            before = self._begin.get(name, {})
+            now = _cpu_by_pid(pids())
+            spent[name] = sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in now.items())
+        return spent

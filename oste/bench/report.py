@@ -53,6 +53,9 @@ class Delivery:
     fires_per_s: float
     lag_ms: dict[str, float]
     seconds: float
+    cpu_us_per_fire: dict[str, float] | None = None
+    """CPU microseconds per delivered request of the senders (OSTE's processes, or the limit's
+    loop), the local database server and the receiver, and their total (see ``cpu_per_fire``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -64,7 +67,18 @@ class Delivery:
             "fires_per_s": self.fires_per_s,
             "lag_ms": self.lag_ms,
             "seconds": self.seconds,
+            **({"cpu_us_per_fire": self.cpu_us_per_fire} if self.cpu_us_per_fire is not None else {}),
         }
+
+
+def cpu_per_fire(spent: Mapping[str, float], delivered: int) -> dict[str, float] | None:
+    """CPU seconds per group (``senders``, ``database``, ``receiver``) as microseconds per delivered
+    request, with their ``total``; None when nothing was delivered."""
+    if not delivered:
+        return None
+    figures = {name: round(seconds * 1e6 / delivered, 1) for name, seconds in spent.items()}
+    figures["total"] = round(sum(spent.values()) * 1e6 / delivered, 1)
+    return figures
 
 
 def analyse(expected: Mapping[Key, float], records: Iterable[tuple[str, str, float]]) -> Delivery:
@@ -112,6 +126,10 @@ ROWS = (
     ("missing", ("missing",)),
     ("duplicates", ("duplicates",)),
     ("unexpected", ("unexpected",)),
+    ("CPU µs/fire: senders", ("cpu_us_per_fire", "senders")),
+    ("CPU µs/fire: database", ("cpu_us_per_fire", "database")),
+    ("CPU µs/fire: receiver", ("cpu_us_per_fire", "receiver")),
+    ("CPU µs/fire: total", ("cpu_us_per_fire", "total")),
 )
 
 

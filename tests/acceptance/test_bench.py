@@ -6,6 +6,7 @@ assertion: this machine is shared, and the figures are for people to read, not f
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from oste.bench import RESULT_FIELDS
+from oste.bench.receiver import NOT_FOUND, ReceiverProcess
 from oste.bench.report import analyse, key_of
 from tests.conftest import PG_ADMIN_DSN, require_postgres
 
@@ -60,6 +62,11 @@ def check(result: dict, workload: str) -> None:
             assert who["delivered"] == who["expected"] > 0
             assert who["missing"] == who["duplicates"] == who["unexpected"] == 0
             assert set(who["lag_ms"]) == {"p50", "p95", "p99", "max"}
+            cpu = who["cpu_us_per_fire"]
+            assert cpu["senders"] > 0 and cpu["receiver"] >= 0
+            assert cpu["total"] >= cpu["senders"] + cpu["receiver"] - 0.2
+        if result["database"] == "postgresql":
+            assert oste["cpu_us_per_fire"]["database"] > 0
         assert set(result["ratios"]) == {"fires_per_s", "lag_p50", "lag_p95", "lag_p99", "lag_max"}
     for field in OWN_FIELDS.get(workload, ()):
         assert field in result[workload], field
@@ -112,3 +119,24 @@ def test_analysis_counts_missing_doubled_and_unexpected() -> None:
     assert (delivery.delivered, delivery.missing, delivery.duplicates, delivery.unexpected) == (3, 1, 1, 1)
     assert delivery.lag_ms["max"] == pytest.approx(40.0, abs=0.01)
     assert delivery.fires_per_s == pytest.approx(3 / 0.04, rel=0.01)
+
+
+async def test_receiver_answers_and_records_pipelined_requests() -> None:
+    receiver = await ReceiverProcess().start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", receiver.port)
+        fire = (
+            "POST /fire/{n} HTTP/1.1\r\nHost: x\r\nOSTE-Scheduled-For: {at}\r\nContent-Length: 2\r\n\r\n{{}}"
+        )
+        # three requests in one write, the last asking to close: three answers, in order, then EOF
+        writer.write((fire.format(n=1, at="a") + fire.format(n=2, at="b")).encode())
+        writer.write(b"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answers = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answers.count(b"HTTP/1.1 200 OK") == 2 and answers.endswith(NOT_FOUND)
+        assert [(n, at) for n, at, _ in await receiver.records()] == [("1", "a"), ("2", "b")]
+        assert await receiver.stats() == {"hits": 2, "distinct": 2}
+        await receiver.reset()
+        assert await receiver.stats() == {"hits": 0, "distinct": 0}
+    finally:
+        await receiver.stop()
