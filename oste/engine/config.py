@@ -29,8 +29,12 @@ DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_MAX_IN_FLIGHT = 64
 DEFAULT_EXCERPT_BYTES = 4096
 """How much of each response is stored with its execution."""
-DEFAULT_FLUSH_INTERVAL = 0.02
-"""Seconds completions are gathered before one batched write."""
+DEFAULT_FLUSH_INTERVAL = 0.1
+"""Seconds completions are gathered before one batched write (at once when a batch is full). Each
+write is one statement whatever its size, so at a steady few hundred fires per second a longer wait
+writes fewer, larger batches: 0.1 s instead of 0.02 s halved PostgreSQL's CPU per fire at 300/s.
+The price: an activity shows its outcome up to this much later, and a node that dies loses up to
+this much of unwritten completions (those activities fire again once their lease expires)."""
 DEFAULT_COMPLETION_BATCH = 500
 DEFAULT_RESCUE_INTERVAL = 5.0
 DEFAULT_RESCUE_BATCH = 500
