@@ -164,7 +164,8 @@ and in a scale-out deployment the server is what every worker shares."""
 
 
 class PostgresClaimStrategy(ClaimStrategy):
-    """PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, array parameters, ``unnest`` batch writes."""
+    """PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, array parameters, completions in one statement,
+    batch inserts by binary ``COPY``."""
 
     name = "postgres"
 
