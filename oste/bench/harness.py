@@ -223,11 +223,9 @@ class Harness:
         assert process.stdout is not None
         report = orjson.loads((await process.stdout.read()) or b"{}")
         if delivery.cpu_us_per_fire is not None and "cpu_s" in report:
-            spent = {"senders": report["cpu_s"], "receiver": 0.0}
-            cpu = cpu_per_fire(spent, delivery.delivered) or {}
-            receiver = delivery.cpu_us_per_fire.get("receiver", 0.0)
-            cpu["receiver"], cpu["total"] = receiver, round(cpu["senders"] + receiver, 1)
-            delivery = dataclasses.replace(delivery, cpu_us_per_fire=cpu)
+            receiver = delivery.cpu_us_per_fire["receiver"] * delivery.delivered / 1e6
+            spent = {"senders": report["cpu_s"], "receiver": receiver}
+            delivery = dataclasses.replace(delivery, cpu_us_per_fire=cpu_per_fire(spent, delivery.delivered))
         return delivery
 
 

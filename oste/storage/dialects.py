@@ -21,7 +21,6 @@ from tortoise.transactions import in_transaction
 
 from oste.domain.dispatch import Completion
 from oste.domain.ids import new_id
-from oste.domain.records import ActivityState
 
 EXECUTION_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "uuid"),
@@ -310,7 +309,7 @@ def _pg_completion_columns(completions: Sequence[Completion], now: datetime) -> 
         [c.attempt for c in completions],
         [str(r.outcome) for r in reports],
         [c.next_attempt_at for c in completions],
-        [None if c.state == ActivityState.SCHEDULED else c.report.finished_at for c in completions],
+        [c.finished_at for c in completions],
         [new_id() for _ in completions],
         [r.started_at for r in reports],
         [r.finished_at for r in reports],
