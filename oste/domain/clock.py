@@ -33,3 +33,22 @@ class ManualClock:
 
     def set(self, instant: datetime) -> None:
         self._now = instant
+
+
+class CorrectedClock:
+    """A base clock corrected by an offset: the engine's clock, kept on the database's time.
+
+    Due times and lease expiries are instants in the database, shared by every node: a node whose own
+    clock runs ahead would fire early and take over live claims, one running behind would fire late.
+    ``correct`` sets the offset measured against the database (``ClockSync`` does it every heartbeat).
+    """
+
+    def __init__(self, base: Clock | None = None) -> None:
+        self.base = base or SystemClock()
+        self.offset = timedelta(0)
+
+    def now(self) -> datetime:
+        return self.base.now() + self.offset
+
+    def correct(self, offset: timedelta) -> None:
+        self.offset = offset

@@ -62,6 +62,25 @@ class DispatchTarget:
     """Requests of this type in flight at once, at most (None: no limit)."""
     rate_limit: float | None = None
     """Requests of this type started per second, at most (None: no limit)."""
+    on_success: str | None = None
+    """The follow-on type created when an activity of this type succeeds (None: no chaining)."""
+    on_success_delay: float | None = None
+    """Seconds after the success the follow-on is due (None: at once)."""
+    on_dead_letter: str | None = None
+    """The handler type created when an activity of this type goes dead (None: no handler)."""
+
+
+@dataclass(frozen=True)
+class FollowOn:
+    """A follow-on activity a completion must create in the same transaction as its own write.
+
+    ``kind`` is ``success`` (chaining: the parameter merged with the response) or ``dead_letter``
+    (the handler: the dead activity and its last executions as the parameter).
+    """
+
+    kind: str
+    activity_type: str
+    delay: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +105,8 @@ class Claim:
     lease_expires_at: datetime
     target: DispatchTarget
     priority: int = 0
+    uri_override: str | None = None
+    """The activity's own URI pattern, used instead of ``target.uri_pattern`` when set."""
 
     @property
     def idempotency_key(self) -> str:
@@ -121,6 +142,10 @@ class Completion:
     next_attempt_at: datetime | None
     node: str
     report: AttemptReport
+    follow_on: FollowOn | None = None
+    """Set when this completion ends the activity and its type chains (on_success/on_dead_letter)."""
+    solution_id: uuid.UUID | None = None
+    """The activity's solution (its state changes are recorded as events when someone streams it)."""
 
     @property
     def finished_at(self) -> datetime | None:
@@ -147,3 +172,5 @@ class ExpiredClaim:
     lease_expires_at: datetime
     backoff_base: float
     backoff_max: float
+    on_dead_letter: str | None = None
+    solution_id: uuid.UUID | None = None

@@ -10,13 +10,27 @@ from enum import StrEnum
 from typing import Any
 
 PARTITION_COUNT = 64
-"""Fixed number of partitions activities hash into (by company/solution/activity type)."""
+"""Fixed number of partitions activities fall into (see ``activity_partition``)."""
 
 
 def partition_of(company_id: uuid.UUID, solution_id: uuid.UUID, activity_type_id: uuid.UUID) -> int:
-    """The partition of every activity of one activity type: stable across processes and releases."""
+    """The partition of an activity type: stable across processes and releases. Every activity of a
+    type with ``max_concurrency`` or ``rate_limit`` lives in it, and so do the type's recurring
+    activities (the node holding it enforces those limits and expands those schedules)."""
     key = f"{company_id}/{solution_id}/{activity_type_id}".encode()
     return zlib.crc32(key) % PARTITION_COUNT
+
+
+def spread_partition(activity_id: uuid.UUID) -> int:
+    """The partition of an activity of a type without limits: its id's random low bits, so that a
+    burst of one type falls evenly into every partition and is claimed by every node at once."""
+    return activity_id.int % PARTITION_COUNT
+
+
+def activity_partition(activity_id: uuid.UUID, type_partition: int, limited: bool) -> int:
+    """Where an activity lives: its type's partition when the type has limits (one node enforces
+    them for the whole deployment), else spread by its own id."""
+    return type_partition if limited else spread_partition(activity_id)
 
 
 class ActivityState(StrEnum):
@@ -121,10 +135,26 @@ class ActivityType:
     paused: bool
     created_at: datetime
     updated_at: datetime
+    on_success: str | None = None
+    """The type of the follow-on activity created when one of this type succeeds (chaining)."""
+    on_success_delay: float | None = None
+    """Seconds after the success the follow-on is due (None: at once)."""
+    on_dead_letter: str | None = None
+    """The type of the handler activity created when one of this type goes dead."""
 
     @property
     def partition(self) -> int:
+        """The type's own partition (see ``partition_of``)."""
         return partition_of(self.company_id, self.solution_id, self.id)
+
+    @property
+    def limited(self) -> bool:
+        """True when the type has a ``max_concurrency`` or a ``rate_limit``: one node must enforce it."""
+        return self.max_concurrency is not None or self.rate_limit is not None
+
+    def partition_of_activity(self, activity_id: uuid.UUID) -> int:
+        """The partition of one of this type's activities (see ``activity_partition``)."""
+        return activity_partition(activity_id, self.partition, self.limited)
 
 
 @dataclass(frozen=True)
@@ -150,6 +180,14 @@ class Activity:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    caused_by: uuid.UUID | None = None
+    """The activity whose success (on_success) or death (on_dead_letter) created this one."""
+    depth: int = 0
+    """How many follow-ons separate this activity from the one a client or a schedule created."""
+    chain_note: str | None = None
+    """Why no follow-on or handler was created when one was configured (or None)."""
+    uri_override: str | None = None
+    """A URI pattern used instead of its type's from the next attempt on (set by a bulk update)."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 from oste.domain.dispatch import Claim, Completion, CompletionResult
 from oste.engine.config import CompletionConfig
+from oste.engine.metrics import DeliveryRecorder
+from oste.errors import Unavailable
 from oste.storage.dispatch import DispatchStore
 
 log = logging.getLogger("oste.engine.completions")
@@ -27,10 +29,13 @@ class CompletionWriter:
         config: CompletionConfig,
         store: DispatchStore,
         written: Callable[[list[Claim]], None] | None = None,
+        recorder: DeliveryRecorder | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.written = written
+        self.recorder = recorder
+        """Told each written batch (metrics, delivery log lines, per-minute rollups)."""
         self._buffer: deque[tuple[Claim, Completion]] = deque()
         self._ready = asyncio.Event()
         self.totals = CompletionResult()
@@ -57,6 +62,8 @@ class CompletionWriter:
         self.totals = CompletionResult(self.totals.applied + result.applied, self.totals.stale + result.stale)
         if self.written is not None:
             self.written([claim for claim, _ in batch])
+        if self.recorder is not None:
+            await self.recorder.record(batch, result.stale)
         if result.stale:
             log.info("%d completions ignored: their claims had expired and were taken over", result.stale)
         return result
@@ -80,8 +87,11 @@ class CompletionWriter:
             try:
                 await self.flush()
                 pause = self.config.flush_interval
-            except Exception:
+            except Exception as exc:
                 pause = min(max(pause * 2, 0.1), MAX_ERROR_PAUSE)
-                log.exception("writing completions failed; retrying in %.1f s", pause)
+                if isinstance(exc, Unavailable):  # an outage: one line, no traceback
+                    log.warning("writing completions failed: %s; retrying in %.1f s", exc.detail, pause)
+                else:
+                    log.exception("writing completions failed; retrying in %.1f s", pause)
                 self._ready.set()
                 await asyncio.sleep(pause)

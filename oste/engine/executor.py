@@ -69,6 +69,7 @@ class Executor:
         self._session: aiohttp.ClientSession | None = None
         self._waiting = FairQueue()
         self._pump_later: asyncio.TimerHandle | None = None
+        self._pump_soon = False
         self._in_flight: dict[uuid.UUID, tuple[Claim, asyncio.Task[None]]] = {}
 
     async def open(self) -> None:
@@ -97,8 +98,19 @@ class Executor:
 
     def submit(self, claim: Claim) -> None:
         """Fire ``claim`` as soon as a slot is free for it (see ``FairQueue`` for the order);
-        its completion goes to ``sink``."""
+        its completion goes to ``sink``.
+
+        Slots are handed out on the loop's next turn, once every claim submitted in this one (a
+        claimed batch, timers due at one instant) is queued: the first of them to go is then the one
+        the fair order picks among them all, not the first one submitted.
+        """
         self._waiting.push(claim, time.monotonic())
+        if not self._pump_soon:
+            self._pump_soon = True
+            asyncio.get_running_loop().call_soon(self._pumped_soon)
+
+    def _pumped_soon(self) -> None:
+        self._pump_soon = False
         self._pump()
 
     def saturated_types(self, threshold: int) -> set[uuid.UUID]:

@@ -1,5 +1,9 @@
 """Expander: turns the recurring activities of this node's partitions into occurrences, ahead of time.
 
+Each run first hands the occurrences already stored but missed (the engine was down or fell behind by
+more than the misfire grace) to the catch-up policy, so that ``latest``, ``skip`` and the catch-up window
+decide for them as for occurrences never created; ``Engine.start`` runs it once before its poller claims.
+
 One node at a time expands a partition: the expander plans only the recurring activities in the
 partitions whose lease this node holds (the same leases the poller claims under). Even when two nodes
 briefly overlap during a rebalance, the unique (recurring activity, occurrence instant) key and the
@@ -13,9 +17,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from oste.domain.recurrence import MISFIRE_GRACE
-from oste.storage.occurrences import DEFAULT_LOOKAHEAD, RecurrenceStore
+from oste.storage.occurrences import DEFAULT_LOOKAHEAD, ExpandResult, RecurrenceStore
 
 log = logging.getLogger("oste.engine.expander")
 
@@ -62,21 +67,27 @@ class Expander:
         self.config = config
         self.store = store
         self.partitions = partitions
+        self._swept_at: datetime | None = None
 
     async def run_once(self) -> ExpandRunResult:
         """Expand every recurring activity whose planning time has come (up to ``max_batches``)."""
         started = time.perf_counter()
         totals = [0, 0, 0, 0, 0]
+        # occurrences already stored but missed (down, or behind) go through the catch-up policy first:
+        # at start, then once per grace (an engine that is behind is loaded already)
+        cfg = self.config
+        now = self.store.clock.now()
+        if self._swept_at is None or (now - self._swept_at).total_seconds() >= cfg.grace:
+            self._swept_at = now
+            missed = await self.store.missed_in_store(self.partitions(), cfg.batch_size, cfg.grace)
+            if missed:
+                _add(totals, await self.store.expand(missed, cfg.lookahead, cfg.grace))
         for _ in range(self.config.max_batches):
             held = self.partitions()
             due = await self.store.due_for_expansion(held, self.config.batch_size)
             if not due:
                 break
-            result = await self.store.expand(due, self.config.lookahead, self.config.grace)
-            for index, value in enumerate(
-                (result.recurring, result.created, result.cancelled, result.skipped, result.stale)
-            ):
-                totals[index] += value
+            _add(totals, await self.store.expand(due, self.config.lookahead, self.config.grace))
             if len(due) < self.config.batch_size:
                 break
             await asyncio.sleep(0)  # let the poller and executor on this loop fire between batches
@@ -84,3 +95,10 @@ class Expander:
         if outcome.created or outcome.skipped:
             log.debug("expanded %d recurring activities: %s", outcome.planned, outcome)
         return outcome
+
+
+def _add(totals: list[int], result: ExpandResult) -> None:
+    for index, value in enumerate(
+        (result.recurring, result.created, result.cancelled, result.skipped, result.stale)
+    ):
+        totals[index] += value

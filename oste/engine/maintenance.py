@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from oste.domain.clock import Clock
+from oste.engine import metrics
 from oste.engine.config import RescuerConfig
 from oste.engine.poller import ClaimBook
 from oste.storage.dispatch import DispatchStore
@@ -68,5 +69,6 @@ class Rescuer:
         while True:
             again, died = await self.store.reap_expired(self.config.batch_size, self.rng)
             rescheduled, dead = rescheduled + again, dead + died
+            metrics.rescued(again, died)
             if again + died < self.config.batch_size:
                 return RescueResult(rescheduled, dead)

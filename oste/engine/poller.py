@@ -17,7 +17,9 @@ from datetime import datetime, timedelta
 
 from oste.domain.clock import Clock
 from oste.domain.dispatch import Claim
+from oste.engine import metrics
 from oste.engine.config import PollerConfig
+from oste.errors import Unavailable
 from oste.storage.dispatch import DispatchStore
 
 log = logging.getLogger("oste.engine.poller")
@@ -102,19 +104,64 @@ class Poller:
         self._wake = asyncio.Event()
         self._next_poll_at = clock.now()
         self._blocked = False
+        self._others_idle_until: datetime | None = None
 
     async def run_once(self) -> PollResult:
-        """Claim what is due up to ``now + lookahead`` (within the backlog room) and set the timers."""
-        room = min(self.config.max_backlog - len(self.book), self.config.max_queued - self.queued())
-        limit = min(self.config.batch_size, room)
-        partitions = self.partitions()
-        skip = self.crowded(max(1, self.config.max_queued // 2))
+        """Claim what is due up to ``now + lookahead`` (within the backlog room) and set the timers.
+
+        Work-conserving and fair at once: types that crowd the node's waiting room (half of it is
+        theirs) are passed over while anything else is due, and get whatever room is left once the
+        others were claimed, so the room never sits empty while due work waits in the store.
+        """
+        limit = min(self.config.batch_size, self._room())
+        batch = self._least_batch
+        skip = set(self.crowded(self._half_room)) if limit > 0 else set()
         # Claim in batches of at least half the waiting room (a nearly full room waits until the
-        # executor drained it, instead of claiming a few rows at a time), unless some type crowds
-        # the room: then whatever room there is goes to the other types at once.
-        self._blocked = limit <= 0 or (limit < max(1, self.config.max_queued // 2) and not skip)
-        if self._blocked:
+        # executor drained it, instead of claiming a few rows at a time), except for other types
+        # than a crowding one: whatever room there is goes to them at once.
+        if limit <= 0 or (limit < batch and not skip):
+            self._blocked = True
             return PollResult(blocked=True)
+        claims = await self._claim_others(limit, skip) if skip else []
+        self._blocked = limit - len(claims) < batch
+        if not self._blocked:
+            claims += await self._claim(limit - len(claims), set())
+        self.book.add(claims)
+        metrics.claimed(len(claims))
+        for claim in claims:
+            self._schedule(claim)
+        return PollResult(claimed=len(claims), full=len(claims) >= limit, blocked=self._blocked)
+
+    def _room(self) -> int:
+        """Claims the node may take now: what its backlog and its waiting room both have space for."""
+        return min(self.config.max_backlog - len(self.book), self.config.max_queued - self.queued())
+
+    @property
+    def _half_room(self) -> int:
+        return max(1, self.config.max_queued // 2)
+
+    @property
+    def _least_batch(self) -> int:
+        """The smallest claim worth a statement: half the waiting room (or a whole batch, if smaller)."""
+        return min(self._half_room, self.config.batch_size)
+
+    async def _claim_others(self, limit: int, skip: set[uuid.UUID]) -> list[Claim]:
+        """Claims of other types than the crowding ones. When the last such claim found none, the
+        next one waits for the poll interval: when nothing else is due, the claim without the crowding
+        types walks past every one of their due rows, and repeating it at each refill of the room
+        would cost the store a scan of the whole backlog per batch."""
+        now = self.clock.now()
+        if self._others_idle_until is not None and now < self._others_idle_until:
+            return []
+        claims = await self._claim(limit, skip)
+        idle = not claims
+        self._others_idle_until = now + timedelta(seconds=self.config.interval) if idle else None
+        return claims
+
+    async def _claim(self, limit: int, skip: set[uuid.UUID]) -> list[Claim]:
+        """Up to ``limit`` claims of the node's partitions, then of what other nodes are late with;
+        none of ``skip``'s types."""
+        partitions = self.partitions()
         now = self.clock.now()
         horizon = now + timedelta(seconds=self.config.lookahead)
         claims = await self.store.claim_due(
@@ -126,10 +173,7 @@ class Poller:
             claims += await self.store.claim_overdue_elsewhere(
                 self.owner, partitions, limit - len(claims), self.lease_seconds, overdue, skip
             )
-        self.book.add(claims)
-        for claim in claims:
-            self._schedule(claim)
-        return PollResult(claimed=len(claims), full=len(claims) >= limit and not skip)
+        return claims
 
     def _schedule(self, claim: Claim) -> None:
         delay = (claim.due_at - self.clock.now()).total_seconds()
@@ -150,8 +194,9 @@ class Poller:
             self._wake.set()
 
     def capacity_freed(self) -> None:
-        """A held claim completed: poll again now if the last poll found the backlog full."""
-        if self._blocked:
+        """Claims left the waiting room or completed: poll again now if the last poll had to leave
+        due work for lack of room and there is room for a batch again."""
+        if self._blocked and self._room() >= self._least_batch:
             self._wake.set()
 
     def cancel_timers(self) -> list[Claim]:
@@ -174,6 +219,10 @@ class Poller:
             self._wake.clear()  # a wake-up during the claim below makes the pause end at once
             try:
                 result = await self.run_once()
+            except Unavailable as exc:  # an outage: one line, no traceback
+                log.warning("claiming failed: %s; trying again in %.1f s", exc.detail, ERROR_PAUSE)
+                await asyncio.sleep(ERROR_PAUSE)
+                continue
             except Exception:
                 log.exception("claiming failed; trying again in %.1f s", ERROR_PAUSE)
                 await asyncio.sleep(ERROR_PAUSE)

@@ -19,16 +19,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from oste.domain.clock import Clock, SystemClock
+from oste.domain.clock import Clock, CorrectedClock
 from oste.domain.dispatch import Claim, Completion, NodeInfo
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.engine.balancer import PartitionBalancer
+from oste.engine.clocksync import ClockSync
 from oste.engine.completions import CompletionWriter
 from oste.engine.config import EngineConfig
 from oste.engine.executor import Executor
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.engine.maintenance import LeaseKeeper, Rescuer
+from oste.engine.metrics import DeliveryRecorder, watch
 from oste.engine.poller import ClaimBook, Poller
+from oste.engine.rollers import RollerConfig, rollers_for
+from oste.errors import Unavailable
 from oste.settings import Settings
 from oste.storage.dispatch import DispatchStore
 from oste.storage.occurrences import RecurrenceStore
@@ -61,7 +65,8 @@ class Engine:
         self.settings = settings
         self.expander_config = expander or ExpanderConfig()
         self.expander: Expander | None = None
-        self.clock = clock or SystemClock()
+        self.clock = clock or CorrectedClock()
+        """The node's clock: by default its own, corrected to the database's time (``ClockSync``)."""
         self.config = config or EngineConfig.from_settings(settings)
         self.rng = rng or random.Random()
         self._store = dispatch_store
@@ -73,6 +78,8 @@ class Engine:
         self.poller: Poller | None = None
         self.writer: CompletionWriter | None = None
         self.balancer: PartitionBalancer | None = None
+        self.recorder = DeliveryRecorder()
+        """Metrics, delivery log lines and per-minute rollups of every written completion."""
 
     @property
     def store(self) -> DispatchStore:
@@ -95,6 +102,9 @@ class Engine:
             return
         cfg = self.config
         self._loop = asyncio.get_running_loop()
+        sync = ClockSync(self.clock, self.store) if isinstance(self.clock, CorrectedClock) else None
+        if sync is not None:  # on the database's time before the first lease or claim
+            await _guarded(sync.run_once(), "reading the database's clock")
         self.node = await self.store.register_node(self.settings.node_name, cfg.role)
         self.executor = Executor(
             cfg.executor,
@@ -105,7 +115,7 @@ class Engine:
             on_room=self._room_to_claim,
         )
         await self.executor.open()
-        self.writer = CompletionWriter(cfg.completions, self.store, self._written)
+        self.writer = CompletionWriter(cfg.completions, self.store, self._written, self.recorder)
         self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, self.node)
         await self.balancer.run_once()
         self.expander = Expander(self.expander_config, RecurrenceStore(self.clock), self.balancer.partitions)
@@ -129,7 +139,13 @@ class Engine:
         self._spawn("lease-keeper", _every(cfg.lease_refresh_interval, keeper.run_once, "lease keeper"))
         self._spawn("rescuer", _every(cfg.rescuer.interval, rescuer.run_once, "rescuer"))
         self._spawn("balancer", _every(cfg.balancer.interval, self._rebalance, "partition balancer"))
+        if sync is not None:
+            self._spawn("clock-sync", _every(cfg.balancer.interval, sync.run_once, "clock sync"))
         self._spawn("expander", _every(self.expander_config.interval, self.expander.run_once, "expander"))
+        rollers = RollerConfig.from_settings(self.settings, resolver=cfg.executor.resolver)
+        for roller in rollers_for(rollers, self.clock, self.node.id):
+            self._spawn(roller.name, _every(rollers.interval, roller.run_once, roller.name))
+        watch(self)
         log.info("engine started: node %s with %d partitions", self.node.id, len(self.partitions()))
 
     def _spawn(self, name: str, job: Awaitable[None]) -> None:
@@ -177,6 +193,7 @@ class Engine:
         await self._release(await self.executor.wait_in_flight(grace))
         await _cancel(self._tasks.pop("completions"))
         await _guarded(self.writer.flush(), "writing the last completions")
+        await self.recorder.write()
         for name in list(self._tasks):
             await _cancel(self._tasks.pop(name))
         await _guarded(self.balancer.leave(), "leaving the partitions")
@@ -216,9 +233,12 @@ class Engine:
                 if not claims:
                     break
                 completions = await executor.fire_all(claims)
-                stale += (await self.store.complete(completions)).stale
+                written = await self.store.complete(completions)
+                stale += written.stale
+                await self.recorder.record(list(zip(claims, completions, strict=True)), written.stale)
                 outcomes.update(str(c.report.outcome) for c in completions)
         finally:
+            await self.recorder.write()
             if own:
                 await executor.close()
         return DrainResult(sum(outcomes.values()), dict(outcomes), stale)
@@ -232,6 +252,9 @@ async def _every(interval: float, job: Callable[[], Awaitable[object]], name: st
         try:
             await job()
             failing = False
+        except Unavailable as exc:  # an outage: one line per attempt, never a traceback
+            log.warning("%s failed: %s; retrying every %.1f s", name, exc.detail, interval)
+            failing = True
         except Exception as exc:
             if failing:
                 log.warning("%s failed again: %s: %s", name, type(exc).__name__, exc)
@@ -254,5 +277,7 @@ async def _cancel(task: asyncio.Task[None] | asyncio.Future[None]) -> None:
 async def _guarded(job: Awaitable[object], what: str) -> None:
     try:
         await job
+    except Unavailable as exc:
+        log.warning("%s failed: %s", what, exc.detail)
     except Exception:
         log.exception("%s failed", what)

@@ -8,7 +8,7 @@ the two batch writes (completions, executions) whose fastest form differs per da
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,11 @@ EXECUTION_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 """The execution table's columns with their PostgreSQL types, in ``_execution_values`` order."""
 
+FollowOnWriter = Callable[
+    [BaseDBAsyncClient, "ClaimStrategy", Sequence[Completion], datetime], Awaitable[int]
+]
+"""Writes the follow-ons of just-written completions inside their transaction (``storage.chains``)."""
+
 
 class Params:
     """Collects query parameters and hands out the dialect's placeholders in order."""
@@ -57,6 +62,8 @@ class ClaimStrategy:
     """Dialect hooks shared by both strategies; subclasses fill in the differences."""
 
     name = "generic"
+    now_sql = ""
+    """A statement answering the database's current time as ``now``."""
 
     def placeholder(self, index: int) -> str:
         raise NotImplementedError
@@ -90,6 +97,10 @@ class ClaimStrategy:
     def json_of(value: Any) -> Any:
         return orjson.loads(value) if isinstance(value, (str, bytes)) else value
 
+    def json_param(self, params: Params, text: str) -> str:
+        """A placeholder for JSON given as text, for a JSON column."""
+        return params.add(text)
+
     def update_locked(self, table: str, assign: str, where: str) -> str:
         """An update of the rows matching ``where`` that locks them in id order, returning their ids.
 
@@ -99,19 +110,27 @@ class ClaimStrategy:
         raise NotImplementedError
 
     async def record_completions(
-        self, connection: str, completions: Sequence[Completion], now: datetime
+        self,
+        connection: str,
+        completions: Sequence[Completion],
+        now: datetime,
+        follow_ons: FollowOnWriter | None = None,
     ) -> set[uuid.UUID]:
         """Atomically write each completion whose claim token is still current: the activity's next
         state and one execution row (its attempt). Returns the ids of the activities written.
 
-        The base form is a transaction of two statements (the strategy's ``apply_completions``, then
-        the execution rows); a strategy may do both in one statement.
+        With ``follow_ons`` (given only when some completion carries a ``follow_on``), it is called in
+        the same transaction with the completions written, so a follow-on exists exactly when its
+        cause's completion does. The base form is a transaction of two statements (the strategy's
+        ``apply_completions``, then the execution rows); a strategy may do both in one statement.
         """
         async with in_transaction(connection) as conn:
             ids = await self.apply_completions(conn, completions, now)
             rows = [_execution_values(new_id(), c) for c in completions if c.activity_id in ids]
             if rows:
                 await self.insert_rows(conn, "execution", EXECUTION_COLUMNS, rows)
+            if follow_ons is not None and ids:
+                await follow_ons(conn, self, [c for c in completions if c.activity_id in ids], now)
         return ids
 
     async def apply_completions(
@@ -167,6 +186,7 @@ class PostgresClaimStrategy(ClaimStrategy):
     batch inserts by binary ``COPY``."""
 
     name = "postgres"
+    now_sql = "SELECT clock_timestamp() AS now"
 
     def placeholder(self, index: int) -> str:
         return f"${index}"
@@ -190,14 +210,29 @@ class PostgresClaimStrategy(ClaimStrategy):
         )
 
     async def record_completions(
-        self, connection: str, completions: Sequence[Completion], now: datetime
+        self,
+        connection: str,
+        completions: Sequence[Completion],
+        now: datetime,
+        follow_ons: FollowOnWriter | None = None,
     ) -> set[uuid.UUID]:
         # One statement, so one round trip and no explicit transaction: lock the activities still
         # claimed under the completions' tokens (in id order, as every writer of claimed rows does),
-        # write their next state, and insert an execution row for exactly those.
+        # write their next state, and insert an execution row for exactly those. Only a batch with
+        # follow-ons pays for a transaction and the statements that create them.
         values = _pg_completion_columns(completions, now)
-        rows = await connections.get(connection).execute_query_dict(_PG_COMPLETE, values)
-        return {self.uuid_of(row["activity_id"]) for row in rows}  # type: ignore[misc]
+        if follow_ons is None:
+            rows = await connections.get(connection).execute_query_dict(_PG_COMPLETE, values)
+            return {self.uuid_of(row["activity_id"]) for row in rows}  # type: ignore[misc]
+        async with in_transaction(connection) as conn:
+            rows = await conn.execute_query_dict(_PG_COMPLETE, values)
+            ids = {self.uuid_of(row["activity_id"]) for row in rows}
+            if ids:
+                await follow_ons(conn, self, [c for c in completions if c.activity_id in ids], now)
+        return ids  # type: ignore[return-value]
+
+    def json_param(self, params: Params, text: str) -> str:
+        return f"{params.add(text)}::text::jsonb"
 
     async def insert_rows(
         self,
@@ -224,6 +259,7 @@ class SqliteClaimStrategy(ClaimStrategy):
     atomically; list parameters are expanded, uuids are text, batch writes use ``VALUES`` lists."""
 
     name = "sqlite"
+    now_sql = "SELECT strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') AS now"
 
     def placeholder(self, index: int) -> str:
         return "?"

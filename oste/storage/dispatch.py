@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tortoise import connections
-from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.exceptions import IntegrityError
 
 from oste.domain.clock import Clock
 from oste.domain.delivery import conclude_expired
@@ -41,7 +41,11 @@ from oste.domain.partitions import ALL_PARTITIONS
 from oste.domain.records import ActivityState
 from oste.errors import Unavailable
 from oste.storage import models as m
-from oste.storage.dialects import ClaimStrategy, Params, strategy_for
+from oste.storage.chains import write_follow_ons
+from oste.storage.database import outages_unavailable
+from oste.storage.dialects import ClaimStrategy, FollowOnWriter, Params, strategy_for
+from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
+from oste.storage.notices import publish
 
 DEFAULT_TARGET_TTL = 5.0
 """Seconds a loaded activity type (verb, URI, headers, secret…) is reused before it is read again."""
@@ -59,6 +63,7 @@ _CLAIM_COLUMNS = (
     "recurring_activity_id",
     "occurrence_at",
     "priority",
+    "uri_override",
 )
 _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
 
@@ -130,6 +135,12 @@ class DispatchStore:
         """Delete nodes silent since before ``before``; returns how many."""
         async with self._db():
             return await m.Node.filter(heartbeat_at__lt=before).delete()
+
+    async def database_time(self) -> datetime:
+        """The database server's current time (what due times and leases are measured against)."""
+        async with self._db():
+            rows = await self._conn().execute_query_dict(self.strategy.now_sql)
+        return self.strategy.time_of(rows[0]["now"])  # type: ignore[return-value]
 
     # --- partitions -----------------------------------------------------------------------------
 
@@ -250,8 +261,11 @@ class DispatchStore:
             rows = await self._conn().execute_query_dict(sql, values)
         if not rows:
             return []
+        await publish(self.connection, (self.strategy.uuid_of(row["id"]) for row in rows))  # type: ignore[misc]
         targets = await self._targets_of({self.strategy.uuid_of(row["activity_type_id"]) for row in rows})
         claims = [self._claim(row, owner, token, lease_until, targets) for row in rows]
+        running = [(c.target.solution_id, Change(c.activity_id, "running", c.attempt)) for c in claims if c]
+        await record_changes(running, now, self.connection)
         return sorted((c for c in claims if c is not None), key=lambda c: c.due_at)
 
     def _claim_statement(
@@ -317,6 +331,7 @@ class DispatchStore:
             lease_expires_at=lease_until,
             target=target,
             priority=int(row["priority"]),
+            uri_override=row["uri_override"],
         )
 
     async def _targets_of(self, type_ids: set[uuid.UUID]) -> dict[uuid.UUID, DispatchTarget]:
@@ -358,8 +373,11 @@ class DispatchStore:
         return CompletionResult(applied, stale)
 
     async def _complete_chunk(self, chunk: Sequence[Completion]) -> int:
+        now = self.clock.now()
         async with self._db():
-            ids = await self.strategy.record_completions(self.connection, chunk, self.clock.now())
+            hook = _after_completions(chunk, await subscribed_solutions(now, self.connection))
+            ids = await self.strategy.record_completions(self.connection, chunk, now, hook)
+        await publish(self.connection, ids)
         return len(ids)
 
     async def extend_leases(self, tokens: Iterable[uuid.UUID], until: datetime) -> int:
@@ -423,6 +441,8 @@ class DispatchStore:
                 row.lease_expires_at,
                 row.activity_type.backoff_base,
                 row.activity_type.backoff_max,
+                row.activity_type.on_dead_letter,
+                row.solution_id,
             )
             for row in rows
             if row.claim_token is not None and row.lease_expires_at is not None
@@ -441,7 +461,9 @@ class DispatchStore:
         if not completions:
             return 0, 0
         async with self._db():
-            ids = await self.strategy.record_completions(self.connection, completions, now)
+            hook = _after_completions(completions, await subscribed_solutions(now, self.connection))
+            ids = await self.strategy.record_completions(self.connection, completions, now, hook)
+        await publish(self.connection, ids)
         dead = sum(1 for c in completions if c.activity_id in ids and c.state == ActivityState.DEAD)
         return len(ids) - dead, dead
 
@@ -452,10 +474,8 @@ class DispatchStore:
 
     @asynccontextmanager
     async def _db(self) -> AsyncIterator[None]:
-        try:
+        async with outages_unavailable():  # an outage becomes Unavailable (see storage.database.outage)
             yield
-        except (DBConnectionError, ConnectionError, OSError) as exc:
-            raise Unavailable(f"the database is unreachable: {exc}") from exc
 
 
 def _node(row: m.Node) -> NodeInfo:
@@ -482,4 +502,27 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         solution_qos=row.solution.qos_level,
         max_concurrency=row.max_concurrency,
         rate_limit=row.rate_limit,
+        on_success=row.on_success,
+        on_success_delay=row.on_success_delay,
+        on_dead_letter=row.on_dead_letter,
     )
+
+
+def _after_completions(
+    completions: Sequence[Completion], subscribed: frozenset[uuid.UUID]
+) -> FollowOnWriter | None:
+    """What a completion batch must also write in its transaction: follow-ons when some completion
+    chains, events when some activity's solution is streamed; None (the batch costs nothing more)
+    when neither."""
+    chains = any(c.follow_on is not None for c in completions)
+    streamed = bool(subscribed) and any(c.solution_id in subscribed for c in completions)
+    if not chains and not streamed:
+        return None
+
+    async def after(conn: Any, strategy: ClaimStrategy, written: Sequence[Completion], now: datetime) -> int:
+        created = await write_follow_ons(conn, strategy, written, now) if chains else 0
+        if streamed:
+            await record(conn, strategy, completion_changes(written, subscribed), now)
+        return created
+
+    return after

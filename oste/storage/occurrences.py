@@ -21,12 +21,12 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.exceptions import IntegrityError
 from tortoise.expressions import F
 from tortoise.transactions import in_transaction
 
@@ -45,8 +45,9 @@ from oste.domain.recurrence import (
     policy_of,
 )
 from oste.domain.schedule import parse_schedule
-from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
+from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
+from oste.storage.database import outages_unavailable
 from oste.storage.store import recurring_record
 
 DEFAULT_LOOKAHEAD = 30.0
@@ -56,6 +57,8 @@ divisor of a minute's multiples' firing instants: a per-minute herd is planned a
 RECURRENCES_KEPT = 1024
 """Parsed schedules (each with its cron trigger, a few KB) kept for re-use. Recurring activities on the
 same schedule, time zone, bounds and DST policy share one, whatever their revision."""
+MISSED_SCAN = 2000
+"""Oldest due rows looked at per run for occurrences missed in the store (see ``missed_in_store``)."""
 MAX_BACKFILL = 1000
 """Occurrences one backfill may create."""
 _TICK = timedelta(microseconds=1)
@@ -81,6 +84,8 @@ class _Pending:
 
     overdue: dict[datetime, uuid.UUID]
     busy: bool
+    busy_other: bool = False
+    """Busy by an occurrence other than the overdue unfired ones (those the catch-up decides about)."""
 
 
 def recurrence_of(recurring: r.RecurringActivity) -> Recurrence:
@@ -129,6 +134,44 @@ class RecurrenceStore:
             rows = await query.order_by("expand_at").limit(limit)
         return [recurring_record(row, "") for row in rows]
 
+    async def missed_in_store(
+        self, partitions: Sequence[int], limit: int, grace: float = MISFIRE_GRACE
+    ) -> list[r.RecurringActivity]:
+        """Up to ``limit`` active recurring activities in ``partitions`` whose stored occurrences the
+        catch-up policy must look at now, whatever their planning time.
+
+        An occurrence created ahead of time and still unfired more than ``grace`` seconds after it fell
+        due was missed (the engine was down or fell behind). One such occurrence alone is left to fire
+        unless the policy could drop it (``skip`` or a ``catchup_window``); two or more always go through
+        the policy. Only the ``MISSED_SCAN`` oldest due rows are looked at (the oldest are claimed first),
+        so the cost stays bounded behind a large backlog.
+        """
+        if not partitions or limit <= 0:
+            return []
+        late = self.clock.now().astimezone(UTC) - timedelta(seconds=grace)
+        query = m.Activity.filter(state=r.ActivityState.SCHEDULED, next_attempt_at__lt=late)
+        async with _db():
+            rows = (
+                await query.order_by("next_attempt_at")
+                .limit(MISSED_SCAN)
+                .values_list("recurring_activity_id", "attempts")
+            )
+        counts: dict[uuid.UUID, int] = {}
+        for recurring_id, attempts in rows:
+            if recurring_id is not None and attempts == 0:
+                counts[recurring_id] = counts.get(recurring_id, 0) + 1
+        if not counts:
+            return []
+        found = m.RecurringActivity.filter(id__in=list(counts), paused=False, partition__in=list(partitions))
+        async with _db():
+            candidates = await found.order_by("id")
+        chosen = [
+            row
+            for row in candidates
+            if counts[row.id] > 1 or row.catchup == "skip" or row.catchup_window is not None
+        ]
+        return [recurring_record(row, "") for row in chosen[:limit]]
+
     async def expand(
         self,
         recurring: Sequence[r.RecurringActivity],
@@ -158,7 +201,7 @@ class RecurrenceStore:
             planned_until=ra.planned_until or ra.created_at,
             runs=ra.runs,
             overdue=tuple(sorted(pending.overdue)) if pending else (),
-            busy=pending.busy if pending else False,
+            busy=pending.busy_other if pending else False,
             backlog=ra.backlog,
         )
         return plan(item, now, lookahead, grace, self.rng)
@@ -179,10 +222,11 @@ class RecurrenceStore:
         for activity_id, recurring_id, occurrence_at, state, attempts, due in rows:
             entry = found.setdefault(recurring_id, _Pending({}, False))
             unfired = state == r.ActivityState.SCHEDULED and attempts == 0
-            if unfired and due < late_before and occurrence_at is not None:
+            overdue = unfired and due < late_before and occurrence_at is not None
+            if overdue:
                 entry.overdue[occurrence_at] = activity_id
-            if not unfired or due <= now:
-                found[recurring_id] = _Pending(entry.overdue, True)
+            if not unfired or due <= now:  # an overdue one is left to the catch-up, not busy by itself
+                entry = found[recurring_id] = _Pending(entry.overdue, True, entry.busy_other or not overdue)
         return found
 
     async def _write(
@@ -191,7 +235,7 @@ class RecurrenceStore:
         pending: dict[uuid.UUID, _Pending],
         now: datetime,
     ) -> ExpandResult:
-        retries = await self._type_retries({ra.activity_type_id for ra, _ in plans})
+        facts = await self._type_facts({ra.activity_type_id for ra, _ in plans})
         rows: list[m.Activity] = []
         cancel: list[uuid.UUID] = []
         stale = skipped = 0
@@ -199,15 +243,22 @@ class RecurrenceStore:
             current = await self._lock_revisions([ra.id for ra, _ in plans])
             fresh = [(ra, p) for ra, p in plans if current.get(ra.id) == ra.revision]
             stale = len(plans) - len(fresh)
+            wanted: dict[uuid.UUID, list[uuid.UUID]] = {}
+            for ra, p in fresh:
+                overdue = pending[ra.id].overdue if ra.id in pending else {}
+                wanted[ra.id] = [overdue[t] for t in p.cancel if t in overdue]
+                cancel.extend(wanted[ra.id])
+            gone = await self._cancel_unfired(cancel, now) if cancel else set()
+            # an occurrence claimed meanwhile fires after all: it is not counted as skipped
+            fresh = [(ra, _fired_anyway(p, wanted[ra.id], gone)) for ra, p in fresh]
             for ra, p in fresh:
                 skipped += p.skipped
-                rows.extend(_occurrence_row(ra, f, retries.get(ra.activity_type_id, 0), now) for f in p.fire)
-                overdue = pending[ra.id].overdue if ra.id in pending else {}
-                cancel.extend(overdue[t] for t in p.cancel if t in overdue)
+                retries, limited = facts.get(ra.activity_type_id, (0, False))
+                rows.extend(_occurrence_row(ra, f, retries, limited, now) for f in p.fire)
             await self._advance(fresh, now)
             if rows:
                 await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
-            cancelled = await self._cancel_unfired(cancel, now) if cancel else 0
+            cancelled = len(gone)
         return ExpandResult(len(plans), len(rows), cancelled, skipped, stale)
 
     async def _lock_revisions(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
@@ -254,14 +305,26 @@ class RecurrenceStore:
             if updated != len(ids):  # cannot happen while the rows are locked; never write a stale plan
                 raise Conflict("recurring activities changed while their plans were written")
 
-    async def _cancel_unfired(self, ids: list[uuid.UUID], now: datetime) -> int:
-        query = m.Activity.filter(id__in=ids, **_UNFIRED)
-        return await query.update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
+    async def _cancel_unfired(self, ids: list[uuid.UUID], now: datetime) -> set[uuid.UUID]:
+        """Cancel those of ``ids`` still unfired (their rows locked on PostgreSQL, so a claim racing
+        this skips them); returns the ids cancelled."""
+        locked = m.Activity.filter(id__in=ids, **_UNFIRED).select_for_update()
+        still = {row.id for row in await locked.only("id")}
+        if still:
+            await m.Activity.filter(id__in=list(still)).update(
+                state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now
+            )
+        return still
 
-    async def _type_retries(self, type_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, int]:
+    async def _type_facts(self, type_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[int, bool]]:
+        """Each type's default retries and whether it has limits (where its occurrences live)."""
         async with _db():
-            rows = await m.ActivityType.filter(id__in=list(type_ids)).values_list("id", "retries")
-        return dict(rows)
+            rows = await m.ActivityType.filter(id__in=list(type_ids)).values_list(
+                "id", "retries", "max_concurrency", "rate_limit"
+            )
+        return {
+            type_id: (retries, cap is not None or rate is not None) for type_id, retries, cap, rate in rows
+        }
 
     # --- the API's side -----------------------------------------------------------------------------
 
@@ -356,7 +419,7 @@ class RecurrenceStore:
     async def run_now(self, recurring: r.RecurringActivity, kind: r.ActivityType) -> r.Activity:
         """Create one occurrence due now, keyed by now, without moving the schedule or counting a run."""
         now = self.clock.now()
-        row = _occurrence_row(recurring, Fire(now, now), kind.retries, now)
+        row = _occurrence_row(recurring, Fire(now, now), kind.retries, kind.limited, now)
         try:
             async with _db():
                 await row.save(force_create=True)
@@ -409,7 +472,7 @@ class RecurrenceStore:
         now = self.clock.now()
         # due now, a microsecond apart: they are claimed oldest first
         rows = [
-            _occurrence_row(recurring, Fire(t, now + i * _TICK), kind.retries, now)
+            _occurrence_row(recurring, Fire(t, now + i * _TICK), kind.retries, kind.limited, now)
             for i, t in enumerate(instants)
         ]
         async with _db():
@@ -444,16 +507,28 @@ class RecurrenceStore:
         return row
 
 
-def _occurrence_row(ra: r.RecurringActivity, fire: Fire, type_retries: int, now: datetime) -> m.Activity:
-    """An occurrence as an activity row, keyed by (recurring activity, occurrence instant)."""
+def _fired_anyway(p: Plan, wanted: list[uuid.UUID], gone: set[uuid.UUID]) -> Plan:
+    """The plan with its skipped count lowered by the occurrences it meant to cancel that were claimed
+    before it could (they fire: counting them as skipped would be untrue)."""
+    claimed = sum(1 for activity_id in wanted if activity_id not in gone)
+    return replace(p, skipped=p.skipped - claimed) if claimed else p
+
+
+def _occurrence_row(
+    ra: r.RecurringActivity, fire: Fire, type_retries: int, limited: bool, now: datetime
+) -> m.Activity:
+    """An occurrence as an activity row, keyed by (recurring activity, occurrence instant).
+
+    ``limited``: its type has limits, so the occurrence lives in the type's partition (else spread)."""
     activity_id = new_id()
     at = fire.occurrence_at.astimezone(UTC)
+    type_partition = r.partition_of(ra.company_id, ra.solution_id, ra.activity_type_id)
     return m.Activity(
         id=activity_id,
         company_id=ra.company_id,
         solution_id=ra.solution_id,
         activity_type_id=ra.activity_type_id,
-        partition=r.partition_of(ra.company_id, ra.solution_id, ra.activity_type_id),
+        partition=r.activity_partition(activity_id, type_partition, limited),
         scheduled_for=fire.scheduled_for.astimezone(UTC),
         next_attempt_at=fire.scheduled_for.astimezone(UTC),
         parameter=ra.parameter,
@@ -493,7 +568,5 @@ def _utc(values: dict[str, Any]) -> dict[str, Any]:
 
 @asynccontextmanager
 async def _db() -> AsyncIterator[None]:
-    try:
+    async with outages_unavailable():  # an outage becomes Unavailable (see storage.database.outage)
         yield
-    except (DBConnectionError, ConnectionError, OSError) as exc:
-        raise Unavailable(f"the database is unreachable: {exc}") from exc

@@ -270,3 +270,28 @@ async def test_three_workers_share_5000_activities_and_survivors_take_over(
     for activity in more[:5]:
         [run] = await executions_of(store, await settled(store, activity))
         assert run.node == one.node_id
+
+
+async def test_a_burst_of_one_type_is_fired_by_both_workers_from_the_first_second(
+    pg_store: Store, pg_workers: Workers, receiver: Receiver
+) -> None:
+    store = pg_store
+    kind = await make_type(store, receiver.url + "/song/{n}", name="republish")
+    pair = [await pg_workers.start(name, LOAD_TIMINGS) for name in ("left", "right")]
+    shares = dict(zip(sorted(w.node_id for w in pair), (32, 32), strict=True))
+    await wait_for_owners(DispatchStore(SystemClock()), shares)
+
+    when = SystemClock().now() + timedelta(seconds=1.5)
+    await make_activities(store, kind, when, 3000)
+    await receiver.wait_for(3000, within=60)
+
+    async def all_done() -> bool:
+        return await count_state(store, r.ActivityState.SUCCEEDED) == 3000
+
+    await eventually(all_done, within=30, what="all 3,000 succeeded")
+    per_activity = Counter(hit.headers["OSTE-Activity-Id"] for hit in receiver.hits)
+    assert len(per_activity) == 3000 and max(per_activity.values()) == 1, pg_workers.logs()
+    runs = await m.Execution.all().values_list("node", "started_at")
+    assert len(runs) == 3000
+    first_second = Counter(node for node, started in runs if started < when + timedelta(seconds=1))
+    assert set(first_second) == {w.node_id for w in pair}, f"fired in the first second: {first_second}"

@@ -65,11 +65,42 @@ async def test_claims_due_only_in_due_order_with_their_target(store: Store, disp
 
 
 async def test_claims_only_from_the_given_partitions(store: Store, dispatch: DispatchStore) -> None:
-    kind = await make_type(store, URL)
-    await make_activities(store, kind, T0, 3)
+    kind = await make_type(store, URL, max_concurrency=5)  # limited: all in the type's partition
+    created = await make_activities(store, kind, T0, 3)
+    assert {a.partition for a in created} == {kind.partition}
     others = [p for p in ALL_PARTITIONS if p != kind.partition]
     assert await dispatch.claim_due("n1", others, 10, 30, T0) == []
     assert len(await dispatch.claim_due("n1", [kind.partition], 10, 30, T0)) == 3
+
+
+async def test_a_type_without_limits_spreads_over_every_partition(
+    store: Store, dispatch: DispatchStore
+) -> None:
+    kind = await make_type(store, URL)
+    created = await make_activities(store, kind, T0, 640)
+    spread = {a.partition for a in created}
+    assert len(spread) > 48  # 640 ids over 64 partitions: every one but a few by chance
+    stored = {a.id: a.partition for a in created}
+    halves = (ALL_PARTITIONS[::2], ALL_PARTITIONS[1::2])
+    got = [await dispatch.claim_due(f"n{i}", half, 1000, 30, T0) for i, half in enumerate(halves)]
+    assert all(got) and sum(len(g) for g in got) == 640  # both nodes' halves hold part of the burst
+    for half, claims in zip(halves, got, strict=True):
+        assert all(c.partition in half and stored[c.activity_id] == c.partition for c in claims)
+
+
+async def test_a_type_that_gains_limits_gathers_its_activities_into_its_partition(
+    store: Store, dispatch: DispatchStore
+) -> None:
+    kind = await make_type(store, URL)
+    created = await make_activities(store, kind, T0, 64)
+    assert len({a.partition for a in created}) > 1
+    capped = await store.update_activity_type(kind, {"max_concurrency": 1})
+    others = [p for p in ALL_PARTITIONS if p != kind.partition]
+    assert await dispatch.claim_due("n1", others, 100, 30, T0) == []
+    assert len(await dispatch.claim_due("n1", [kind.partition], 100, 30, T0)) == 64
+    # Losing the limits again leaves them where they are; new ones spread.
+    free = await store.update_activity_type(capped, {"max_concurrency": None})
+    assert len({a.partition for a in await make_activities(store, free, T0, 64)}) > 1
 
 
 async def test_a_node_helps_with_overdue_work_of_types_without_limits_elsewhere(
@@ -78,22 +109,19 @@ async def test_a_node_helps_with_overdue_work_of_types_without_limits_elsewhere(
     free = await make_type(store, URL, name="free")
     capped = await make_type(store, URL, name="capped", max_concurrency=2)
     paced = await make_type(store, URL, name="paced", rate_limit=5.0)
+    created = []
     for kind in (free, capped, paced):
-        await make_activities(store, kind, T0 - timedelta(seconds=5), 3)
-    await make_activities(store, free, T0, 2)  # due, but not yet overdue
-    mine = [p for p in ALL_PARTITIONS if p not in {free.partition, capped.partition, paced.partition}]
+        created += await make_activities(store, kind, T0 - timedelta(seconds=5), 3)
+    created += await make_activities(store, free, T0, 2)  # due, but not yet overdue
+    theirs = {a.partition for a in created}
+    mine = [p for p in ALL_PARTITIONS if p not in theirs]
     before = T0 - timedelta(seconds=1)
     helped = await dispatch.claim_overdue_elsewhere("n2", mine, 10, 30, before)
     assert len(helped) == 3 and {c.target.activity_type_id for c in helped} == {free.id}
     assert all(c.owner == "n2" for c in helped)
     assert await dispatch.claim_overdue_elsewhere("n3", mine, 10, 30, before) == []  # claimed once
     # Its own partitions are never "elsewhere", and a node holding every partition has no one to help.
-    assert (
-        await dispatch.claim_overdue_elsewhere(
-            "n2", [free.partition, capped.partition, paced.partition], 10, 30, T0
-        )
-        == []
-    )
+    assert await dispatch.claim_overdue_elsewhere("n2", sorted(theirs), 10, 30, T0) == []
     assert await dispatch.claim_overdue_elsewhere("n2", ALL_PARTITIONS, 10, 30, T0) == []
     owner = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
     assert len(owner) == 8  # the capped and paced ones, and the two just due, stayed with their owner

@@ -105,3 +105,17 @@ async def test_rate_limit_paces_the_starts_of_a_type(
         return len(receiver.hits) == 15
 
     await eventually(all_done, within=5)
+
+
+async def test_due_activities_go_highest_priority_first(
+    store: Store, receiver: Receiver, engine: Engine
+) -> None:
+    kind = await make_type(store, receiver.url + "/p/{n}", max_concurrency=1)
+    kind = await store.update_activity_type(kind, {"paused": True})
+    due = SystemClock().now()
+    for n, priority in enumerate((1, 5, 3, 9, 7, 2)):
+        await make_activities(store, kind, due, 1, parameter={"n": n}, priority=priority)
+    await store.update_activity_type(kind, {"paused": False})  # all six are due at once now
+    hits = await receiver.wait_for(6, within=15)
+    # n of the priorities 9, 7, 5, 3, 2, 1: the first to go is the highest, not the first created
+    assert [hit.path for hit in hits] == [f"/p/{n}" for n in (3, 4, 1, 2, 5, 0)]

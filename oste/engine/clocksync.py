@@ -1,0 +1,58 @@
+"""ClockSync: keeps the engine's clock on the database's time.
+
+Every node reads due times and lease expiries written by other nodes and by the API, so they must all
+agree on "now". The database's clock is the one they share: each heartbeat this service reads it, takes
+the round trip into account, and corrects the node's ``CorrectedClock`` by the difference. A node whose
+own clock is off by more than a second says so in its log (fix its time synchronisation); it still fires
+on the database's time, neither early nor late.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from oste.domain.clock import CorrectedClock
+from oste.storage.dispatch import DispatchStore
+
+log = logging.getLogger("oste.engine.clock")
+WARN_AFTER = 1.0
+"""Seconds of difference from the database's clock beyond which the node logs a warning."""
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """The offset applied (database time minus the node's own), and the round trip it was read in."""
+
+    offset: float
+    round_trip: float
+
+
+class ClockSync:
+    """Measures the node's clock against the database's and corrects ``clock`` by the difference."""
+
+    def __init__(self, clock: CorrectedClock, store: DispatchStore) -> None:
+        self.clock = clock
+        self.store = store
+        self._warned = False
+
+    async def run_once(self) -> SyncResult:
+        before = time.monotonic()
+        local = self.clock.base.now()
+        remote = await self.store.database_time()
+        round_trip = time.monotonic() - before
+        # The database read its clock about halfway through the round trip.
+        offset = remote - (local + timedelta(seconds=round_trip / 2))
+        self.clock.correct(offset)
+        seconds = offset.total_seconds()
+        if abs(seconds) > WARN_AFTER and not self._warned:
+            log.warning(
+                "this node's clock is %.1f s %s the database's; OSTE follows the database's clock, "
+                "but fix this host's time synchronisation (NTP)",
+                abs(seconds),
+                "behind" if seconds > 0 else "ahead of",
+            )
+        self._warned = abs(seconds) > WARN_AFTER
+        return SyncResult(seconds, round_trip)

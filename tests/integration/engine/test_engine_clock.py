@@ -1,0 +1,63 @@
+"""A node whose own clock is off fires on the database's time: neither early nor late."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pytest
+
+from oste.domain import records as r
+from oste.domain.clock import CorrectedClock, SystemClock
+from oste.engine import Engine
+from oste.engine.clocksync import ClockSync
+from oste.storage.dispatch import DispatchStore
+from oste.storage.store import Store
+from tests.engine_support import Receiver, fast_config, make_activities, make_type, settled, test_settings
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@dataclass
+class SkewedClock:
+    """The wall clock, off by ``skew`` seconds (a host whose time synchronisation failed)."""
+
+    skew: float
+
+    def now(self) -> datetime:
+        return SystemClock().now() + timedelta(seconds=self.skew)
+
+
+@pytest.fixture(params=[30.0, -30.0], ids=["ahead", "behind"])
+async def skewed_engine(
+    request: pytest.FixtureRequest, store: Store, database_url: str
+) -> AsyncIterator[Engine]:
+    engine = Engine(
+        test_settings(database_url), clock=CorrectedClock(SkewedClock(request.param)), config=fast_config()
+    )
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.stop(grace=5)
+
+
+async def test_clock_sync_measures_the_offset_to_the_database(store: Store) -> None:
+    clock = CorrectedClock(SkewedClock(-42.0))
+    result = await ClockSync(clock, DispatchStore(clock)).run_once()
+    assert abs(result.offset - 42.0) < 0.5
+    assert abs((clock.now() - SystemClock().now()).total_seconds()) < 0.5
+
+
+async def test_a_node_with_a_skewed_clock_fires_on_time(
+    store: Store, receiver: Receiver, skewed_engine: Engine
+) -> None:
+    kind = await make_type(store, receiver.url + "/t/{n}")
+    due = SystemClock().now() + timedelta(seconds=1.5)
+    [activity] = await make_activities(store, kind, due, 1)
+    [hit] = await receiver.wait_for(1, within=20)
+    early = due.timestamp() - hit.at
+    assert early <= 0.05, f"fired {early:.2f} s before it was due"
+    assert hit.at - due.timestamp() < 1.0, f"fired {hit.at - due.timestamp():.2f} s late"
+    assert (await settled(store, activity)).state == r.ActivityState.SUCCEEDED
