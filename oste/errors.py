@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,9 +20,11 @@ class OsteError(Exception):
     status = 500
     title = "Internal error"
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, extensions: dict[str, Any] | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.extensions = dict(extensions or {})
+        """Extra members of the problem document (RFC 9457 extensions), e.g. counts and example ids."""
 
 
 class ConfigurationError(OsteError):
@@ -75,7 +78,15 @@ class InvalidInput(OsteError):
 
 
 class Unavailable(OsteError):
-    """A dependency (the database) is temporarily unreachable; retrying later may succeed."""
+    """A dependency (the database) is temporarily unreachable; retrying later may succeed.
+
+    ``retry_after`` is the number of seconds a client should wait before trying again (the API sends it
+    as ``Retry-After``).
+    """
 
     status = 503
     title = "Service unavailable"
+
+    def __init__(self, detail: str, retry_after: int = 5) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from oste.domain.fastschema import Check, compile_check
+from oste.domain.uris import PLACEHOLDER, check_target_uri, dot_segment
 from oste.errors import FieldError, InvalidInput
 
 if TYPE_CHECKING:  # jsonschema is imported where schemas are checked: the engine fills URIs only
@@ -22,8 +23,7 @@ if TYPE_CHECKING:  # jsonschema is imported where schemas are checked: the engin
     from referencing import Registry
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_PLACEHOLDER = PLACEHOLDER
 
 
 @cache
@@ -51,34 +51,10 @@ def check_slug(value: Any, field: str) -> str:
 def uri_placeholders(pattern: Any, field: str = "uri_pattern") -> tuple[str, ...]:
     """Validate a URI pattern and return its placeholder names in order of appearance.
 
-    The pattern must be an absolute http(s) URL; placeholders are ``{Name}`` (letters, digits, ``_``
-    and ``-``) in the path or query only, never in the scheme, host or port.
+    The pattern must be an absolute http(s) URL that ``check_target_uri`` accepts; placeholders are
+    ``{Name}`` (a letter or ``_``, then letters, digits, ``_`` and ``-``) in the path or query only.
     """
-    if not isinstance(pattern, str) or not pattern:
-        raise InvalidInput.field(field, "must be a non-empty string such as https://host/song/{SongId}")
-    stripped = _PLACEHOLDER.sub("x", pattern)
-    if "{" in stripped or "}" in stripped:
-        raise InvalidInput.field(field, "has an unbalanced '{' or '}'; placeholders look like {SongId}")
-    names = _PLACEHOLDER.findall(pattern)
-    for name in names:
-        if not _PLACEHOLDER_NAME.fullmatch(name):
-            raise InvalidInput.field(
-                field, f"placeholder {{{name}}} must be a name of letters, digits, '_' or '-'"
-            )
-    try:
-        parts = urlsplit(pattern)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        raise InvalidInput.field(field, f"is not a valid URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidInput.field(field, "must be an absolute http:// or https:// URL with a host")
-    if "{" in parts.netloc:
-        raise InvalidInput.field(field, "placeholders may appear in the path or query, not in the host")
-    if "{" in parts.fragment:
-        raise InvalidInput.field(field, "placeholders may appear in the path or query, not in the fragment")
-    if any(ch.isspace() for ch in pattern):
-        raise InvalidInput.field(field, "must not contain whitespace")
-    return tuple(dict.fromkeys(names))
+    return check_target_uri(pattern, field)
 
 
 def check_parameter_schema(schema: Any, field: str = "parameter_schema") -> dict[str, Any] | None:
@@ -123,15 +99,28 @@ def _references(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[A
 
 
 def fill_uri(pattern: str, parameter: dict[str, Any]) -> str:
-    """Fill ``{Name}`` placeholders with the parameter's values, percent-encoded (``/`` too)."""
+    """Fill ``{Name}`` placeholders with the parameter's values, percent-encoded.
+
+    Everything but RFC 3986's unreserved characters is encoded (``/``, ``@``, ``%``, ``?`` and ``#``
+    too), so a value can never add a segment, a host or a query; a value made of dots alone (``.``,
+    ``..``) is written ``%2E%2E`` so that no client resolves it away (creating such an activity is
+    refused anyway when it would fill a whole path segment: ``ParameterRules.check``).
+    """
     pieces = _uri_pieces(pattern)
     if len(pieces) == 1:
         return pattern
     parts = list(pieces)
     for i in range(1, len(parts), 2):
-        text = _scalar_text(parameter[parts[i]])
-        parts[i] = text if _UNRESERVED.fullmatch(text) else quote(text, safe="")
+        parts[i] = _encode(_scalar_text(parameter[parts[i]]))
     return "".join(parts)
+
+
+def _encode(text: str) -> str:
+    if not _UNRESERVED.fullmatch(text):
+        return quote(text, safe="")
+    if text and not text.strip("."):
+        return "%2E" * len(text)
+    return text
 
 
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
@@ -163,6 +152,16 @@ class ParameterRules:
     @cached_property
     def placeholders(self) -> tuple[str, ...]:
         return uri_placeholders(self.uri_pattern)
+
+    @cached_property
+    def _dot_prone_segments(self) -> tuple[str, ...]:
+        """Path segments that placeholders alone could turn into ``.`` or ``..`` (``{Dir}``, ``.{X}``)."""
+        path = self.uri_pattern.partition("?")[0].split("://", 1)[-1].partition("/")[2]
+        return tuple(
+            segment
+            for segment in path.split("/")
+            if "{" in segment and not _PLACEHOLDER.sub("", segment).strip(".")
+        )
 
     @cached_property
     def _validator(self) -> Draft202012Validator | None:
@@ -205,12 +204,30 @@ class ParameterRules:
                         f"fills {{{name}}} in the URI, so it must be a string, number or boolean",
                     )
                 )
+        if not errors:
+            errors.extend(self._dot_segment_errors(parameter, field))
         for name in self.object_id_ref:
             if name not in parameter or parameter[name] is None:
                 errors.append(FieldError(join_path(field, name), "is required: it is part of object_id_ref"))
         if errors:
             raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)
         return self.object_id(parameter)
+
+    def _dot_segment_errors(self, parameter: dict[str, Any], field: str) -> list[FieldError]:
+        """A filled path segment must not be ``.`` or ``..``: receivers would resolve it away."""
+        errors: list[FieldError] = []
+        for segment in self._dot_prone_segments:
+            filled = fill_uri(segment, parameter)
+            if dot_segment(filled) is not None:
+                name = _PLACEHOLDER.findall(segment)[0]
+                errors.append(
+                    FieldError(
+                        join_path(field, name),
+                        f"fills {{{name}}} so that a path segment of the URI is {filled!r}, a dot segment "
+                        "that would reach another resource; use another value",
+                    )
+                )
+        return errors
 
     def object_id(self, parameter: dict[str, Any]) -> str | None:
         """The object id: the object_id_ref fields' values joined by ``:`` (None without object_id_ref)."""

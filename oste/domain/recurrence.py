@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.cron import CronTrigger
 
-from oste.domain.schedule import Schedule, day_of_week_names
+from oste.domain.schedule import LATEST_SCHEDULE_TIME, Schedule, day_of_week_names
 from oste.errors import InvalidInput
 
 
@@ -85,6 +85,9 @@ MAX_PER_PLAN = 1000
 _SCAN_LIMIT = 100_000
 """Local times examined at most in one enumeration (a schedule whose times are all skipped stops)."""
 _ONE_SECOND = timedelta(seconds=1)
+_LAST_WALL = LATEST_SCHEDULE_TIME
+"""No local time is computed past this (a wall time is compared as if in UTC): converting a later one
+to UTC could leave year 9999."""
 _MIN_GAP = timedelta(milliseconds=1)
 
 
@@ -242,6 +245,8 @@ class Recurrence:
     def _walls(self, floor: datetime) -> Iterator[datetime]:
         """Local wall-clock times matching the cron fields, from a little before ``floor``'s local time."""
         zone = self.zone
+        if floor >= LATEST_SCHEDULE_TIME:
+            return  # nothing can be computed past year 9999 in every zone
         local = floor.astimezone(zone)
         wall = local.replace(tzinfo=None, fold=0)
         first, second = local.replace(fold=0).utcoffset(), local.replace(fold=1).utcoffset()
@@ -251,7 +256,7 @@ class Recurrence:
         now = wall.replace(tzinfo=UTC)
         for _ in range(_SCAN_LIMIT):
             fire = trigger.get_next_fire_time(None, now)
-            if fire is None:
+            if fire is None or fire >= _LAST_WALL:
                 return
             yield fire.replace(tzinfo=None)
             now = fire + _ONE_SECOND

@@ -30,7 +30,24 @@ ALIASES = {
     "@hourly": "0 * * * *",
 }
 _ONE_SECOND = timedelta(seconds=1)
+EARLIEST_SCHEDULE_TIME = datetime(1970, 1, 2, tzinfo=UTC)
+"""Schedules are computed from here on: the cron arithmetic starts in 1970, plus a day for any offset."""
+LATEST_SCHEDULE_TIME = datetime(9999, 12, 30, tzinfo=UTC)
+"""…and up to here: the last instants a local time in any zone can still be written (year 9999)."""
 _DOW_PART = re.compile(r"(?P<range>\*|[a-z0-9]+(?:-[a-z0-9]+)?)(?:/(?P<step>\d+))?")
+
+
+def check_schedule_time(value: datetime, field: str) -> datetime:
+    """A time that bounds or starts schedule arithmetic (``start_at``, ``end_at``, a preview's
+    ``after``, a backfill's range) must lie within the years it can be computed in; raises
+    InvalidInput naming ``field`` otherwise, rather than answering wrong times."""
+    if not EARLIEST_SCHEDULE_TIME <= value <= LATEST_SCHEDULE_TIME:
+        raise InvalidInput.field(
+            field,
+            f"must be between {EARLIEST_SCHEDULE_TIME:%Y-%m-%dT%H:%M:%SZ} and "
+            f"{LATEST_SCHEDULE_TIME:%Y-%m-%dT%H:%M:%SZ}: schedules are computed within these years",
+        )
+    return value
 
 
 def check_timezone(name: Any, field: str = "timezone") -> ZoneInfo:
@@ -110,10 +127,10 @@ class Schedule:
         # previous fire time or a local ``now``: always ask from a UTC ``now`` that strictly increases.
         floor = after.astimezone(UTC)
         now = floor
-        while len(result) < count:
+        while len(result) < count and now < LATEST_SCHEDULE_TIME:
             fire = trigger.get_next_fire_time(None, now)
-            if fire is None:
-                break
+            if fire is None or fire.replace(tzinfo=UTC) >= LATEST_SCHEDULE_TIME:
+                break  # a later local time may not convert to UTC within year 9999
             fire = fire.astimezone(UTC)
             if fire <= floor:
                 now = max(now, fire.replace(microsecond=0)) + _ONE_SECOND

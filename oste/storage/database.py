@@ -1,14 +1,21 @@
-"""Opening, migrating and closing the database."""
+"""Opening, migrating and closing the database, and telling an outage from any other storage error."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import asyncpg
 from tortoise import Tortoise
 from tortoise.backends.base import executor
-from tortoise.exceptions import DBConnectionError, OperationalError
+from tortoise.exceptions import BaseORMException, DBConnectionError, OperationalError
 from tortoise.migrations.api import migrate as run_migrations
 
 from oste.errors import Unavailable
@@ -50,6 +57,7 @@ async def open_database(url: str, apply_migrations: bool = True) -> None:
         raise Unavailable(
             f"cannot open the {describe(url)}: {exc}. Is the database running and reachable?"
         ) from None
+    _quiet_driver_outages()
     log.info("database ready: %s", describe(normalise_url(url)))
 
 
@@ -75,3 +83,164 @@ async def settle_after_bulk_load() -> str:
         statement = "PRAGMA wal_checkpoint(TRUNCATE)"
     await connection.execute_script(statement)
     return statement
+
+
+# --- outages: the one place storage failures are classified --------------------------------------------
+
+RETRY_AFTER_SECONDS = 5
+"""How long a client is told to wait (``Retry-After``) when the database cannot be reached."""
+LOCKED_RETRY_AFTER_SECONDS = 2
+"""``Retry-After`` when SQLite is locked by another writer past its busy timeout."""
+OUTAGE_ADVICE = (
+    "Retry after the Retry-After delay; a create repeated with the same Idempotency-Key is applied once "
+    "even if this attempt was. Operator: {action}"
+)
+STORAGE_EXCEPTIONS: tuple[type[BaseException], ...] = (
+    OSError,
+    BaseORMException,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    sqlite3.Error,
+)
+"""Every exception type a database failure can surface as (the API maps these through ``outage``)."""
+
+_SQLITE_OUTAGES = {
+    sqlite3.SQLITE_BUSY: ("the SQLite database is locked by another writer", "locked"),
+    sqlite3.SQLITE_LOCKED: ("a SQLite table is locked by another connection", "locked"),
+    sqlite3.SQLITE_FULL: ("the SQLite volume is full", "full"),
+    sqlite3.SQLITE_IOERR: ("SQLite cannot read or write its file (disk I/O error)", "io"),
+    sqlite3.SQLITE_CANTOPEN: ("SQLite cannot open its database file", "io"),
+    sqlite3.SQLITE_READONLY: ("the SQLite database file is read-only", "io"),
+}
+_ACTIONS = {
+    "connection": "check that the database server is running and reachable from this node; OSTE "
+    "reconnects by itself once it is.",
+    "locked": "another process holds a write lock on the SQLite file longer than its busy_timeout; "
+    "find and end it (only one `oste serve` may use a SQLite file).",
+    "full": "free space on the volume of the SQLite file; OSTE resumes by itself once there is room.",
+    "io": "check the SQLite file and its volume (permissions, mount, disk health).",
+    "resources": "the database server is out of connections, memory or disk; raise its limits or "
+    "lower OSTE's pool size (maxsize in OSTE_DATABASE_URL).",
+    "read-only": "the database refuses writes (a standby after a failover?); point OSTE_DATABASE_URL "
+    "at the primary.",
+}
+
+
+def outage(exc: BaseException) -> Unavailable | None:
+    """``Unavailable`` when ``exc`` means the database cannot be used right now, else None.
+
+    The one classification of storage failures, used by every store and by the API's error mapping:
+    refused, reset or timed-out connections (any ``OSError``), PostgreSQL closing or refusing sessions
+    (class 08, 57P01-57P05, class 53, read-only transactions), asyncpg's "connection is closed", and
+    SQLite busy/locked/full/I-O errors, whether raw or wrapped by the ORM (its exceptions are searched
+    through their causes, contexts and arguments). Errors in a statement itself are not outages.
+    """
+    for candidate in _chain(exc):
+        found = _classify(candidate)
+        if found is not None:
+            return found
+    return None
+
+
+@asynccontextmanager
+async def outages_unavailable() -> AsyncIterator[None]:
+    """Run the block, turning any database outage (see ``outage``) into ``Unavailable``."""
+    try:
+        yield
+    except Unavailable:
+        raise
+    except STORAGE_EXCEPTIONS as exc:
+        unavailable = outage(exc)
+        if unavailable is None:
+            raise
+        raise unavailable from exc
+
+
+S = TypeVar("S", bound=type)
+
+
+def raises_unavailable(cls: S) -> S:
+    """Class decorator for a store: each public coroutine method turns outages into ``Unavailable``."""
+    for name, method in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(method):
+            setattr(cls, name, _guarded(method))
+    return cls
+
+
+def _guarded(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        async with outages_unavailable():
+            return await method(*args, **kwargs)
+
+    return guarded
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it wraps (cause, context, an exception passed as argument), breadth first."""
+    seen: set[int] = set()
+    queue = [exc]
+    while queue and len(seen) < 16:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        wrapped = [current.__cause__, current.__context__, *current.args]
+        queue.extend(w for w in wrapped if isinstance(w, BaseException))
+
+
+def _unavailable(
+    what: str, kind: str, exc: BaseException, retry_after: int = RETRY_AFTER_SECONDS
+) -> Unavailable:
+    reason = str(exc).strip() or type(exc).__name__
+    detail = f"{what} ({type(exc).__name__}: {reason}). " + OUTAGE_ADVICE.format(action=_ACTIONS[kind])
+    return Unavailable(detail, retry_after=retry_after)
+
+
+def _classify(exc: BaseException) -> Unavailable | None:
+    if isinstance(exc, Unavailable):
+        return exc
+    if isinstance(exc, OSError):
+        return _unavailable("the database is unreachable", "connection", exc)
+    if isinstance(exc, asyncpg.PostgresConnectionError) or (
+        isinstance(exc, asyncpg.OperatorInterventionError) and not isinstance(exc, asyncpg.QueryCanceledError)
+    ):
+        return _unavailable("the database closed or refused the connection", "connection", exc)
+    if isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc):
+        return _unavailable("the database connection was lost", "connection", exc)
+    if isinstance(exc, asyncpg.InsufficientResourcesError):
+        return _unavailable("the database server is out of resources", "resources", exc)
+    if isinstance(exc, asyncpg.ReadOnlySQLTransactionError):
+        return _unavailable("the database is read-only", "read-only", exc)
+    if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) is not None:
+        known = _SQLITE_OUTAGES.get(exc.sqlite_errorcode & 0xFF)
+        if known is not None:
+            what, kind = known
+            wait = LOCKED_RETRY_AFTER_SECONDS if kind == "locked" else RETRY_AFTER_SECONDS
+            return _unavailable(what, kind, exc, wait)
+    return None
+
+
+class _OneLineOutages(logging.Filter):
+    """Turns a driver's log record with an outage's traceback into one line (the reason, no traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and outage(error) is not None:
+            record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+DRIVER_LOGGERS = ("asyncpg", "asyncpg.pool", "tortoise", "tortoise.db_client")
+"""Loggers of the database drivers whose outage tracebacks are shortened to one line."""
+
+
+def _quiet_driver_outages() -> None:
+    for name in DRIVER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OneLineOutages) for f in logger.filters):
+            logger.addFilter(_OneLineOutages())
