@@ -1,0 +1,301 @@
+"""The log rollers' Store contract: leases, batches of ended activities, and purging.
+
+``RollerStore`` guarantees:
+
+- ``take_lease`` gives one owner at a time a solution's roller of one kind (a row per solution and
+  kind, taken with one conditional update: two nodes never both hold it while it has not expired);
+- a pending batch is written (``begin_batch``: its id and its activity ids) *before* it is sent, so a
+  retry, by this node or the next holder of the lease, sends the same id with the same records;
+- ``load_records`` reads any number of records in a bounded number of queries (three per chunk);
+- ``purge`` deletes exactly the given activities still in the given states, with their executions,
+  in transactions of at most ``chunk`` activities (short: claims and completions are never held up).
+
+Every method returns plain frozen records and raises ``Unavailable`` when the database is unreachable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.expressions import F, Q
+from tortoise.transactions import in_transaction
+
+from oste.domain import records as r
+from oste.domain.clock import Clock
+from oste.domain.ids import new_id
+from oste.domain.log_shipping import (
+    PURGED_STATES,
+    SHIPPED_STATES,
+    LogRecord,
+    RollerKind,
+    RollerState,
+    RollTarget,
+    ShippingStatus,
+)
+from oste.errors import Unavailable
+from oste.storage import models as m
+from oste.storage.database import raises_unavailable
+from oste.storage.store import to_record
+
+DEFAULT_PURGE_CHUNK = 500
+"""Activities deleted per transaction: small enough that SQLite's one writer is held for milliseconds."""
+
+
+def _utc(instant: datetime) -> datetime:
+    return instant.astimezone(UTC)
+
+
+def _state(row: m.LogRoller) -> RollerState:
+    ids = tuple(uuid.UUID(value) for value in (row.batch_ids or ()))
+    return to_record(RollerState, row, kind=RollerKind(row.kind), batch_ids=ids)
+
+
+@raises_unavailable
+class RollerStore:
+    """Storage of the log rollers (see the module docstring for what each method guarantees)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    # --- what to roll ---------------------------------------------------------------------------
+
+    async def roll_targets(self, kind: RollerKind) -> list[RollTarget]:
+        """Every solution's target of this kind (its URI, or None, and its period)."""
+        uri, period = ("success_uri", "success_period")
+        if kind == RollerKind.DEAD_LETTER:
+            uri, period = ("dead_letter_uri", "dead_letter_period")
+        rows = await self._guarded(
+            m.Solution.all().order_by("id").values("id", "name", uri, period, "signing_secret")
+        )
+        return [
+            RollTarget(row["id"], row["name"], kind, row[uri] or None, row[period], row["signing_secret"])
+            for row in rows
+        ]
+
+    @staticmethod
+    def roll_target(solution: r.Solution, kind: RollerKind) -> RollTarget:
+        """The target of one solution (from its record, no query)."""
+        if kind == RollerKind.SUCCESS:
+            uri, period = solution.success_uri, solution.success_period
+        else:
+            uri, period = solution.dead_letter_uri, solution.dead_letter_period
+        return RollTarget(solution.id, solution.name, kind, uri or None, period, solution.signing_secret)
+
+    async def secret_values(self, solution_id: uuid.UUID) -> tuple[str, ...]:
+        """The values of the solution's secret static headers (to redact from what is shipped)."""
+        rows = await self._guarded(
+            m.ActivityType.filter(solution_id=solution_id).values_list("headers", flat=True)
+        )
+        return tuple(
+            sorted(
+                {
+                    h["value"]
+                    for headers in rows
+                    for h in (headers or {}).values()
+                    if h.get("secret") and h["value"]
+                }
+            )
+        )
+
+    # --- the lease ------------------------------------------------------------------------------
+
+    async def take_lease(self, target: RollTarget, owner: str, seconds: float) -> RollerState | None:
+        """Take (or renew) the roller's lease until ``seconds`` from now: the state, or None while
+        another owner's lease has not expired. Creates the row on first use."""
+        now = _utc(self.clock.now())
+        rows = m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind))
+        if not await self._guarded(rows.exists()):
+            with contextlib.suppress(IntegrityError):  # another node created it at the same moment
+                await m.LogRoller.create(id=new_id(), solution_id=target.solution_id, kind=str(target.kind))
+        free = Q(owner__isnull=True) | Q(owner=owner) | Q(lease_expires_at__lt=now)
+        taken = await self._guarded(
+            rows.filter(free).update(owner=owner, lease_expires_at=now + timedelta(seconds=seconds))
+        )
+        if not taken:
+            return None
+        return _state(await rows.get())
+
+    async def release_lease(self, target: RollTarget, owner: str) -> None:
+        """Give the lease back (if this owner still holds it)."""
+        await self._guarded(self._held(target, owner).update(owner=None, lease_expires_at=None))
+
+    async def state(self, target: RollTarget) -> RollerState:
+        """The roller's state (an empty one if it never ran for this solution)."""
+        row = await self._guarded(
+            m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind)).first()
+        )
+        return _state(row) if row is not None else RollerState(target.solution_id, target.kind)
+
+    # --- batches --------------------------------------------------------------------------------
+
+    async def eligible_ids(
+        self, target: RollTarget, states: Sequence[r.ActivityState], limit: int
+    ) -> list[uuid.UUID]:
+        """Up to ``limit`` ids of the solution's activities that ended in ``states`` more than the
+        target's period ago, in id order (ids are time-sortable and never change)."""
+        if not states or limit <= 0:
+            return []
+        cutoff = _utc(self.clock.now()) - timedelta(seconds=target.period)
+        query = m.Activity.filter(
+            solution_id=target.solution_id, state__in=[str(s) for s in states], finished_at__lt=cutoff
+        )
+        return list(await self._guarded(query.order_by("id").limit(limit).values_list("id", flat=True)))
+
+    async def load_records(
+        self, ids: Sequence[uuid.UUID], states: Sequence[r.ActivityState]
+    ) -> list[LogRecord]:
+        """The records of those of ``ids`` still in ``states``, in the order of ``ids``, each with its
+        executions: three queries whatever the number of ids (callers pass modest chunks)."""
+        if not ids:
+            return []
+        rows = await self._guarded(m.Activity.filter(id__in=list(ids), state__in=[str(s) for s in states]))
+        type_ids = {row.activity_type_id for row in rows}
+        names = dict(
+            await self._guarded(m.ActivityType.filter(id__in=list(type_ids)).values_list("id", "name"))
+        )
+        executions: dict[uuid.UUID, list[r.Execution]] = {}
+        found = [row.id for row in rows]
+        for e in await self._guarded(
+            m.Execution.filter(activity_id__in=found).order_by("activity_id", "attempt")
+        ):
+            executions.setdefault(e.activity_id, []).append(
+                to_record(r.Execution, e, outcome=r.Outcome(e.outcome))
+            )
+        by_id = {row.id: row for row in rows}
+        records = []
+        for activity_id in ids:
+            row = by_id.get(activity_id)
+            if row is None:
+                continue
+            activity = to_record(
+                r.Activity,
+                row,
+                activity_type=names.get(row.activity_type_id, ""),
+                state=r.ActivityState(row.state),
+                last_outcome=r.Outcome(row.last_outcome) if row.last_outcome else None,
+            )
+            records.append(LogRecord(activity, tuple(executions.get(activity_id, ()))))
+        return records
+
+    async def begin_batch(
+        self, target: RollTarget, owner: str, batch_id: uuid.UUID, ids: Sequence[uuid.UUID]
+    ) -> bool:
+        """Record the batch about to be sent (its id and its activities, in order) while this owner
+        holds the lease; False (nothing written) if it no longer does."""
+        now = _utc(self.clock.now())
+        written = await self._guarded(
+            self._held(target, owner)
+            .filter(lease_expires_at__gt=now)
+            .update(
+                batch_id=batch_id,
+                batch_ids=[str(i) for i in ids],
+                batch_attempts=0,
+                next_attempt_at=None,
+            )
+        )
+        return bool(written)
+
+    async def batch_failed(
+        self, target: RollTarget, batch_id: uuid.UUID, error: str, retry_at: datetime
+    ) -> None:
+        """Count a failed attempt of the pending batch; it is tried again from ``retry_at``."""
+        now = _utc(self.clock.now())
+        await self._guarded(
+            self._pending(target, batch_id).update(
+                batch_attempts=F("batch_attempts") + 1,
+                failed_attempts=F("failed_attempts") + 1,
+                next_attempt_at=_utc(retry_at),
+                last_error=error[:2000],
+                last_error_at=now,
+            )
+        )
+
+    async def batch_shipped(self, target: RollTarget, batch_id: uuid.UUID, count: int) -> None:
+        """The receiver took the batch (and it was purged): clear it and count it."""
+        await self._guarded(
+            self._pending(target, batch_id).update(
+                batch_id=None,
+                batch_ids=None,
+                batch_attempts=0,
+                next_attempt_at=None,
+                batches_shipped=F("batches_shipped") + 1,
+                records_shipped=F("records_shipped") + count,
+                last_success_at=_utc(self.clock.now()),
+            )
+        )
+
+    async def drop_batch(self, target: RollTarget, batch_id: uuid.UUID) -> None:
+        """Forget a pending batch none of whose records is left to send."""
+        await self._guarded(
+            self._pending(target, batch_id).update(
+                batch_id=None, batch_ids=None, batch_attempts=0, next_attempt_at=None
+            )
+        )
+
+    async def count_purged(self, target: RollTarget, count: int) -> None:
+        """Count records purged without being shipped."""
+        if count:
+            await self._guarded(
+                m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind)).update(
+                    records_purged=F("records_purged") + count
+                )
+            )
+
+    # --- purging --------------------------------------------------------------------------------
+
+    async def purge(
+        self, ids: Sequence[uuid.UUID], states: Sequence[r.ActivityState], chunk: int = DEFAULT_PURGE_CHUNK
+    ) -> int:
+        """Delete those of ``ids`` still in ``states`` (an activity requeued meanwhile stays) and their
+        executions, ``chunk`` activities per transaction. Returns how many activities were deleted."""
+        wanted = [str(s) for s in states]
+        deleted = 0
+        for start in range(0, len(ids), chunk):
+            part = list(ids[start : start + chunk])
+            try:
+                async with in_transaction():
+                    live = await (
+                        m.Activity.filter(id__in=part, state__in=wanted)
+                        .select_for_update()
+                        .values_list("id", flat=True)
+                    )
+                    if not live:
+                        continue
+                    await m.Execution.filter(activity_id__in=live).delete()
+                    deleted += await m.Activity.filter(id__in=live).delete()
+            except (DBConnectionError, OSError) as exc:
+                raise Unavailable(f"the database is unreachable: {exc}") from None
+        return deleted
+
+    # --- what an operator sees ------------------------------------------------------------------
+
+    async def status(self, target: RollTarget) -> ShippingStatus:
+        """Counts and state of one solution's shipping of one kind."""
+        cutoff = _utc(self.clock.now()) - timedelta(seconds=target.period)
+        states = [str(s) for s in (*SHIPPED_STATES[target.kind], *PURGED_STATES[target.kind])]
+        ended = m.Activity.filter(solution_id=target.solution_id, state__in=states)
+        waiting = await self._guarded(ended.filter(finished_at__lt=cutoff).count())
+        retained = await self._guarded(ended.filter(finished_at__gte=cutoff).count())
+        return ShippingStatus(target, await self.state(target), waiting, retained)
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _held(target: RollTarget, owner: str) -> Any:
+        return m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind), owner=owner)
+
+    @staticmethod
+    def _pending(target: RollTarget, batch_id: uuid.UUID) -> Any:
+        return m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind), batch_id=batch_id)
+
+    @staticmethod
+    async def _guarded(awaitable: Any) -> Any:
+        try:
+            return await awaitable
+        except (DBConnectionError, OSError) as exc:
+            raise Unavailable(f"the database is unreachable: {exc}") from None
