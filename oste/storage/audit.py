@@ -1,0 +1,52 @@
+"""The audit table: one row per change made through the API, read back newest first.
+
+Rows are written by the API right after the change committed (see ``oste.api.audit``), one per request:
+a batch create is one row with its count, a bulk change one row with its filter and counts.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from oste.domain import records as r
+from oste.domain.audit import AuditEntry, AuditFilter
+from oste.domain.clock import Clock
+from oste.storage import models as m
+from oste.storage.database import raises_unavailable
+from oste.storage.store import decode_cursor, encode_cursor, to_record
+
+
+@raises_unavailable
+class AuditLog:
+    """Writes and pages audit entries."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    async def record(self, entry: AuditEntry) -> None:
+        """Store one entry (one INSERT)."""
+        await m.Audit.create(**{name: getattr(entry, name) for name in AuditEntry.__dataclass_fields__})
+
+    async def page(
+        self,
+        company_id: uuid.UUID,
+        solution_id: uuid.UUID | None,
+        filters: AuditFilter,
+        limit: int,
+        cursor: str | None = None,
+    ) -> r.Page:
+        """Entries of a company (all of them) or of one of its solutions, newest first."""
+        query = m.Audit.filter(company_id=company_id)
+        if solution_id is not None:
+            query = query.filter(solution_id=solution_id)
+        conditions = {
+            "resource": filters.resource,
+            "resource_id": filters.resource_id,
+            "action": filters.action,
+        }
+        query = query.filter(**{k: v for k, v in conditions.items() if v is not None})
+        if cursor:
+            query = query.filter(id__lt=decode_cursor(cursor))
+        rows = await query.order_by("-id").limit(limit + 1)
+        items = [to_record(AuditEntry, row) for row in rows[:limit]]
+        return r.Page(items, encode_cursor(rows[limit - 1].id) if len(rows) > limit else None)

@@ -1,0 +1,254 @@
+"""Bulk changes by filter (cancel, requeue, update, dry run) in chunks, each in its own transaction.
+
+``BulkChange.run`` walks the activities a filter matches by keyset on id, ``CHUNK`` at a time, so
+memory stays bounded at any size and no transaction holds many rows for long. Only activities created
+before the change began are walked (ids are time-sortable): what is created meanwhile is left alone.
+
+Per chunk, in one transaction: the matched rows are read (id, state, and what the action needs); the
+ones the action applies to are locked in id order (PostgreSQL; on SQLite the one writer serialises)
+and written with their expected state in the ``WHERE``, so an activity that started running meanwhile
+is not touched and is counted under ``CHANGED_MEANWHILE``. Running activities are never changed.
+
+A dry run reads the same chunks and decides the same way, writing nothing. A change interrupted part
+way (the process stopped) leaves the chunks already committed changed; each action can simply be run
+again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from tortoise.transactions import in_transaction
+
+from oste.domain import records as r
+from oste.domain.bulk import CHANGED_MEANWHILE, BulkResult, TypeRules, UpdatePlan, state_reason
+from oste.domain.clock import Clock
+from oste.domain.ids import new_id
+from oste.domain.parameters import ParameterRules
+from oste.storage import models as m
+from oste.storage.database import raises_unavailable
+from oste.storage.dialects import ClaimStrategy, Params, strategy_for
+from oste.storage.store import matching_activities
+
+CHUNK = 1000
+"""Activities read, decided and written per transaction."""
+
+_COLUMNS = {
+    "cancel": ("id", "state"),
+    "requeue": ("id", "state", "activity_type_id"),
+    "update": ("id", "state", "activity_type_id", "parameter", "uri_override"),
+}
+_S = r.ActivityState
+
+
+@raises_unavailable
+class BulkChange:
+    """One bulk change of a solution's activities (see the module docstring)."""
+
+    def __init__(self, clock: Clock, chunk: int = CHUNK) -> None:
+        self.clock = clock
+        self.chunk = chunk
+
+    async def run(
+        self,
+        solution: r.Solution,
+        filters: r.ActivityFilter,
+        action: str,
+        plan: UpdatePlan | None = None,
+        dry_run: bool = False,
+    ) -> BulkResult:
+        """Apply ``action`` (``cancel``, ``requeue`` or ``update`` with ``plan``) to every matching
+        activity it applies to; with ``dry_run`` only count. Returns the counts and skip reasons."""
+        result = BulkResult(action, dry_run)
+        kinds = await self._types(solution) if action != "cancel" else {}
+        query = matching_activities(solution, filters).filter(id__lt=new_id())
+        last: uuid.UUID | None = None
+        while True:
+            page = query.filter(id__gt=last) if last is not None else query
+            async with in_transaction():
+                rows = await page.order_by("id").limit(self.chunk).values(*_COLUMNS[action])
+                if not rows:
+                    break
+                await self._chunk(rows, action, plan, kinds, result)
+            last = _uuid(rows[-1]["id"])
+            if len(rows) < self.chunk:
+                break
+        return result
+
+    async def _chunk(
+        self,
+        rows: list[dict[str, Any]],
+        action: str,
+        plan: UpdatePlan | None,
+        kinds: dict[uuid.UUID, TypeRules],
+        result: BulkResult,
+    ) -> None:
+        result.matched += len(rows)
+        writes: dict[Any, list[uuid.UUID]] = defaultdict(list)
+        group_changes: dict[Any, dict[str, Any]] = {}
+        per_row: list[tuple[uuid.UUID, dict[str, Any]]] = []
+        for row in rows:
+            activity_id = _uuid(row["id"])
+            reason = state_reason(action, _S(row["state"]))
+            if reason is not None:
+                result.skip(reason, activity_id)
+            elif action == "cancel":
+                writes[None].append(activity_id)
+            elif action == "requeue":
+                writes[_uuid(row["activity_type_id"])].append(activity_id)
+            else:
+                assert plan is not None
+                type_id = _uuid(row["activity_type_id"])
+                changes = plan.changes(kinds[type_id], _json(row["parameter"]), row["uri_override"])
+                if isinstance(changes, str):
+                    result.skip(changes, activity_id)
+                elif "parameter" in changes:
+                    per_row.append((activity_id, changes))
+                else:  # the same for every row (of a type, when retries go back to the type's)
+                    key = type_id if "retries" in changes and plan.values["retries"] is None else None
+                    writes[key].append(activity_id)
+                    group_changes[key] = changes
+        eligible = sorted([i for ids in writes.values() for i in ids] + [i for i, _ in per_row])
+        result.would_change += len(eligible)
+        if result.dry_run or not eligible:
+            result.sample(eligible)
+            return
+        await self._lock(eligible)
+        changed = await self._write(action, kinds, writes, group_changes, per_row)
+        result.changed += len(changed)
+        result.sample([i for i in eligible if i in changed])
+        for activity_id in eligible:
+            if activity_id not in changed:
+                result.skip(CHANGED_MEANWHILE, activity_id)
+        result.would_change -= len(eligible) - len(changed)
+
+    async def _write(
+        self,
+        action: str,
+        kinds: dict[uuid.UUID, TypeRules],
+        writes: dict[Any, list[uuid.UUID]],
+        group_changes: dict[Any, dict[str, Any]],
+        per_row: list[tuple[uuid.UUID, dict[str, Any]]],
+    ) -> set[uuid.UUID]:
+        """Write the chunk's changes; the ids actually changed (their state was still the expected)."""
+        now = self.clock.now()
+        done: set[uuid.UUID] = set()
+        if action == "cancel":
+            values: dict[str, Any] = {"state": _S.CANCELLED, "finished_at": now, "updated_at": now}
+            return await self._update(writes[None], (_S.SCHEDULED,), values)
+        if action == "requeue":
+            for type_id, ids in writes.items():
+                values = {
+                    "state": _S.SCHEDULED,
+                    "retries": kinds[type_id].retries,
+                    "finished_at": None,
+                    "claim_token": None,
+                    "claimed_by": None,
+                    "lease_expires_at": None,
+                    "updated_at": now,
+                }
+                done |= await self._update(ids, (_S.DEAD, _S.CANCELLED), values, requeue_at=now)
+            return done
+        for key, ids in writes.items():
+            done |= await self._update(ids, (_S.SCHEDULED,), _due(group_changes[key], now))
+        for activity_id, changes in per_row:
+            done |= await self._update([activity_id], (_S.SCHEDULED,), _due(changes, now))
+        return done
+
+    async def _update(
+        self,
+        ids: Sequence[uuid.UUID],
+        states: tuple[r.ActivityState, ...],
+        values: dict[str, Any],
+        requeue_at: datetime | None = None,
+    ) -> set[uuid.UUID]:
+        """Update the (locked) rows of ``ids`` still in one of ``states``, in one statement with one
+        list parameter (no per-id SQL to build); the ids updated.
+
+        ``requeue_at``: also make them due then, or at their ``scheduled_for`` if that is later (an
+        activity cancelled before it ever fired keeps its time).
+        """
+        if not ids:
+            return set()
+        conn = m.Activity._meta.db  # the chunk's transaction
+        strategy = _strategy(conn.capabilities.dialect)
+        p = Params(strategy)
+        assign = [f"{column} = {_value(strategy, p, column, value)}" for column, value in values.items()]
+        if requeue_at is not None:
+            after, at = p.add(requeue_at), p.add(requeue_at)  # two: SQLite's "?" are positional
+            assign.append(
+                f"next_attempt_at = CASE WHEN scheduled_for > {after} THEN scheduled_for ELSE {at} END"
+            )
+        # placeholders are handed out in the order they appear in the statement (SQLite's are "?")
+        where = strategy.in_list("id", [strategy.encode_uuid(i) for i in ids], p, "uuid")
+        wanted = ", ".join(p.add(str(state)) for state in states)
+        sql = f"UPDATE activity SET {', '.join(assign)} WHERE {where} AND state IN ({wanted}) RETURNING id"
+        rows = await conn.execute_query_dict(sql, p.values)
+        return {_uuid(row["id"]) for row in rows}
+
+    async def _lock(self, ids: Sequence[uuid.UUID]) -> None:
+        """Lock the rows in id order (PostgreSQL), as every multi-row writer of activities does."""
+        conn = m.Activity._meta.db  # the chunk's transaction
+        if conn.capabilities.dialect != "postgres":
+            return  # SQLite: the transaction is the one writer
+        strategy = _strategy("postgres")
+        p = Params(strategy)
+        where = strategy.in_list("id", list(ids), p, "uuid")
+        sql = f"SELECT id FROM activity WHERE {where} ORDER BY id FOR UPDATE"
+        await conn.execute_query_dict(sql, p.values)
+
+    async def _types(self, solution: r.Solution) -> dict[uuid.UUID, TypeRules]:
+        rows = await m.ActivityType.filter(solution_id=solution.id).values(
+            "id", "uri_pattern", "parameter_schema", "object_id_ref", "retries"
+        )
+        return {
+            _uuid(row["id"]): TypeRules(
+                ParameterRules(
+                    row["uri_pattern"],
+                    _json(row["parameter_schema"]),
+                    tuple(_json(row["object_id_ref"]) or ()),
+                ),
+                int(row["retries"]),
+            )
+            for row in rows
+        }
+
+
+_STRATEGIES: dict[str, ClaimStrategy] = {}
+
+
+def _strategy(dialect: str) -> ClaimStrategy:
+    if dialect not in _STRATEGIES:
+        _STRATEGIES[dialect] = strategy_for(dialect)
+    return _STRATEGIES[dialect]
+
+
+def _value(strategy: ClaimStrategy, p: Params, column: str, value: Any) -> str:
+    """The SQL of one assigned value (a placeholder, NULL, or a JSON parameter)."""
+    if value is None:
+        return "NULL"
+    if column == "parameter":
+        return strategy.json_param(p, orjson.dumps(value).decode())
+    if isinstance(value, datetime):
+        return p.add(value.astimezone(UTC))
+    return p.add(str(value) if isinstance(value, r.ActivityState) else value)
+
+
+def _due(changes: dict[str, Any], now: datetime) -> dict[str, Any]:
+    values = dict(changes, updated_at=now)
+    if "scheduled_for" in values:
+        values["next_attempt_at"] = values["scheduled_for"]
+    return values
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _json(value: Any) -> Any:
+    return orjson.loads(value) if isinstance(value, (str, bytes)) else value

@@ -1,0 +1,222 @@
+"""Follow-on activities written in the same transaction as the completion that causes them.
+
+``write_follow_ons`` runs inside the completion's transaction (``ClaimStrategy.record_completions``
+calls it only when a batch holds completions whose type chains), so a follow-on exists exactly when
+its cause's completion was written: a completion retried after it committed finds its claim token
+stale and writes nothing, and a node dying before the commit loses both. The follow-on's idempotency
+key (``follow_on_key``, unique per solution) is a second guard: ``ON CONFLICT DO NOTHING``.
+
+A follow-on that cannot be created — its type is gone, its parameter breaks the type's rules, the
+chain is at ``MAX_CHAIN_DEPTH`` — is not an error: the reason is written on the original activity
+(``chain_note``) and the completion goes through.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from tortoise.backends.base.client import BaseDBAsyncClient
+
+from oste.domain import records as r
+from oste.domain.chains import (
+    MAX_CHAIN_DEPTH,
+    dead_letter_parameter,
+    follow_on_key,
+    merged_parameter,
+)
+from oste.domain.dispatch import Completion
+from oste.domain.ids import new_id
+from oste.domain.parameters import ParameterRules
+from oste.errors import InvalidInput
+from oste.storage.dialects import ClaimStrategy, Params
+
+_INSERTED = (
+    "id, company_id, solution_id, activity_type_id, partition, scheduled_for, next_attempt_at, "
+    "parameter, retries, priority, object_id, state, attempts, idempotency_key, caused_by, depth, "
+    "created_at, updated_at"
+)
+
+
+async def write_follow_ons(
+    conn: BaseDBAsyncClient, strategy: ClaimStrategy, completions: Sequence[Completion], now: datetime
+) -> int:
+    """Create the follow-on of every completion in ``completions`` that carries one (all of them were
+    just written); returns how many were created. Runs inside the caller's transaction."""
+    wanted = {c.activity_id: c for c in completions if c.follow_on is not None}
+    if not wanted:
+        return 0
+    origins = await _origins(conn, strategy, list(wanted))
+    follows = {o["id"]: wanted[o["id"]].follow_on for o in origins}
+    types = await _types(
+        conn,
+        strategy,
+        {(o["solution_id"], follows[o["id"]].activity_type) for o in origins},  # type: ignore[union-attr]
+    )
+    dead = [o["id"] for o in origins if follows[o["id"]].kind == "dead_letter"]  # type: ignore[union-attr]
+    executions = await _last_executions(conn, strategy, dead) if dead else {}
+    rows: list[tuple[Any, ...]] = []
+    notes: dict[uuid.UUID, str] = {}
+    for origin in origins:
+        completion = wanted[origin["id"]]
+        follow = completion.follow_on
+        assert follow is not None
+        kind = types.get((origin["solution_id"], follow.activity_type))
+        label = "handler" if follow.kind == "dead_letter" else "follow-on"
+        if origin["depth"] >= MAX_CHAIN_DEPTH:
+            notes[origin["id"]] = (
+                f"no {label} of type {follow.activity_type!r}: the chain reached its depth limit "
+                f"({MAX_CHAIN_DEPTH})"
+            )
+            continue
+        if kind is None:
+            notes[origin["id"]] = f"no {label}: activity type {follow.activity_type!r} no longer exists"
+            continue
+        if follow.kind == "dead_letter":
+            parameter = dead_letter_parameter(origin, executions.get(origin["id"], []))
+            why = None
+        else:
+            parameter, why = merged_parameter(origin["parameter"], completion.report.response_excerpt)
+        try:
+            object_id = kind["rules"].check(parameter)
+        except InvalidInput as exc:
+            notes[origin["id"]] = f"no {label} of type {follow.activity_type!r}: its parameter {exc.detail}"
+            continue
+        if why is not None:
+            notes[origin["id"]] = why
+        due = now + timedelta(seconds=follow.delay or 0.0)
+        rows.append(_row(origin, kind, parameter, object_id, due, completion.attempt, now))
+    created = await _insert(conn, strategy, rows) if rows else 0
+    for activity_id, note in notes.items():
+        p = Params(strategy)
+        sql = f"UPDATE activity SET chain_note = {p.add(note[:1000])} WHERE id = {p.uid(activity_id)}"
+        await conn.execute_query_dict(sql, p.values)
+    return created
+
+
+async def _origins(
+    conn: BaseDBAsyncClient, strategy: ClaimStrategy, ids: list[uuid.UUID]
+) -> list[dict[str, Any]]:
+    p = Params(strategy)
+    where = strategy.in_list("a.id", [strategy.encode_uuid(i) for i in ids], p, "uuid")
+    sql = (
+        "SELECT a.id, a.company_id, a.solution_id, a.parameter, a.depth, a.object_id, a.attempts, "
+        f"a.priority, t.name AS activity_type FROM activity a JOIN activity_type t "
+        f"ON t.id = a.activity_type_id WHERE {where}"
+    )
+    rows = await conn.execute_query_dict(sql, p.values)
+    return [
+        {
+            **row,
+            "id": strategy.uuid_of(row["id"]),
+            "company_id": strategy.uuid_of(row["company_id"]),
+            "solution_id": strategy.uuid_of(row["solution_id"]),
+            "parameter": strategy.json_of(row["parameter"]),
+            "depth": int(row["depth"] or 0),
+        }
+        for row in rows
+    ]
+
+
+async def _types(
+    conn: BaseDBAsyncClient, strategy: ClaimStrategy, wanted: set[tuple[uuid.UUID, str]]
+) -> dict[tuple[uuid.UUID, str], dict[str, Any]]:
+    """The follow-on types by (solution id, name), with their parameter rules."""
+    p = Params(strategy)
+    solution_ids = sorted({strategy.encode_uuid(s) for s, _ in wanted})
+    solutions = strategy.in_list("solution_id", solution_ids, p, "uuid")
+    names = strategy.in_list("name", sorted({n for _, n in wanted}), p, "text")
+    sql = (
+        "SELECT id, company_id, solution_id, name, uri_pattern, parameter_schema, object_id_ref, retries, "
+        f"max_concurrency, rate_limit FROM activity_type WHERE {solutions} AND {names}"
+    )
+    found: dict[tuple[uuid.UUID, str], dict[str, Any]] = {}
+    for row in await conn.execute_query_dict(sql, p.values):
+        solution_id = strategy.uuid_of(row["solution_id"])
+        type_id = strategy.uuid_of(row["id"])
+        company_id = strategy.uuid_of(row["company_id"])
+        assert solution_id is not None and type_id is not None and company_id is not None
+        rules = ParameterRules(
+            row["uri_pattern"],
+            strategy.json_of(row["parameter_schema"]),
+            tuple(strategy.json_of(row["object_id_ref"]) or ()),
+        )
+        found[(solution_id, row["name"])] = {
+            "id": type_id,
+            "retries": int(row["retries"]),
+            "rules": rules,
+            "partition": r.partition_of(company_id, solution_id, type_id),
+            "limited": row["max_concurrency"] is not None or row["rate_limit"] is not None,
+        }
+    return found
+
+
+async def _last_executions(
+    conn: BaseDBAsyncClient, strategy: ClaimStrategy, ids: list[uuid.UUID]
+) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """Each activity's executions, latest first."""
+    p = Params(strategy)
+    where = strategy.in_list("activity_id", [strategy.encode_uuid(i) for i in ids], p, "uuid")
+    sql = (
+        "SELECT activity_id, attempt, outcome, http_status, error, response_excerpt, finished_at "
+        f"FROM execution WHERE {where} ORDER BY activity_id, attempt DESC"
+    )
+    found: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for row in await conn.execute_query_dict(sql, p.values):
+        finished = strategy.time_of(row["finished_at"])
+        item = {**row, "finished_at": finished.isoformat() if finished else None}
+        found.setdefault(strategy.uuid_of(row["activity_id"]), []).append(item)  # type: ignore[arg-type]
+    return found
+
+
+def _row(
+    origin: dict[str, Any],
+    kind: dict[str, Any],
+    parameter: dict[str, Any],
+    object_id: str | None,
+    due: datetime,
+    attempt: int,
+    now: datetime,
+) -> tuple[Any, ...]:
+    activity_id = new_id()
+    return (
+        activity_id,
+        origin["company_id"],
+        origin["solution_id"],
+        kind["id"],
+        r.activity_partition(activity_id, kind["partition"], kind["limited"]),
+        due,
+        due,
+        orjson.dumps(parameter).decode(),
+        kind["retries"],
+        int(origin["priority"] or 0),
+        object_id,
+        r.ActivityState.SCHEDULED.value,
+        0,
+        follow_on_key(origin["id"], attempt),
+        origin["id"],
+        origin["depth"] + 1,
+        now,
+        now,
+    )
+
+
+async def _insert(conn: BaseDBAsyncClient, strategy: ClaimStrategy, rows: list[tuple[Any, ...]]) -> int:
+    p = Params(strategy)
+    uuids = (0, 1, 2, 3, 14)
+    values = []
+    for row in rows:
+        marks = []
+        for index, value in enumerate(row):
+            if index in uuids:
+                marks.append(p.uid(value))
+            elif index == 7:
+                marks.append(strategy.json_param(p, value))
+            else:
+                marks.append(p.add(value))
+        values.append(f"({', '.join(marks)})")
+    sql = f"INSERT INTO activity ({_INSERTED}) VALUES {', '.join(values)} ON CONFLICT DO NOTHING RETURNING id"
+    return len(await conn.execute_query_dict(sql, p.values))

@@ -1,0 +1,235 @@
+"""The event stream's store: activity state changes, kept for the solutions someone streams.
+
+**Only solutions with a subscriber pay.** A stream that connects marks its solution subscribed for
+``EVENT_RETENTION`` (renewed while it stays connected); writers (claims, completions, the rescuer,
+the API's create, cancel and requeue) read the subscribed set at most once per
+``SUBSCRIBERS_REFRESH`` seconds per process and write event rows only for those solutions. A
+deployment nobody streams writes no event row at all; a streamed solution writes one row per state
+change (in the same transaction as a completion, right after a claim or an API change).
+
+**Gapless order across writer processes.** Each row gets a ``seq`` (bigserial / SQLite's integer
+key) and, on PostgreSQL, the id of the transaction that wrote it (``txid``). The stream reads in
+(txid, seq) order and only rows whose transaction is older than the oldest transaction still running
+(``pg_snapshot_xmin``): every transaction below that horizon has finished, and every later one gets
+a larger id, so no row can ever appear behind a position already streamed. (A seq alone is not
+enough: a seq allocated in one process may commit after a larger seq of another.) The price is that
+a long-running transaction anywhere in the database cluster holds the stream back until it ends:
+events are late then, never lost. SQLite has one writer at a time, so seq order is commit order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from tortoise import connections
+from tortoise.backends.base.client import BaseDBAsyncClient
+
+from oste.domain.dispatch import Completion
+from oste.domain.records import ActivityState
+from oste.storage import models as m
+from oste.storage.dialects import ClaimStrategy, Params, strategy_for
+
+log = logging.getLogger("oste.storage.events")
+
+EVENT_RETENTION = 7200.0
+"""Seconds events are kept (and a solution stays subscribed after its last stream): 2 hours."""
+SUBSCRIBERS_REFRESH = 1.0
+"""Seconds a process reuses the set of subscribed solutions before reading it again."""
+EVENT_NAMES = ("created", "running", "succeeded", "retry_scheduled", "dead", "cancelled", "requeued")
+"""The ``event:`` names of the stream."""
+
+_SUBSCRIBED: dict[str, tuple[float, frozenset[uuid.UUID]]] = {}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One state change to record: the activity, the event name, its attempt and outcome."""
+
+    activity_id: uuid.UUID
+    event: str
+    attempt: int = 0
+    outcome: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One stored event, as the stream sends it."""
+
+    txid: int
+    seq: int
+    activity_id: uuid.UUID
+    activity_type_id: uuid.UUID
+    object_id: str | None
+    event: str
+    attempt: int
+    outcome: str | None
+    at: datetime
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return (self.txid, self.seq)
+
+
+def completion_event(state: ActivityState) -> str:
+    """The event a completion writes: succeeded, retry_scheduled or dead."""
+    return {ActivityState.SUCCEEDED: "succeeded", ActivityState.SCHEDULED: "retry_scheduled"}.get(
+        state, "dead"
+    )
+
+
+async def subscribed_solutions(now: datetime, connection: str = "default") -> frozenset[uuid.UUID]:
+    """Solutions whose changes are recorded now (cached for ``SUBSCRIBERS_REFRESH`` seconds)."""
+    cached = _SUBSCRIBED.get(connection)
+    clock = time.monotonic()
+    if cached is not None and clock - cached[0] < SUBSCRIBERS_REFRESH:
+        return cached[1]
+    rows = await m.EventSubscription.filter(until__gt=now).values_list("solution_id", flat=True)
+    found = frozenset(uuid.UUID(str(row)) for row in rows)
+    _SUBSCRIBED[connection] = (clock, found)
+    return found
+
+
+def forget_subscriptions() -> None:
+    """Drop the cached subscribed set (the next writer reads it again)."""
+    _SUBSCRIBED.clear()
+
+
+async def subscribe(solution_id: uuid.UUID, now: datetime) -> None:
+    """Record this solution's changes from now until ``EVENT_RETENTION`` from now."""
+    until = now + timedelta(seconds=EVENT_RETENTION)
+    if await m.EventSubscription.filter(solution_id=solution_id).update(until=until) == 0:
+        await m.EventSubscription.get_or_create(solution_id=solution_id, defaults={"until": until})
+    forget_subscriptions()
+
+
+def _txid(strategy: ClaimStrategy) -> str:
+    return "pg_current_xact_id()::text::bigint" if strategy.name == "postgres" else "0"
+
+
+async def record(
+    conn: BaseDBAsyncClient, strategy: ClaimStrategy, changes: Sequence[Change], now: datetime
+) -> int:
+    """Insert one event per change (their activity's solution, type and object id read in the same
+    statement); returns how many. Runs in the caller's transaction when there is one."""
+    if not changes:
+        return 0
+    p = Params(strategy)
+    at = p.add(now)  # placeholders are numbered in the order they appear in the statement
+    cast = "::uuid" if strategy.name == "postgres" else ""
+    int_cast = "::int" if strategy.name == "postgres" else ""
+    text_cast = "::text" if strategy.name == "postgres" else ""
+    values = ", ".join(
+        f"({p.uid(c.activity_id)}{cast}, {p.add(c.event)}{text_cast}, {p.add(c.attempt)}{int_cast}, "
+        f"{p.add(c.outcome)}{text_cast})"
+        for c in changes
+    )
+    sql = (
+        "INSERT INTO activity_event (txid, solution_id, activity_id, activity_type_id, object_id, event, "
+        f"attempt, outcome, at) SELECT {_txid(strategy)}, a.solution_id, a.id, a.activity_type_id, "
+        f"a.object_id, v.column2, v.column3, v.column4, {at} FROM (VALUES {values}) AS v "
+        "JOIN activity a ON a.id = v.column1"
+    )
+    await conn.execute_query(sql, p.values)
+    return len(changes)
+
+
+async def record_changes(
+    changes: Iterable[tuple[uuid.UUID, Change]], now: datetime, connection: str = "default"
+) -> int:
+    """Record the changes of subscribed solutions (pairs of solution id and change) on their own,
+    after the changes committed; nothing at all when none of them is subscribed.
+
+    Never raises: the change itself is already written (a claim must reach its node even if its
+    ``running`` event cannot be written during an outage); a failure is logged and the event lost.
+    """
+    try:
+        subscribed = await subscribed_solutions(now, connection)
+        wanted = [change for solution_id, change in changes if solution_id in subscribed]
+        if not wanted:
+            return 0
+        conn = connections.get(connection)
+        return await record(conn, strategy_for(conn.capabilities.dialect), wanted, now)
+    except Exception as exc:
+        log.warning("could not record activity events: %s", exc)
+        return 0
+
+
+def completion_changes(completions: Sequence[Completion], subscribed: frozenset[uuid.UUID]) -> list[Change]:
+    """The events of written completions whose solutions are subscribed."""
+    return [
+        Change(c.activity_id, completion_event(c.state), c.attempt, str(c.report.outcome))
+        for c in completions
+        if c.solution_id in subscribed
+    ]
+
+
+async def read_after(
+    solution_id: uuid.UUID,
+    after: tuple[int, int],
+    activity_type_id: uuid.UUID | None = None,
+    object_id: str | None = None,
+    limit: int = 500,
+    connection: str = "default",
+) -> list[Event]:
+    """Up to ``limit`` events of a solution after position ``after`` (txid, seq), in stream order,
+    only below the horizon no later row can appear behind."""
+    conn = connections.get(connection)
+    strategy = strategy_for(conn.capabilities.dialect)
+    p = Params(strategy)
+    txid, seq = after
+    where = (
+        f"solution_id = {p.uid(solution_id)} AND (txid > {p.add(txid)} OR (txid = {p.add(txid)} "
+        f"AND seq > {p.add(seq)}))"
+    )
+    if strategy.name == "postgres":
+        where += " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+    if activity_type_id is not None:
+        where += f" AND activity_type_id = {p.uid(activity_type_id)}"
+    if object_id is not None:
+        where += f" AND object_id = {p.add(object_id)}"
+    sql = (
+        "SELECT txid, seq, activity_id, activity_type_id, object_id, event, attempt, outcome, at "
+        f"FROM activity_event WHERE {where} ORDER BY txid, seq LIMIT {p.add(limit)}"
+    )
+    rows = await conn.execute_query_dict(sql, p.values)
+    return [_event(strategy, row) for row in rows]
+
+
+async def end_position(solution_id: uuid.UUID, connection: str = "default") -> tuple[int, int]:
+    """The position of the solution's last streamable event ((0, 0) when none)."""
+    conn = connections.get(connection)
+    strategy = strategy_for(conn.capabilities.dialect)
+    p = Params(strategy)
+    where = f"solution_id = {p.uid(solution_id)}"
+    if strategy.name == "postgres":
+        where += " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+    sql = f"SELECT txid, seq FROM activity_event WHERE {where} ORDER BY txid DESC, seq DESC LIMIT 1"
+    rows = await conn.execute_query_dict(sql, p.values)
+    return (int(rows[0]["txid"]), int(rows[0]["seq"])) if rows else (0, 0)
+
+
+async def prune(before: datetime) -> int:
+    """Delete events older than ``before`` and subscriptions that ended before it."""
+    deleted = await m.ActivityEvent.filter(at__lt=before).delete()
+    await m.EventSubscription.filter(until__lt=before).delete()
+    return deleted
+
+
+def _event(strategy: ClaimStrategy, row: dict[str, Any]) -> Event:
+    return Event(
+        txid=int(row["txid"]),
+        seq=int(row["seq"]),
+        activity_id=strategy.uuid_of(row["activity_id"]),  # type: ignore[arg-type]
+        activity_type_id=strategy.uuid_of(row["activity_type_id"]),  # type: ignore[arg-type]
+        object_id=row["object_id"],
+        event=row["event"],
+        attempt=int(row["attempt"]),
+        outcome=row["outcome"],
+        at=strategy.time_of(row["at"]),  # type: ignore[arg-type]
+    )

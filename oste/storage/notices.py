@@ -1,0 +1,194 @@
+"""Activity state-change notices: the node that changes a state wakes whoever waits for it.
+
+``publish`` is called after a state change committed (claims, completions, rescues, cancels,
+requeues) with the ids of the activities it changed. Waiters (the long-poll of ``GET …/activities/
+{id}?wait=``) hold a ``ChangeHub.watching`` subscription per activity id and re-read the row when
+woken; a notice carries no state, so a lost or duplicated notice can only cost a re-read or a wait
+until the deadline, never a wrong answer.
+
+- **PostgreSQL:** one ``NOTIFY`` per published batch (ids joined by commas, chunked so each payload
+  stays under the 8,000-byte limit), sent as one statement after the change committed; each process
+  that has waiters holds one dedicated ``LISTEN`` connection (not from the pool), opened when the
+  first waiter arrives and closed when the last leaves, reconnected after a database restart. A
+  reconnect wakes every waiter (notices sent while it was away are lost; the waiters re-read).
+- **SQLite** (``oste serve``: API and engine in one process): the hub is woken in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+from tortoise import connections
+
+log = logging.getLogger("oste.storage.notices")
+
+CHANNEL = "oste_activity_changes"
+"""The PostgreSQL notification channel of activity state changes."""
+MAX_PAYLOAD = 7_900
+"""Bytes of one NOTIFY payload at most (PostgreSQL refuses 8,000 and more)."""
+RECONNECT_PAUSE = 0.5
+"""Seconds between attempts to reopen a lost LISTEN connection."""
+
+_HUBS: dict[tuple[Any, ...], ChangeHub] = {}
+
+
+def _identity(connection: str) -> tuple[Any, ...]:
+    client = connections.get(connection)
+    if client.capabilities.dialect != "postgres":
+        return ("sqlite", getattr(client, "filename", connection))
+    return ("postgres", client.host, client.port, client.user, client.database, client.schema)
+
+
+def hub_for(connection: str = "default") -> ChangeHub:
+    """This process's hub for the database behind a Tortoise connection (one per database)."""
+    key = _identity(connection)
+    hub = _HUBS.get(key)
+    if hub is None:
+        hub = _HUBS[key] = ChangeHub(connection, key[0] == "postgres")
+    return hub
+
+
+def chunk_payloads(ids: Iterable[uuid.UUID], limit: int = MAX_PAYLOAD) -> list[str]:
+    """Comma-joined ids, each string at most ``limit`` bytes."""
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
+    for activity_id in ids:
+        text = str(activity_id)
+        if current and size + len(text) + 1 > limit:
+            chunks.append(",".join(current))
+            current, size = [], 0
+        current.append(text)
+        size += len(text) + 1
+    if current:
+        chunks.append(",".join(current))
+    return chunks
+
+
+async def publish(connection: str, ids: Iterable[uuid.UUID]) -> None:
+    """Tell every process's waiters that these activities changed state (after the change committed).
+
+    Never raises: a notice that cannot be sent only makes its waiters wait until their deadline.
+    """
+    changed = list(ids)
+    if not changed:
+        return
+    hub = hub_for(connection)
+    if not hub.postgres:
+        hub.deliver(changed)
+        return
+    try:
+        client = connections.get(connection)
+        await client.execute_query(
+            f"SELECT pg_notify('{CHANNEL}', payload) FROM unnest($1::text[]) AS payload",
+            [chunk_payloads(changed)],
+        )
+    except Exception as exc:  # an outage: the change is committed; waiters fall back to their deadline
+        log.debug("could not publish %d activity changes: %s", len(changed), exc)
+
+
+class ChangeHub:
+    """Fans notices out to the waiters of one process, by activity id."""
+
+    def __init__(self, connection: str, postgres: bool) -> None:
+        self.connection = connection
+        self.postgres = postgres
+        self._waiters: dict[uuid.UUID, set[asyncio.Event]] = {}
+        self._count = 0
+        self._listener: asyncio.Task[None] | None = None
+        self._listening: asyncio.Event | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Waiters subscribed now."""
+        return self._count
+
+    def deliver(self, ids: Iterable[uuid.UUID]) -> None:
+        """Wake the waiters of these activities."""
+        for activity_id in ids:
+            for event in self._waiters.get(activity_id, ()):
+                event.set()
+
+    def wake_all(self) -> None:
+        for events in self._waiters.values():
+            for event in events:
+                event.set()
+
+    @asynccontextmanager
+    async def watching(
+        self, activity_id: uuid.UUID, ready_within: float = 5.0
+    ) -> AsyncIterator[asyncio.Event]:
+        """Subscribe to one activity's changes; the event is set on each. On PostgreSQL the LISTEN
+        is active before this yields (or ``ready_within`` passed), so a change committed after the
+        caller then reads the row cannot be missed."""
+        event = asyncio.Event()
+        self._waiters.setdefault(activity_id, set()).add(event)
+        self._count += 1
+        try:
+            if self.postgres:
+                await self._ensure_listening(ready_within)
+            yield event
+        finally:
+            events = self._waiters.get(activity_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._waiters[activity_id]
+            self._count -= 1
+            if self._count == 0 and self._listener is not None:
+                self._listener.cancel()
+                self._listener = None
+
+    async def _ensure_listening(self, within: float) -> None:
+        if self._listener is None or self._listener.done():
+            self._listening = asyncio.Event()
+            self._listener = asyncio.create_task(self._listen(self._listening), name="oste-notice-listener")
+        assert self._listening is not None
+        try:
+            await asyncio.wait_for(self._listening.wait(), within)
+        except TimeoutError:
+            log.warning("no LISTEN connection within %.0f s: long-polls wait until their deadline", within)
+
+    async def _listen(self, listening: asyncio.Event) -> None:
+        """Hold a dedicated LISTEN connection until cancelled, reconnecting after it is lost."""
+        client: Any = connections.get(self.connection)
+        while True:
+            conn = None
+            try:
+                conn = await asyncpg.connect(
+                    host=client.host,
+                    port=client.port,
+                    user=client.user,
+                    password=client.password,
+                    database=client.database,
+                    server_settings=dict(client.server_settings or {}),
+                )
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(CHANNEL, self._notified)
+                listening.set()
+                self.wake_all()  # whatever changed while no connection listened is re-read
+                await lost.wait()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("LISTEN connection failed: %s; retrying", exc)
+            finally:
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+            await asyncio.sleep(RECONNECT_PAUSE)
+
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        ids = []
+        for text in payload.split(","):
+            try:
+                ids.append(uuid.UUID(text))
+            except ValueError:
+                continue
+        self.deliver(ids)

@@ -1,0 +1,82 @@
+"""Long-poll of one activity (``GET …/activities/{id}?wait=``) with the engine in the same process: the
+answer comes when the state changes (woken by the node that changed it), or at the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from oste.settings import Settings
+from tests.engine_support import Receiver
+from tests.integration.api.conftest import Api, api_client, assert_problem
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def engine_api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    settings = Settings(data_dir=tmp_path, database_url=database_url, allowed_targets=("127.0.0.1",))
+    async with api_client(settings, run_engine=True) as client:
+        yield client
+
+
+async def test_long_poll_answers_on_each_change(engine_api: Api, receiver: Receiver) -> None:
+    release = asyncio.Event()
+
+    async def held(request: web.Request, rec: Receiver) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(text="ok")
+
+    receiver.behaviour = held
+    tenant = await engine_api.tenant(uri_pattern=receiver.url + "/song/{SongId}")
+    created = (await engine_api.post(tenant.activities, tenant.activity(), expect=201)).json()
+    path = f"{tenant.activities}/{created['id']}"
+    running = await engine_api.get(path, params={"wait": "PT20S", "state": "scheduled"}, expect=200)
+    assert running.json()["state"] == "running"
+    started = time.monotonic()
+    poll = asyncio.create_task(engine_api.get(path, params={"wait": "PT20S"}, expect=200))
+    await asyncio.sleep(0.3)  # let the long-poll subscribe (it answers running if it is late: see below)
+    assert not poll.done()
+    release.set()
+    done = (await poll).json()
+    elapsed = time.monotonic() - started
+    assert done["state"] == "succeeded", done
+    assert elapsed < 10, f"the long-poll answered after {elapsed:.1f} s: it was not woken by the change"
+
+
+async def test_long_poll_answers_the_unchanged_activity_at_the_deadline(engine_api: Api) -> None:
+    tenant = await engine_api.tenant()
+    created = (await engine_api.post(tenant.activities, tenant.activity(delay="PT1H"), expect=201)).json()
+    started = time.monotonic()
+    same = await engine_api.get(f"{tenant.activities}/{created['id']}", params={"wait": "PT1S"}, expect=200)
+    assert same.json()["state"] == "scheduled" and time.monotonic() - started >= 0.95
+
+
+async def test_a_cancel_wakes_the_long_poll(engine_api: Api) -> None:
+    tenant = await engine_api.tenant()
+    created = (await engine_api.post(tenant.activities, tenant.activity(delay="PT1H"), expect=201)).json()
+    path = f"{tenant.activities}/{created['id']}"
+    started = time.monotonic()
+    poll = asyncio.create_task(engine_api.get(path, params={"wait": "PT30S"}, expect=200))
+    await asyncio.sleep(0.3)
+    await engine_api.delete(path, expect=200)
+    assert (await poll).json()["state"] == "cancelled"
+    assert time.monotonic() - started < 10
+
+
+async def test_bad_wait_and_state_are_refused(sqlite_api: Api) -> None:
+    tenant = await sqlite_api.tenant()
+    created = (await sqlite_api.post(tenant.activities, tenant.activity(delay="PT1H"), expect=201)).json()
+    path = f"{tenant.activities}/{created['id']}"
+    assert (
+        "at most"
+        in assert_problem(await sqlite_api.get(path, params={"wait": "PT61S"}), 422, "wait")["detail"]
+    )
+    assert_problem(await sqlite_api.get(path, params={"wait": "soon"}), 422, "wait")
+    assert_problem(await sqlite_api.get(path, params={"wait": "PT1S", "state": "asleep"}), 422, "state")
+    assert_problem(await sqlite_api.get(path, params={"state": "scheduled"}), 422, "state")
