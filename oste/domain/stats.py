@@ -1,0 +1,207 @@
+"""Delivery statistics as values: per-minute rollups with a fixed lag histogram, and the rules that
+merge them into windows and estimate lag percentiles. No I/O.
+
+A rollup is kept per (minute, activity type). Its lag histogram has fixed buckets (``LAG_BUCKETS``),
+so rollups of any set of minutes and types merge by adding counts, and a percentile is estimated by
+interpolating inside the bucket that holds it (never above the largest lag seen).
+"""
+
+from __future__ import annotations
+
+import bisect
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+OUTCOMES: tuple[str, ...] = ("ok", "failed", "retry", "error")
+"""Outcome names, in the order rollups and reports list them."""
+
+LAG_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+"""Upper bounds (seconds) of the lag histogram's buckets; one more bucket holds everything above."""
+BUCKET_COUNT = len(LAG_BUCKETS) + 1
+
+WINDOWS: tuple[tuple[str, int], ...] = (("1m", 1), ("5m", 5), ("1h", 60))
+"""Report windows: name and whole minutes (the current, partial minute is always added)."""
+SERIES_MINUTES = 60
+
+
+def minute_of(instant: datetime) -> int:
+    """Unix minutes of ``instant`` (the rollup key)."""
+    return int(instant.timestamp() // 60)
+
+
+def minute_start(minute: int) -> datetime:
+    return datetime.fromtimestamp(minute * 60, UTC)
+
+
+def bucket_of(lag: float) -> int:
+    """Index of the lag bucket holding ``lag`` seconds (negative lags count as 0)."""
+    return bisect.bisect_left(LAG_BUCKETS, lag)
+
+
+@dataclass
+class Rollup:
+    """Counts of one (minute, activity type): outcomes, the lag histogram and the largest lag."""
+
+    minute: int
+    company_id: uuid.UUID
+    solution_id: uuid.UUID
+    activity_type_id: uuid.UUID
+    outcomes: list[int] = field(default_factory=lambda: [0] * len(OUTCOMES))
+    buckets: list[int] = field(default_factory=lambda: [0] * BUCKET_COUNT)
+    lag_max: float = 0.0
+
+    def add(self, outcome_index: int, lag: float) -> None:
+        self.outcomes[outcome_index] += 1
+        lag = max(lag, 0.0)
+        self.buckets[bucket_of(lag)] += 1
+        if lag > self.lag_max:
+            self.lag_max = lag
+
+
+@dataclass
+class Tally:
+    """Rollups merged: outcome counts, lag histogram, largest lag."""
+
+    outcomes: list[int] = field(default_factory=lambda: [0] * len(OUTCOMES))
+    buckets: list[int] = field(default_factory=lambda: [0] * BUCKET_COUNT)
+    lag_max: float = 0.0
+
+    def merge(self, outcomes: Sequence[int], buckets: Sequence[int], lag_max: float) -> None:
+        for i, n in enumerate(outcomes):
+            self.outcomes[i] += n
+        for i, n in enumerate(buckets):
+            self.buckets[i] += n
+        self.lag_max = max(self.lag_max, lag_max)
+
+    def outcome_counts(self) -> dict[str, int]:
+        return dict(zip(OUTCOMES, self.outcomes, strict=True))
+
+    def lag(self) -> dict[str, float | None]:
+        """p50, p95, p99 (estimated from the buckets) and max, in seconds; None without deliveries."""
+        return {
+            "p50": percentile(self.buckets, 0.50, self.lag_max),
+            "p95": percentile(self.buckets, 0.95, self.lag_max),
+            "p99": percentile(self.buckets, 0.99, self.lag_max),
+            "max": round(self.lag_max, 6) if sum(self.buckets) else None,
+        }
+
+
+def percentile(buckets: Sequence[int], q: float, lag_max: float) -> float | None:
+    """The ``q`` quantile of a lag histogram, interpolated linearly inside its bucket and capped at
+    ``lag_max``; None when the histogram is empty."""
+    total = sum(buckets)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for index, count in enumerate(buckets):
+        if count and seen + count >= rank:
+            low = LAG_BUCKETS[index - 1] if index > 0 else 0.0
+            high = LAG_BUCKETS[index] if index < len(LAG_BUCKETS) else max(lag_max, low)
+            value = low + (high - low) * ((rank - seen) / count)
+            return round(min(value, lag_max), 6)
+        seen += count
+    return round(lag_max, 6)
+
+
+@dataclass(frozen=True)
+class Count:
+    """A count that may have stopped at a cap (``at_least``: the true count is this or more)."""
+
+    value: int
+    at_least: bool = False
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """Activities now: due (scheduled, next attempt now or earlier), future, running, dead."""
+
+    due: Count
+    future: Count
+    running: Count
+    dead: Count
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """Due activities held back: of a paused type, solution or company; of a type with a limit
+    (max_concurrency or rate_limit), which wait on it whenever more are due than it lets through."""
+
+    paused: Count
+    limited: Count
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """An engine node as the store sees it."""
+
+    id: str
+    name: str
+    role: str
+    started_at: datetime
+    heartbeat_at: datetime
+    partitions: int
+    claims_held: int
+
+
+@dataclass(frozen=True)
+class RollerBacklog:
+    """One kind of log shipping over the deployment: records past their period not shipped yet,
+    batches being retried, failed attempts so far."""
+
+    waiting: Count
+    pending_batches: int
+    failed_attempts: int
+
+
+@dataclass(frozen=True)
+class MinutePoint:
+    minute: datetime
+    outcomes: dict[str, int]
+    lag_p95: float | None
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    """What the stats API, the UI and ``oste status`` show for one scope."""
+
+    scope: dict[str, str]
+    at: datetime
+    windows: dict[str, Tally]
+    queue: QueueDepth
+    throttled: Throttled
+    series: list[MinutePoint]
+    nodes: list[NodeStats] | None = None
+    rollers: dict[str, RollerBacklog] | None = None
+
+
+def windows_of(
+    rows: Iterable[tuple[int, Sequence[int], Sequence[int], float]], now_minute: int
+) -> dict[str, Tally]:
+    """Merge (minute, outcomes, buckets, lag_max) rows into the report windows."""
+    tallies = {name: Tally() for name, _ in WINDOWS}
+    for minute, outcomes, buckets, lag_max in rows:
+        for name, minutes in WINDOWS:
+            if minute >= now_minute - minutes:
+                tallies[name].merge(outcomes, buckets, lag_max)
+    return tallies
+
+
+def series_of(
+    rows: Iterable[tuple[int, Sequence[int], Sequence[int], float]], now_minute: int
+) -> list[MinutePoint]:
+    """One point per minute of the last hour (oldest first), zeros where nothing was delivered."""
+    per_minute: dict[int, Tally] = {}
+    for minute, outcomes, buckets, lag_max in rows:
+        per_minute.setdefault(minute, Tally()).merge(outcomes, buckets, lag_max)
+    points = []
+    for minute in range(now_minute - SERIES_MINUTES + 1, now_minute + 1):
+        tally = per_minute.get(minute, Tally())
+        points.append(
+            MinutePoint(
+                minute_start(minute), tally.outcome_counts(), percentile(tally.buckets, 0.95, tally.lag_max)
+            )
+        )
+    return points

@@ -1,0 +1,269 @@
+"""The engine's Prometheus metrics, its delivery log line and its per-minute rollups, recorded cheaply.
+
+The dispatch services call in with one line per event: the completion writer hands each written
+batch to ``DeliveryRecorder.record`` (counters, histograms, log lines and rollups for the whole batch,
+off the request path), the poller counts its claims (``claimed``), the rescuer what it returned
+(``rescued``). Gauges (requests in flight, claims waiting and held, partitions held) are read from the
+running engine when scraped (``watch``), so they cost nothing between scrapes.
+
+Label cardinality is bounded: ``company`` and ``solution`` are the tenants' names (created by
+operators); at most ``MAX_TYPE_LABELS`` distinct activity types per process get their own
+``activity_type`` value, later ones are counted under ``activity_type="other"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from oste.domain.dispatch import Claim, Completion
+from oste.domain.records import ActivityState
+from oste.domain.stats import LAG_BUCKETS, OUTCOMES, Rollup, minute_of
+from oste.storage.stats import RETENTION_MINUTES, StatsStore
+
+if TYPE_CHECKING:
+    from oste.engine.runtime import Engine
+
+log = logging.getLogger("oste.engine.metrics")
+delivery_log = logging.getLogger("oste.deliveries")
+"""One INFO line per delivery attempt (``OSTE_LOG_LEVEL=WARNING`` turns them off at no cost)."""
+
+MAX_TYPE_LABELS = 200
+"""Distinct ``activity_type`` label values per process; later types are counted as ``other``."""
+OTHER = "other"
+ROLLUP_WRITE_INTERVAL = 1.0
+"""Seconds between two writes of the buffered rollups (one small upsert of the keys seen meanwhile)."""
+MAX_BUFFERED_ROLLUPS = 20_000
+"""Rollup keys kept while the database is unreachable; beyond that the oldest minute's are dropped."""
+
+DELIVERIES = Counter(
+    "oste_deliveries",
+    "Delivery attempts by outcome (ok, failed, retry, error), company, solution and activity type. "
+    f"At most {MAX_TYPE_LABELS} activity types per process get their own label; "
+    'the rest are counted under activity_type="other".',
+    ["outcome", "company", "solution", "activity_type"],
+)
+DEAD_LETTERS = Counter(
+    "oste_dead_letters",
+    "Activities that became dead letters after an attempt on this node (a permanent failure, or no "
+    "retry left), by company, solution and activity type (bounded like oste_deliveries). Claims the "
+    'rescuer ends are counted in oste_rescued_total{result="dead"}.',
+    ["company", "solution", "activity_type"],
+)
+FIRE_LAG = Histogram(
+    "oste_fire_lag_seconds",
+    "Fire lag of delivery attempts: request start minus the instant the attempt was due.",
+    buckets=LAG_BUCKETS,
+)
+REQUEST_DURATION = Histogram(
+    "oste_request_duration_seconds",
+    "Duration of delivery requests (connect to the end of the response excerpt), by outcome.",
+    ["outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
+IN_FLIGHT = Gauge("oste_requests_in_flight", "Delivery requests open now on this node.")
+WAITING = Gauge(
+    "oste_claims_waiting",
+    "Claims due on this node waiting for a request slot (max_in_flight, max_concurrency or rate_limit).",
+)
+HELD = Gauge("oste_claims_held", "Claims this node holds (on a timer, waiting, in flight or being written).")
+PENDING = Gauge("oste_completions_pending", "Completions buffered on this node, not written yet.")
+PARTITIONS = Gauge("oste_partitions_held", "Partitions this node holds the lease of.")
+CLAIMS = Counter("oste_claims", "Activities claimed by this node.")
+RESCUED = Counter(
+    "oste_rescued",
+    "Expired claims (their node died or stalled) this node returned to the queue, by result "
+    "(rescheduled, or dead when no retry was left).",
+    ["result"],
+)
+LEASE_EXPIRIES = Counter(
+    "oste_lease_expiries",
+    "Completions of this node ignored because their lease had expired and the activity was taken over.",
+)
+_RESCHEDULED = RESCUED.labels(result="rescheduled")
+_DEAD = RESCUED.labels(result="dead")
+_DURATIONS = tuple(REQUEST_DURATION.labels(outcome=o) for o in OUTCOMES)
+_OUTCOME_INDEX = {name: i for i, name in enumerate(OUTCOMES)}
+DEAD = ActivityState.DEAD
+
+
+def claimed(count: int) -> None:
+    """The poller claimed ``count`` activities."""
+    if count:
+        CLAIMS.inc(count)
+
+
+def rescued(rescheduled: int, dead: int) -> None:
+    """The rescuer returned expired claims: ``rescheduled`` to the queue, ``dead`` as dead letters."""
+    if rescheduled:
+        _RESCHEDULED.inc(rescheduled)
+    if dead:
+        _DEAD.inc(dead)
+
+
+def watch(engine: Engine) -> None:
+    """Read this node's gauges from ``engine`` when scraped (the latest engine started wins)."""
+    ref = weakref.ref(engine)
+
+    def reading(read: Any) -> Any:
+        def value() -> float:
+            current = ref()
+            try:
+                return float(read(current)) if current is not None and current.running else 0.0
+            except Exception:  # a gauge never breaks a scrape
+                return 0.0
+
+        return value
+
+    IN_FLIGHT.set_function(reading(lambda e: e.executor.stats.in_flight))
+    WAITING.set_function(reading(lambda e: e.executor.stats.queued))
+    HELD.set_function(reading(lambda e: len(e.book)))
+    PENDING.set_function(reading(lambda e: e.writer.pending))
+    PARTITIONS.set_function(reading(lambda e: len(e.partitions())))
+
+
+class DeliveryRecorder:
+    """Records written batches of deliveries: Prometheus series, one log line each, and per-minute
+    rollups (``StatsStore``) written at most every ``write_interval`` seconds. Never raises.
+
+    Per delivery the cost is a few dictionary lookups, two histogram observations and a counter
+    increment on label children bound once per activity type.
+    """
+
+    def __init__(
+        self, store: StatsStore | None = None, write_interval: float = ROLLUP_WRITE_INTERVAL
+    ) -> None:
+        self.store = store or StatsStore()
+        self.write_interval = write_interval
+        self._children: dict[uuid.UUID, tuple[Any, ...]] = {}
+        self._type_labels: set[tuple[str, str, str]] = set()
+        self._rollups: dict[tuple[int, uuid.UUID], Rollup] = {}
+        self._written_at = time.monotonic()
+        self._pruned_minute = 0
+
+    async def record(self, batch: Sequence[tuple[Claim, Completion]], stale: int = 0) -> None:
+        """Count a written batch (``stale``: how many of its completions were ignored)."""
+        try:
+            await self._bind(batch)
+            self._count(batch)
+            if stale:
+                LEASE_EXPIRIES.inc(stale)
+            if time.monotonic() - self._written_at >= self.write_interval:
+                await self.write()
+        except Exception:
+            log.exception("recording delivery statistics failed")
+
+    async def write(self) -> None:
+        """Write the buffered rollups now (and prune old ones once a minute); kept on failure."""
+        self._written_at = time.monotonic()
+        if not self._rollups:
+            return
+        rollups = list(self._rollups.values())
+        self._rollups.clear()
+        try:
+            await self.store.write_rollups(rollups)
+        except Exception as exc:
+            for rollup in rollups:  # merge back: nothing is counted twice, nothing lost
+                self._merge_back(rollup)
+            log.warning("writing delivery rollups failed (kept for the next try): %s", exc)
+            return
+        minute = max(r.minute for r in rollups)
+        if minute > self._pruned_minute:
+            self._pruned_minute = minute
+            try:
+                await self.store.prune(minute - RETENTION_MINUTES)
+            except Exception as exc:  # pruning waits for the next minute
+                log.warning("pruning delivery rollups failed: %s", exc)
+
+    def _merge_back(self, rollup: Rollup) -> None:
+        key = (rollup.minute, rollup.activity_type_id)
+        kept = self._rollups.get(key)
+        if kept is None:
+            if len(self._rollups) < MAX_BUFFERED_ROLLUPS:
+                self._rollups[key] = rollup
+            return
+        for i, n in enumerate(rollup.outcomes):
+            kept.outcomes[i] += n
+        for i, n in enumerate(rollup.buckets):
+            kept.buckets[i] += n
+        kept.lag_max = max(kept.lag_max, rollup.lag_max)
+
+    async def _bind(self, batch: Sequence[tuple[Claim, Completion]]) -> None:
+        """Label children for the batch's new activity types (their names read once)."""
+        new = {claim.target.activity_type_id for claim, _ in batch} - self._children.keys()
+        if not new:
+            return
+        try:
+            names = await self.store.type_names(sorted(new, key=str))
+        except Exception as exc:
+            log.warning("reading activity type names for metrics failed: %s", exc)
+            names = {}
+        for type_id in new:
+            company, solution, type_name = names.get(type_id, ("unknown", "unknown", "unknown"))
+            labels = (company, solution, type_name)
+            if labels not in self._type_labels:
+                if len(self._type_labels) >= MAX_TYPE_LABELS:
+                    type_name = OTHER
+                else:
+                    self._type_labels.add(labels)
+            self._children[type_id] = (
+                *(
+                    DELIVERIES.labels(outcome=o, company=company, solution=solution, activity_type=type_name)
+                    for o in OUTCOMES
+                ),
+                DEAD_LETTERS.labels(company=company, solution=solution, activity_type=type_name),
+            )
+
+    def _count(self, batch: Sequence[tuple[Claim, Completion]]) -> None:
+        logging_on = delivery_log.isEnabledFor(logging.INFO)
+        rollups = self._rollups
+        for claim, completion in batch:
+            report = completion.report
+            target = claim.target
+            index = _OUTCOME_INDEX[report.outcome]
+            lag = (report.started_at - claim.due_at).total_seconds()
+            children = self._children[target.activity_type_id]
+            children[index].inc()
+            if completion.state is DEAD:
+                children[-1].inc()
+            FIRE_LAG.observe(lag)
+            _DURATIONS[index].observe(report.duration_ms / 1000.0)
+            key = (minute_of(report.started_at), target.activity_type_id)
+            rollup = rollups.get(key)
+            if rollup is None:
+                rollup = rollups[key] = Rollup(key[0], target.company_id, target.solution_id, key[1])
+            rollup.add(index, lag)
+            if logging_on:
+                log_delivery(claim, completion, lag)
+
+
+def log_delivery(claim: Claim, completion: Completion, lag: float) -> None:
+    """The INFO line of one delivery attempt: ids, attempt, outcome, status, duration and lag; never
+    the parameter, the headers or the URL (they may carry secrets)."""
+    report = completion.report
+    delivery_log.info(
+        "delivery %s attempt %d: %s (HTTP %s) in %.1f ms, lag %.3f s, next %s",
+        claim.activity_id,
+        claim.attempt,
+        report.outcome,
+        report.http_status,
+        report.duration_ms,
+        lag,
+        completion.state,
+        extra={
+            "activity_id": str(claim.activity_id),
+            "attempt": claim.attempt,
+            "outcome": str(report.outcome),
+            "http_status": report.http_status,
+            "duration_ms": round(report.duration_ms, 3),
+            "lag_s": round(lag, 6),
+            "state": str(completion.state),
+            "activity_type": claim.target.name,
+        },
+    )

@@ -1,0 +1,105 @@
+"""`oste status`: the deployment at a glance in the terminal — nodes, partitions, queue depth, outcomes
+and fire lag over the last minutes — read from the database directly or from a running server's
+``GET /v1/stats`` (``--url`` with the admin token). Both render the same JSON (``render_report``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+from rich.console import Console
+from rich.table import Table
+
+from oste.api.stats import render_report
+from oste.domain.clock import SystemClock
+from oste.errors import OsteError, Unavailable
+from oste.storage.database import close_database, open_database
+from oste.storage.stats import StatsService
+
+
+async def stats_from_database(database_url: str) -> dict[str, Any]:
+    """The deployment's stats read from the database (migrated first if needed)."""
+    await open_database(database_url)
+    try:
+        return render_report(await StatsService(SystemClock()).deployment())
+    finally:
+        await close_database()
+
+
+async def stats_from_server(url: str, token: str) -> dict[str, Any]:
+    """The deployment's stats from a running ``oste serve`` or ``oste api`` at ``url``."""
+    endpoint = url.rstrip("/") + "/v1/stats"
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            session.get(endpoint, headers=headers) as response,
+        ):
+            body = await response.json(content_type=None)
+            if response.status != 200:
+                detail = body.get("detail") if isinstance(body, dict) else None
+                raise OsteError(f"{endpoint} answered {response.status}: {detail or body}")
+            return dict(body)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise Unavailable(f"cannot read {endpoint}: {exc}") from None
+
+
+def _count(stats: dict[str, Any], name: str) -> str:
+    value = stats["queue"][name]
+    return f"≥{value:,}" if name in stats.get("queue_at_least", []) else f"{value:,}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def print_status(stats: dict[str, Any], console: Console) -> None:
+    """Tables of the nodes, the queue, and outcomes and lag per window."""
+    nodes = Table(title="Nodes", title_justify="left")
+    for column in ("node", "name", "role", "started", "last heartbeat", "partitions", "claims held"):
+        nodes.add_column(column, justify="right" if column in ("partitions", "claims held") else "left")
+    for node in stats.get("nodes") or []:
+        nodes.add_row(
+            node["id"],
+            node["name"],
+            node["role"],
+            node["started_at"][:19],
+            node["heartbeat_at"][:19],
+            str(node["partitions"]),
+            str(node["claims_held"]),
+        )
+    console.print(nodes)
+
+    queue = Table(title=f"Queue at {stats['at'][:19]}", title_justify="left")
+    for column in ("due", "future", "running", "dead", "paused (due)", "limited (due)"):
+        queue.add_column(column, justify="right")
+    throttled = stats["throttled"]
+    queue.add_row(
+        *(_count(stats, name) for name in ("due", "future", "running", "dead")),
+        f"{throttled['paused']:,}",
+        f"{throttled['limited']:,}",
+    )
+    console.print(queue)
+
+    windows = Table(title="Deliveries", title_justify="left")
+    for column in ("window", "ok", "failed", "retry", "error", "lag p50", "lag p95", "lag p99", "lag max"):
+        windows.add_column(column, justify="left" if column == "window" else "right")
+    for name, window in stats["windows"].items():
+        outcomes, lag = window["outcomes"], window["lag"]
+        windows.add_row(
+            name,
+            *(f"{outcomes[o]:,}" for o in ("ok", "failed", "retry", "error")),
+            *(_seconds(lag[p]) for p in ("p50", "p95", "p99", "max")),
+        )
+    console.print(windows)
+
+    rollers = stats.get("rollers")
+    if rollers:
+        table = Table(title="Log shipping", title_justify="left")
+        for column in ("kind", "waiting", "batches retried", "failed attempts"):
+            table.add_column(column, justify="left" if column == "kind" else "right")
+        for kind, backlog in rollers.items():
+            waiting = f"≥{backlog['waiting']:,}" if backlog["waiting_at_least"] else f"{backlog['waiting']:,}"
+            table.add_row(kind, waiting, str(backlog["pending_batches"]), str(backlog["failed_attempts"]))
+        console.print(table)

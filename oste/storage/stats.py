@@ -1,0 +1,414 @@
+"""Delivery statistics in the store: per-minute rollups written by the engine, and the reads that the
+stats API, the UI and ``oste status`` share (``StatsService``).
+
+Cheap at any size: outcomes and lag come from the ``stats_minute`` rollups (one row per minute and
+activity type), queue depth from counts over the activity table's partial indexes, each count stopped
+at ``COUNT_CAP`` (then reported as "at least"). Nothing here scans executions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from prometheus_client import Gauge
+from tortoise import connections
+
+from oste.domain import records as r
+from oste.domain.clock import Clock
+from oste.domain.log_shipping import PURGED_STATES, SHIPPED_STATES, RollerKind
+from oste.domain.stats import (
+    BUCKET_COUNT,
+    OUTCOMES,
+    SERIES_MINUTES,
+    Count,
+    NodeStats,
+    QueueDepth,
+    RollerBacklog,
+    Rollup,
+    StatsReport,
+    Throttled,
+    minute_of,
+    series_of,
+    windows_of,
+)
+from oste.storage.database import raises_unavailable
+
+COUNT_CAP = 10_000
+"""Counts stop here (reported with ``at_least``): a count over a huge backlog stays bounded (about
+10,000 index entries read at most per count)."""
+DUE_SCAN = 2_000
+"""Due activities of a company, solution or type, and the throttled ones, are counted among the
+oldest ``DUE_SCAN`` due activities of the deployment (one bounded scan of the scheduled index per
+report); past that the counts are lower bounds (``at_least``)."""
+RETENTION_MINUTES = 26 * 60
+"""Rollups older than this are pruned."""
+
+_BUCKET_COLUMNS = tuple(f"lag_b{i:02d}" for i in range(BUCKET_COUNT))
+_COLUMNS = (
+    "id",
+    "minute",
+    "company_id",
+    "solution_id",
+    "activity_type_id",
+    *OUTCOMES,
+    *_BUCKET_COLUMNS,
+    "lag_max",
+)
+_TYPE_JOIN = "activity_type t JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = s.company_id"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a report covers: rollups filtered on ``rollup_column`` and activities on
+    ``activity_column`` (None: the whole deployment)."""
+
+    label: dict[str, str]
+    rollup_column: str | None = None
+    rollup_ids: tuple[uuid.UUID, ...] = ()
+    activity_column: str | None = None
+    activity_ids: tuple[uuid.UUID, ...] = ()
+
+
+class _Sql:
+    """Placeholders and value encoding of the open connection's dialect."""
+
+    def __init__(self) -> None:
+        self.conn = connections.get("default")
+        self.sqlite = self.conn.capabilities.dialect == "sqlite"
+        self.values: list[Any] = []
+
+    def add(self, value: Any) -> str:
+        if isinstance(value, uuid.UUID) and self.sqlite:
+            value = str(value)
+        elif isinstance(value, datetime) and self.sqlite:
+            value = value.isoformat(" ")
+        self.values.append(value)
+        return "?" if self.sqlite else f"${len(self.values)}"
+
+    def in_ids(self, column: str, ids: Sequence[uuid.UUID]) -> str:
+        if not ids:
+            return "1 = 0"
+        return f"{column} IN ({', '.join(self.add(i) for i in ids)})"
+
+    async def rows(self, sql: str) -> list[dict[str, Any]]:
+        return list(await self.conn.execute_query_dict(sql, self.values))
+
+    async def count(self, where: str, table: str = "activity") -> Count:
+        """``count(*)`` of the rows matching ``where``, stopped at ``COUNT_CAP``."""
+        sql = f"SELECT count(*) AS n FROM (SELECT 1 FROM {table} WHERE {where} LIMIT {COUNT_CAP + 1}) q"
+        n = int((await self.rows(sql))[0]["n"])
+        return Count(min(n, COUNT_CAP), n > COUNT_CAP)
+
+
+@raises_unavailable
+class StatsStore:
+    """The engine's writes: rollups of a batch of deliveries, pruning, and names for metric labels."""
+
+    async def write_rollups(self, rollups: Sequence[Rollup]) -> None:
+        """Add ``rollups`` to the stored ones (an upsert per key: counts add up, the max is kept)."""
+        if not rollups:
+            return
+        sqlite = connections.get("default").capabilities.dialect == "sqlite"
+        marks = ", ".join("?" if sqlite else f"${i + 1}" for i in range(len(_COLUMNS)))
+        greatest = "MAX" if sqlite else "GREATEST"
+        adds = ", ".join(f"{c} = stats_minute.{c} + excluded.{c}" for c in (*OUTCOMES, *_BUCKET_COLUMNS))
+        sql = (
+            f"INSERT INTO stats_minute ({', '.join(_COLUMNS)}) VALUES ({marks}) "
+            f"ON CONFLICT (minute, activity_type_id) DO UPDATE SET {adds}, "
+            f"lag_max = {greatest}(stats_minute.lag_max, excluded.lag_max)"
+        )
+
+        def ident(value: uuid.UUID) -> Any:
+            return str(value) if sqlite else value
+
+        values = [
+            [
+                ident(uuid.uuid4()),
+                u.minute,
+                ident(u.company_id),
+                ident(u.solution_id),
+                ident(u.activity_type_id),
+                *u.outcomes,
+                *u.buckets,
+                u.lag_max,
+            ]
+            for u in sorted(rollups, key=lambda u: (u.minute, str(u.activity_type_id)))  # one lock order
+        ]
+        await connections.get("default").execute_many(sql, values)
+
+    async def prune(self, before_minute: int) -> None:
+        """Delete rollups of minutes before ``before_minute``."""
+        sql = _Sql()
+        await sql.conn.execute_query(
+            f"DELETE FROM stats_minute WHERE minute < {sql.add(before_minute)}", sql.values
+        )
+
+    async def type_names(self, type_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str, str]]:
+        """(company, solution, activity type) names of each type id that still exists."""
+        sql = _Sql()
+        rows = await sql.rows(
+            "SELECT t.id AS id, c.name AS company, s.name AS solution, t.name AS type "
+            f"FROM {_TYPE_JOIN} "
+            f"WHERE {sql.in_ids('t.id', type_ids)}"
+        )
+        return {_uuid(row["id"]): (row["company"], row["solution"], row["type"]) for row in rows}
+
+
+@raises_unavailable
+class StatsService:
+    """Reports for the deployment, a company, a solution or an activity type (``StatsReport``)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    async def deployment(self) -> StatsReport:
+        report = await self._report(Scope({}))
+        nodes = await self.nodes()
+        rollers = await self.rollers()
+        return dataclasses.replace(report, nodes=nodes, rollers=rollers)
+
+    async def company(self, company: r.Company) -> StatsReport:
+        sql = _Sql()
+        rows = await sql.rows(f"SELECT id FROM solution WHERE company_id = {sql.add(company.id)}")
+        solutions = tuple(_uuid(row["id"]) for row in rows)
+        scope = Scope({"company": company.name}, "company_id", (company.id,), "solution_id", solutions)
+        return await self._report(scope)
+
+    async def solution(self, company: r.Company, solution: r.Solution) -> StatsReport:
+        label = {"company": company.name, "solution": solution.name}
+        return await self._report(Scope(label, "solution_id", (solution.id,), "solution_id", (solution.id,)))
+
+    async def activity_type(
+        self, company: r.Company, solution: r.Solution, activity_type: r.ActivityType
+    ) -> StatsReport:
+        label = {"company": company.name, "solution": solution.name, "activity_type": activity_type.name}
+        ids = (activity_type.id,)
+        return await self._report(Scope(label, "activity_type_id", ids, "activity_type_id", ids))
+
+    async def _report(self, scope: Scope) -> StatsReport:
+        now = self.clock.now()
+        now_minute = minute_of(now)
+        rows = await self._rollups(scope, now_minute - SERIES_MINUTES)
+        due_rows = await self.due_rows(now)
+        return StatsReport(
+            scope=scope.label,
+            at=now,
+            windows=windows_of(rows, now_minute),
+            queue=await self.queue(scope, now, due_rows),
+            throttled=await self.throttled(scope, now, due_rows),
+            series=series_of(rows, now_minute),
+        )
+
+    async def _rollups(
+        self, scope: Scope, since_minute: int
+    ) -> list[tuple[int, list[int], list[int], float]]:
+        sql = _Sql()
+        where = f"minute > {sql.add(since_minute)}"
+        if scope.rollup_column is not None:
+            where += f" AND {sql.in_ids(scope.rollup_column, scope.rollup_ids)}"
+        sums = ", ".join(f"SUM({c}) AS {c}" for c in (*OUTCOMES, *_BUCKET_COLUMNS))
+        rows = await sql.rows(
+            f"SELECT minute, {sums}, MAX(lag_max) AS lag_max FROM stats_minute WHERE {where} GROUP BY minute"
+        )
+        return [
+            (
+                int(row["minute"]),
+                [int(row[c] or 0) for c in OUTCOMES],
+                [int(row[c] or 0) for c in _BUCKET_COLUMNS],
+                float(row["lag_max"] or 0.0),
+            )
+            for row in rows
+        ]
+
+    def _scoped(self, sql: _Sql, scope: Scope, where: str) -> str:
+        if scope.activity_column is None:
+            return where
+        return f"{where} AND {sql.in_ids(scope.activity_column, scope.activity_ids)}"
+
+    async def due_rows(self, now: datetime) -> tuple[dict[tuple[uuid.UUID, uuid.UUID], int], bool]:
+        """Due activities per (activity type, solution) among the oldest ``DUE_SCAN`` of the
+        deployment, and whether there were more (then every count taken from them is a lower bound)."""
+        sql = _Sql()
+        rows = await sql.rows(
+            "SELECT activity_type_id, solution_id, count(*) AS n FROM (SELECT activity_type_id, solution_id "
+            f"FROM activity WHERE state = 'scheduled' AND next_attempt_at <= {sql.add(now)} "
+            f"ORDER BY next_attempt_at LIMIT {DUE_SCAN + 1}) d GROUP BY activity_type_id, solution_id"
+        )
+        counts = {(_uuid(row["activity_type_id"]), _uuid(row["solution_id"])): int(row["n"]) for row in rows}
+        return counts, sum(counts.values()) > DUE_SCAN
+
+    async def queue(
+        self, scope: Scope, now: datetime, due_rows: tuple[dict[Any, int], bool] | None = None
+    ) -> QueueDepth:
+        """Queue depth now. The deployment's due count reads the scheduled index; a scope's comes from
+        ``due_rows``. The other counts read one index each (the scheduled index, the leased one, the
+        ended one; for a scope its (solution, state) or (type, state) index), stopped at the cap."""
+        if scope.activity_column is None:
+            sql = _Sql()
+            due = await sql.count(f"state = 'scheduled' AND next_attempt_at <= {sql.add(now)}")
+        else:
+            counts, truncated = due_rows or await self.due_rows(now)
+            position = 0 if scope.activity_column == "activity_type_id" else 1
+            ids = set(scope.activity_ids)
+            due = _bounded(sum(n for key, n in counts.items() if key[position] in ids), truncated)
+        sql = _Sql()
+        if scope.activity_column is None:  # the scheduled index holds next_attempt_at: index-only
+            future = await sql.count(f"state = 'scheduled' AND next_attempt_at > {sql.add(now)}")
+        else:  # a scope's (solution or type, state) index does not: scheduled less due, index-only
+            scheduled = await sql.count(self._scoped(sql, scope, "state = 'scheduled'"))
+            rest = max(scheduled.value - due.value, 0)
+            future = Count(rest, scheduled.at_least or due.at_least)
+        sql = _Sql()
+        running = await sql.count(
+            self._scoped(sql, scope, "lease_expires_at IS NOT NULL AND state = 'running'")
+        )
+        sql = _Sql()
+        dead_where = (
+            "state = 'dead'" if scope.activity_column else "state = 'dead' AND finished_at IS NOT NULL"
+        )
+        dead = await sql.count(self._scoped(sql, scope, dead_where))
+        return QueueDepth(due, future, running, dead)
+
+    async def throttled(
+        self, scope: Scope, now: datetime, due_rows: tuple[dict[Any, int], bool] | None = None
+    ) -> Throttled:
+        """Due activities of paused types (or of a paused solution or company), and of limited types,
+        counted among ``due_rows``."""
+        sql = _Sql()
+        where = "1 = 1"
+        if scope.rollup_column is not None:
+            column = {"company_id": "t.company_id", "solution_id": "t.solution_id"}.get(
+                scope.rollup_column, "t.id"
+            )
+            where = sql.in_ids(column, scope.rollup_ids)
+        rows = await sql.rows(
+            "SELECT t.id AS id, (t.paused OR s.paused OR c.paused) AS paused, "
+            "(t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL) AS limited "
+            f"FROM {_TYPE_JOIN} "
+            f"WHERE {where} AND ((t.paused OR s.paused OR c.paused) "
+            "OR t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)"
+        )
+        paused = {_uuid(row["id"]) for row in rows if row["paused"]}
+        limited = {_uuid(row["id"]) for row in rows if row["limited"]} - paused
+        if not paused and not limited:
+            return Throttled(Count(0), Count(0))
+        counts, truncated = due_rows or await self.due_rows(now)
+        return Throttled(
+            _bounded(sum(n for (kind, _), n in counts.items() if kind in paused), truncated),
+            _bounded(sum(n for (kind, _), n in counts.items() if kind in limited), truncated),
+        )
+
+    async def nodes(self) -> list[NodeStats]:
+        """Registered nodes with the partitions they hold and the claims they hold (in flight or
+        waiting for a slot)."""
+        now = self.clock.now()
+        sql = _Sql()
+        held = await sql.rows(
+            "SELECT owner, count(*) AS n FROM partition_lease "
+            f"WHERE owner IS NOT NULL AND expires_at > {sql.add(now)} GROUP BY owner"
+        )
+        partitions = {row["owner"]: int(row["n"]) for row in held}
+        sql = _Sql()
+        claims = await sql.rows(
+            "SELECT claimed_by, count(*) AS n FROM activity "
+            "WHERE lease_expires_at IS NOT NULL AND state = 'running' GROUP BY claimed_by"
+        )
+        claimed = {row["claimed_by"]: int(row["n"]) for row in claims}
+        rows = await _Sql().rows(
+            "SELECT id, name, role, started_at, heartbeat_at FROM node ORDER BY started_at, id"
+        )
+        return [
+            NodeStats(
+                row["id"],
+                row["name"],
+                row["role"],
+                _time(row["started_at"]),
+                _time(row["heartbeat_at"]),
+                partitions.get(row["id"], 0),
+                claimed.get(row["id"], 0),
+            )
+            for row in rows
+        ]
+
+    async def rollers(self) -> dict[str, RollerBacklog]:
+        """Per kind: ended activities past their solution's period and not shipped yet (counted per
+        distinct period over the ended-activities index), batches being retried, failed attempts."""
+        now = self.clock.now()
+        solutions = await _Sql().rows("SELECT id, success_period, dead_letter_period FROM solution")
+        sql = _Sql()
+        states = await sql.rows(
+            "SELECT kind, count(batch_id) AS pending, SUM(failed_attempts) AS failed "
+            "FROM log_roller GROUP BY kind"
+        )
+        per_kind = {row["kind"]: (int(row["pending"] or 0), int(row["failed"] or 0)) for row in states}
+        result = {}
+        for kind, period_column in (
+            (RollerKind.SUCCESS, "success_period"),
+            (RollerKind.DEAD_LETTER, "dead_letter_period"),
+        ):
+            by_period: dict[float, list[uuid.UUID]] = {}
+            for row in solutions:
+                by_period.setdefault(float(row[period_column]), []).append(_uuid(row["id"]))
+            waiting, capped = 0, False
+            for period, ids in by_period.items():
+                sql = _Sql()
+                names = [str(s) for s in (*SHIPPED_STATES[kind], *PURGED_STATES[kind])]
+                marks = ", ".join(sql.add(n) for n in names)
+                cutoff = now - timedelta(seconds=period)
+                where = (
+                    f"state IN ({marks}) AND finished_at IS NOT NULL AND finished_at < {sql.add(cutoff)} "
+                    f"AND {sql.in_ids('solution_id', ids)}"
+                )
+                count = await sql.count(where)
+                waiting, capped = waiting + count.value, capped or count.at_least
+            pending, failed = per_kind.get(str(kind), (0, 0))
+            result[str(kind)] = RollerBacklog(Count(waiting, capped), pending, failed)
+        return result
+
+
+def _bounded(count: int, truncated: bool) -> Count:
+    """A count taken from the bounded due scan (which reads one row more than it keeps)."""
+    return Count(min(count, DUE_SCAN), truncated)
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _time(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+QUEUE_DEPTH = Gauge(
+    "oste_queue_depth",
+    "Activities of the whole deployment by state now (due, future, running, dead), read from the "
+    f"database when scraped; each count stops at {COUNT_CAP}. The same from every process: use max().",
+    ["state"],
+)
+
+
+HEARTBEAT_AGE = Gauge(
+    "oste_node_heartbeat_age_seconds",
+    "Seconds since each registered engine node's last heartbeat, read from the database when scraped "
+    "(a node that stopped gracefully is gone; one that died grows old until it is pruned).",
+    ["node"],
+)
+
+
+async def refresh_queue_depth(clock: Clock) -> None:
+    """Set ``oste_queue_depth`` and ``oste_node_heartbeat_age_seconds`` from the database (before a
+    scrape); an outage leaves them as they were."""
+    service = StatsService(clock)
+    now = clock.now()
+    depth = await service.queue(Scope({}), now)
+    for state in ("due", "future", "running", "dead"):
+        QUEUE_DEPTH.labels(state=state).set(getattr(depth, state).value)
+    rows = await _Sql().rows("SELECT id, heartbeat_at FROM node")
+    HEARTBEAT_AGE.clear()
+    for row in rows:
+        HEARTBEAT_AGE.labels(node=row["id"]).set(max((now - _time(row["heartbeat_at"])).total_seconds(), 0.0))

@@ -1,0 +1,62 @@
+"""StatsStore and StatsService on both databases: rollups add up per key, counts stop at the cap, rollups
+are pruned, and limited types' due activities count as throttled."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from oste.domain.stats import Rollup, minute_of
+from oste.storage import stats as stats_module
+from oste.storage.stats import StatsService, StatsStore
+from oste.storage.store import Store
+from tests.engine_support import make_activities, make_type
+
+
+async def test_rollups_add_up_per_key_and_old_ones_are_pruned(store: Store) -> None:
+    kind = await make_type(store, "https://r.example/{SongId}")
+    now = datetime.now(UTC)
+    minute = minute_of(now)
+
+    def rollup(at: int, outcome: int, lag: float) -> Rollup:
+        one = Rollup(at, kind.company_id, kind.solution_id, kind.id)
+        one.add(outcome, lag)
+        return one
+
+    writer = StatsStore()
+    await writer.write_rollups([rollup(minute, 0, 0.02), rollup(minute - 2000, 0, 1.0)])
+    await writer.write_rollups([rollup(minute, 0, 0.3), rollup(minute, 1, 0.001)])  # the same key again
+    company = await store.get_company("acme")
+    report = await StatsService(store.clock).solution(company, await store.get_solution(company, "songs"))
+    window = report.windows["1m"]
+    assert window.outcome_counts() == {"ok": 2, "failed": 1, "retry": 0, "error": 0}
+    assert window.lag_max == pytest.approx(0.3)
+    assert report.windows["1h"].outcome_counts()["ok"] == 2  # the old minute is outside the hour
+    await writer.prune(minute - 1000)
+    names = await writer.type_names([kind.id, uuid.uuid4()])
+    assert names == {kind.id: ("acme", "songs", kind.name)}
+
+
+async def test_queue_counts_stop_at_the_cap_and_limited_types_count_as_throttled(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kind = await make_type(store, "https://r.example/{SongId}", max_concurrency=1)
+    now = datetime.now(UTC)
+    await make_activities(store, kind, now - timedelta(seconds=5), count=3)
+    await make_activities(store, kind, now + timedelta(hours=1), count=3)
+    company = await store.get_company("acme")
+    solution = await store.get_solution(company, "songs")
+    report = await StatsService(store.clock).activity_type(company, solution, kind)
+    assert (report.queue.due.value, report.queue.future.value) == (3, 3)
+    assert report.throttled.limited.value == 3 and report.throttled.paused.value == 0
+    monkeypatch.setattr(stats_module, "COUNT_CAP", 2)
+    monkeypatch.setattr(stats_module, "DUE_SCAN", 2)
+    capped = await StatsService(store.clock).company(company)
+    assert (capped.queue.due.value, capped.queue.due.at_least) == (2, True)
+    assert (capped.throttled.limited.value, capped.throttled.limited.at_least) == (2, True)
+    assert capped.queue.future.at_least is True  # scheduled and due both stopped at the cap
+    assert capped.queue.dead.at_least is False
+    deployment = await StatsService(store.clock).deployment()
+    assert (deployment.queue.due.value, deployment.queue.due.at_least) == (2, True)
