@@ -1,0 +1,61 @@
+"""The request an activity's next attempt would make, for people to read: built by the same
+``build_request`` the engine fires with, with every secret value masked.
+
+Pure: records in, an ``OutboundRequest`` out.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from oste.domain import records as r
+from oste.domain.dispatch import Claim, DispatchTarget
+from oste.domain.webhooks import OutboundRequest, build_request
+
+MASK = "••••••"
+SIGNATURE_NOTE = "v1,•••••• (HMAC-SHA256 with the solution's signing secret, made per attempt)"
+PREVIEW_OWNER = "preview"
+
+
+def preview_request(
+    activity: r.Activity, kind: r.ActivityType, solution: r.Solution, now: datetime
+) -> OutboundRequest:
+    """The next attempt's request as the engine would build it at ``now``; the type's secret header
+    values and the signature are masked. Raises what ``fill_uri`` raises when the parameter no longer
+    fills the type's URI pattern."""
+    target = DispatchTarget(
+        activity_type_id=kind.id,
+        company_id=kind.company_id,
+        solution_id=kind.solution_id,
+        name=kind.name,
+        verb=kind.verb,
+        uri_pattern=kind.uri_pattern,
+        headers={name: header.value for name, header in kind.headers.items()},
+        timeout=kind.timeout,
+        backoff_base=kind.backoff_base,
+        backoff_max=kind.backoff_max,
+        success_statuses=kind.success_statuses,
+        signing_secret=solution.signing_secret,
+    )
+    claim = Claim(
+        activity_id=activity.id,
+        claim_token=uuid.UUID(int=0),
+        owner=PREVIEW_OWNER,
+        attempt=activity.attempts + 1,
+        retries=activity.retries,
+        partition=activity.partition,
+        scheduled_for=activity.scheduled_for,
+        due_at=activity.next_attempt_at,
+        parameter=activity.parameter,
+        recurring_activity_id=activity.recurring_activity_id,
+        occurrence_at=activity.occurrence_at,
+        lease_expires_at=now,
+        target=target,
+        priority=activity.priority,
+    )
+    built = build_request(claim, now, span_id="0" * 15 + "1")
+    secret_names = {name.lower() for name, header in kind.headers.items() if header.secret}
+    headers = {name: MASK if name.lower() in secret_names else value for name, value in built.headers.items()}
+    headers["webhook-signature"] = SIGNATURE_NOTE
+    return OutboundRequest(built.method, built.url, headers, built.body)

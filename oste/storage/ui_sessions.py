@@ -1,0 +1,92 @@
+"""Management UI sessions in the database, so every process that serves /ui knows every sign-in.
+
+Rows are keyed by the SHA-256 of the session id (the cookie holds the id itself, so a copy of the table
+opens no session). A session unused for its lifetime is gone: reads ignore it and ``prune`` deletes it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from oste.domain.clock import Clock
+from oste.storage import models as m
+from oste.storage.database import raises_unavailable
+
+TOUCH_AFTER = timedelta(minutes=1)
+"""A session's last use is written at most this often (a page view is then a read only)."""
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    key: str
+    """The SHA-256 (hex) of the session id."""
+    csrf: str
+    signed_in: bool
+    company_id: uuid.UUID | None
+    used_at: datetime
+    flashes: list[list[str]] = field(default_factory=list)
+
+
+def _utc(value: Any) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _record(row: m.UiSession) -> SessionRecord:
+    return SessionRecord(
+        row.id, row.csrf, row.signed_in, row.company_id, _utc(row.used_at), list(row.flashes or [])
+    )
+
+
+@raises_unavailable
+class UiSessionStore:
+    """Create, read, flash, end and prune UI sessions."""
+
+    def __init__(self, clock: Clock, lifetime: timedelta) -> None:
+        self.clock = clock
+        self.lifetime = lifetime
+
+    async def create(
+        self, key: str, csrf: str, signed_in: bool, company_id: uuid.UUID | None
+    ) -> SessionRecord:
+        now = self.clock.now().astimezone(UTC)
+        row = m.UiSession(
+            id=key, csrf=csrf, signed_in=signed_in, company_id=company_id, flashes=[], used_at=now
+        )
+        await row.save(force_create=True)
+        return _record(row)
+
+    async def get(self, key: str) -> SessionRecord | None:
+        """The live session with this key (its last use refreshed now and then), or None."""
+        now = self.clock.now().astimezone(UTC)
+        row = await m.UiSession.filter(id=key, used_at__gte=now - self.lifetime).first()
+        if row is None:
+            return None
+        if now - _utc(row.used_at) > TOUCH_AFTER:
+            await m.UiSession.filter(id=key).update(used_at=now)
+        return _record(row)
+
+    async def end(self, key: str) -> None:
+        await m.UiSession.filter(id=key).delete()
+
+    async def flash(self, session: SessionRecord, kind: str, message: str) -> None:
+        """Add a message for the next page (read-modify-write: flashes are per browser, one at a time)."""
+        row = await m.UiSession.filter(id=session.key).first()
+        if row is not None:
+            await m.UiSession.filter(id=session.key).update(flashes=[*(row.flashes or []), [kind, message]])
+
+    async def take_flashes(self, session: SessionRecord) -> list[tuple[str, str]]:
+        """The waiting messages, removed (None of the session's other fields change)."""
+        if not session.flashes:
+            return []
+        await m.UiSession.filter(id=session.key).update(flashes=[])
+        return [(kind, message) for kind, message in session.flashes]
+
+    async def prune(self) -> int:
+        """Delete the sessions unused for longer than their lifetime; returns how many."""
+        cutoff = self.clock.now().astimezone(UTC) - self.lifetime
+        return await m.UiSession.filter(used_at__lt=cutoff).delete()

@@ -1,0 +1,202 @@
+"""Browsing: companies -> solutions -> activity types and recurring activities; activities with filters
+and cursor paging; one activity with its request and executions; one recurring activity."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from oste.domain import records as r
+from oste.domain.log_shipping import RollerKind
+from oste.domain.request_preview import preview_request
+from oste.errors import OsteError
+from oste.storage.occurrences import recurrence_of
+from oste.storage.rollers import RollerStore
+from oste.ui.context import (
+    Viewer,
+    company_in_path,
+    page,
+    render,
+    root_of,
+    solution_in_path,
+    ui,
+    uuid_in_path,
+)
+
+PAGE_SIZE = 50
+TYPES_SHOWN = 200
+EXECUTIONS_SHOWN = 100
+NEXT_FIRE_TIMES = 5
+FILTER_NAMES = ("state", "activity_type", "object_id", "after", "before", "recurring_activity")
+
+
+@page
+async def companies(request: Request, viewer: Viewer) -> Response:
+    if viewer.company is not None:
+        return RedirectResponse(f"{root_of(request)}/companies/{viewer.company.name}", 303)
+    cursor = request.query_params.get("cursor") or None
+    listing = await ui(request).store.list_companies(PAGE_SIZE, cursor)
+    return await render(request, "companies.html", companies=listing.items, next_cursor=listing.next_cursor)
+
+
+@page
+async def company(request: Request, viewer: Viewer) -> Response:
+    found = await company_in_path(request, viewer)
+    cursor = request.query_params.get("cursor") or None
+    listing = await ui(request).store.list_solutions(found, PAGE_SIZE, cursor)
+    return await render(
+        request, "company.html", company=found, solutions=listing.items, next_cursor=listing.next_cursor
+    )
+
+
+@page
+async def solution(request: Request, viewer: Viewer) -> Response:
+    company_, found = await solution_in_path(request, viewer)
+    store = ui(request).store
+    types = await store.list_activity_types(found, TYPES_SHOWN)
+    cursor = request.query_params.get("cursor") or None
+    recurring = await store.list_recurring(found, PAGE_SIZE, cursor)
+    rollers = RollerStore(store.clock)
+    shipping = {kind: await rollers.status(rollers.roll_target(found, kind)) for kind in RollerKind}
+    return await render(
+        request,
+        "solution.html",
+        company=company_,
+        solution=found,
+        types=types.items,
+        recurring=recurring.items,
+        next_cursor=recurring.next_cursor,
+        shipping=shipping,
+    )
+
+
+def parse_local_time(value: str, name: str) -> datetime | None:
+    """A time from a filter field: RFC 3339, or a ``datetime-local`` value read as UTC."""
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise FilterError(f"{name}: {value!r} is not a time (use 2026-11-23T12:00, read as UTC)") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class FilterError(ValueError):
+    """A filter field that cannot be used; shown above the list."""
+
+
+async def filters_of(
+    request: Request, solution_: r.Solution, values: dict[str, str]
+) -> tuple[r.ActivityFilter, list[r.ActivityType]]:
+    """The activity filter a query string or form names (FilterError when a field cannot be used)."""
+    types = (await ui(request).store.list_activity_types(solution_, TYPES_SHOWN)).items
+    by_name = {t.name: t for t in types}
+    state = values.get("state") or None
+    if state is not None and state not in {s.value for s in r.ActivityState}:
+        raise FilterError(f"state: {state!r} is not a state")
+    type_name = values.get("activity_type") or None
+    if type_name is not None and type_name not in by_name:
+        raise FilterError(f"activity type: there is no activity type {type_name!r} in this solution")
+    recurring = values.get("recurring_activity") or None
+    try:
+        recurring_id = uuid.UUID(recurring) if recurring else None
+    except ValueError:
+        raise FilterError(f"recurring activity: {recurring!r} is not an id") from None
+    return (
+        r.ActivityFilter(
+            recurring_activity_id=recurring_id,
+            state=r.ActivityState(state) if state else None,
+            activity_type_id=by_name[type_name].id if type_name else None,
+            object_id=values.get("object_id") or None,
+            scheduled_after=parse_local_time(values.get("after", ""), "after"),
+            scheduled_before=parse_local_time(values.get("before", ""), "before"),
+        ),
+        types,
+    )
+
+
+@page
+async def activities(request: Request, viewer: Viewer) -> Response:
+    company_, found = await solution_in_path(request, viewer)
+    values = {name: request.query_params.get(name, "") for name in FILTER_NAMES}
+    error = None
+    items: list[r.Activity] = []
+    next_cursor = None
+    try:
+        filters, types = await filters_of(request, found, values)
+        listing = await ui(request).store.list_activities(
+            found, filters, PAGE_SIZE, request.query_params.get("cursor") or None
+        )
+        items, next_cursor = listing.items, listing.next_cursor
+    except (FilterError, OsteError) as exc:
+        error = str(exc)
+        types = (await ui(request).store.list_activity_types(found, TYPES_SHOWN)).items
+    query = {name: value for name, value in values.items() if value}
+    return await render(
+        request,
+        "activities.html",
+        company=company_,
+        solution=found,
+        activities=items,
+        types=types,
+        states=[s.value for s in r.ActivityState],
+        values=values,
+        error=error,
+        next_query=urlencode({**query, "cursor": next_cursor}) if next_cursor else None,
+        filter_query=urlencode(query),
+    )
+
+
+@page
+async def activity(request: Request, viewer: Viewer) -> Response:
+    company_, found = await solution_in_path(request, viewer)
+    store = ui(request).store
+    item = await store.get_activity(found, uuid_in_path(request))
+    kind = await store.get_activity_type(found, item.activity_type)
+    executions = await store.list_executions(item, EXECUTIONS_SHOWN)
+    outbound, request_error = None, None
+    try:
+        outbound = preview_request(item, kind, found, store.clock.now())
+    except (OsteError, ValueError, KeyError) as exc:
+        request_error = str(exc)
+    return await render(
+        request,
+        "activity.html",
+        company=company_,
+        solution=found,
+        activity=item,
+        kind=kind,
+        outbound=outbound,
+        body=outbound.body.decode("utf-8", "replace") if outbound and outbound.body else None,
+        request_error=request_error,
+        executions=executions.items,
+        more_executions=executions.next_cursor is not None,
+    )
+
+
+def upcoming(recurring: r.RecurringActivity, now: datetime) -> list[Any]:
+    """The next fire times of a recurring activity (with local times and DST notes), none if paused."""
+    if recurring.paused or (recurring.next_fire_at is None and recurring.last_occurrence_at is None):
+        return []
+    return recurrence_of(recurring).occurrences(now - timedelta(microseconds=1), NEXT_FIRE_TIMES)
+
+
+@page
+async def recurring(request: Request, viewer: Viewer) -> Response:
+    company_, found = await solution_in_path(request, viewer)
+    store = ui(request).store
+    item = await store.get_recurring(found, uuid_in_path(request))
+    return await render(
+        request,
+        "recurring.html",
+        company=company_,
+        solution=found,
+        recurring=item,
+        upcoming=upcoming(item, store.clock.now()),
+    )
