@@ -1,0 +1,138 @@
+"""Validating activity create bodies into ``NewActivity`` records.
+
+One code path for everything that creates point-in-time activities from client JSON: the API's single
+and batch create (``oste.api.activities``), recurring activities' type lookups, and ``oste import``
+(``oste.transfer``), which streams JSON lines through the same checks and ``Store.create_activities``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+from oste.api import schemas
+from oste.api.activity_types import rules_of
+from oste.api.requests import check_storable, parse_duration, parse_time
+from oste.domain import records as r
+from oste.domain.parameters import join_path
+from oste.errors import InvalidInput, NotFound
+from oste.storage.store import Store
+
+MAX_DELAY = 10 * 365 * 86400.0
+MAX_IDEMPOTENCY_KEY = 255
+
+
+def when(data: dict[str, Any], now: datetime, prefix: str = "") -> datetime | None:
+    """The due instant from ``scheduled_for`` or ``delay`` (not both); None when neither is given."""
+    if "scheduled_for" in data and "delay" in data:
+        raise InvalidInput.field(join_path(prefix, "delay"), "give scheduled_for or delay, not both")
+    if "scheduled_for" in data:
+        return parse_time(data["scheduled_for"], join_path(prefix, "scheduled_for"))
+    if "delay" in data:
+        return now + timedelta(seconds=parse_duration(data["delay"], join_path(prefix, "delay"), MAX_DELAY))
+    return None
+
+
+class TypeCache:
+    """Activity types of one solution, each looked up once."""
+
+    def __init__(self, store: Store, solution: r.Solution) -> None:
+        self.store = store
+        self.solution = solution
+        self.types: dict[str, r.ActivityType] = {}
+        self.rules: dict[str, Any] = {}
+        self.unknown: set[str] = set()
+
+    async def prefetch(self, items: Sequence[Any]) -> None:
+        """Look up every type the items name in one query (unknown names are reported by ``get``)."""
+        names = {
+            i["activity_type"]
+            for i in items
+            if isinstance(i, dict) and isinstance(i.get("activity_type"), str)
+        }
+        missing = names - self.types.keys() - self.unknown
+        if not missing:
+            return
+        found = await self.store.get_activity_types(self.solution, missing)
+        for name, kind in found.items():
+            self.types[name] = kind
+            self.rules[name] = rules_of(kind)
+        self.unknown |= missing - found.keys()
+
+    async def get(self, name: str, field: str) -> r.ActivityType:
+        """The type called ``name``; InvalidInput naming ``field`` when the solution has none."""
+        if name not in self.types:
+            try:
+                if name in self.unknown:
+                    raise NotFound(f"activity type {name!r} not found")
+                self.types[name] = await self.store.get_activity_type(self.solution, name)
+            except NotFound as exc:  # the type is named in the body, so this is a field error
+                self.unknown.add(name)
+                raise InvalidInput.field(
+                    field, f"there is no activity type {name!r} in this solution"
+                ) from exc
+            self.rules[name] = rules_of(self.types[name])
+        return self.types[name]
+
+
+async def new_activity(
+    data: dict[str, Any], cache: TypeCache, now: datetime, prefix: str = ""
+) -> r.NewActivity:
+    """Validate one create body (shape already checked) into a NewActivity."""
+    kind = cache.types.get(data["activity_type"])  # usually prefetched: no field path to build
+    if kind is None:
+        kind = await cache.get(data["activity_type"], join_path(prefix, "activity_type"))
+    parameter = data.get("parameter", {})
+    object_id = cache.rules[kind.name].check(parameter, f"{prefix}/parameter" if prefix else "parameter")
+    retries = data.get("retries")
+    return r.NewActivity(
+        activity_type=kind,
+        scheduled_for=when(data, now, prefix) or now,
+        parameter=parameter,
+        retries=kind.retries if retries is None else retries,
+        priority=data.get("priority", 0),
+        object_id=object_id,
+    )
+
+
+async def validate_each(
+    items: Sequence[Any], cache: TypeCache, now: datetime, prefixes: Sequence[str]
+) -> list[r.NewActivity | InvalidInput]:
+    """Validate create bodies whose shape was checked; per item, its NewActivity or why it is invalid.
+
+    ``prefixes[i]`` is the field path of item ``i`` in error messages (``activities/3``, or ``""``).
+    """
+    await cache.prefetch(items)
+    results: list[r.NewActivity | InvalidInput] = []
+    for raw, prefix in zip(items, prefixes, strict=True):
+        try:
+            results.append(await new_activity(raw, cache, now, prefix))
+        except InvalidInput as exc:
+            results.append(exc)
+    return results
+
+
+def check_item(data: Any) -> dict[str, Any]:
+    """Check one stand-alone create body (not inside a batch): storable, and the create shape."""
+    check_storable(data)
+    return schemas.check_shape(schemas.ACTIVITY_CREATE, data)
+
+
+def check_idempotency_key(key: str, field: str = "Idempotency-Key") -> str:
+    """An idempotency key: 1-255 characters without NUL; InvalidInput naming ``field`` otherwise."""
+    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY or "\x00" in key:
+        raise InvalidInput.field(field, f"must be 1-{MAX_IDEMPOTENCY_KEY} characters, without NUL")
+    return key
+
+
+def keyed(item: r.NewActivity, key: str, data: dict[str, Any]) -> r.NewActivity:
+    """``item`` under an idempotency key, with the hash of its create body ``data``.
+
+    The same body gives the same hash whether it came as an API request or as an ``oste import`` line.
+    """
+    digest = hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return r.NewActivity(**{**item.__dict__, "idempotency_key": key, "request_hash": digest})

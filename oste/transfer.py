@@ -1,0 +1,325 @@
+"""`oste import` and `oste export`: a solution's activities as JSON lines, streamed in chunks.
+
+One line is one activity in the API's create shape (``activity_type``, ``scheduled_for`` or ``delay``,
+``parameter``, ``retries``, ``priority``) plus an optional ``idempotency_key``. Import validates every
+line with the API's own checks (``oste.api.creation``) and stores the valid ones of each chunk through
+``Store.create_activities``, the batch create path; a line with an idempotency key goes through
+``Store.create_activity_once`` like a create request with an ``Idempotency-Key`` header. A bad line is
+reported with its number and reasons and never blocks the others. Export pages through the store with
+its keyset cursor and writes lines that import reads back, so memory stays flat either way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from oste.api.activities import activity_filter
+from oste.api.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
+from oste.api.requests import iso
+from oste.domain import records as r
+from oste.domain.clock import SystemClock
+from oste.errors import Conflict, FieldError, InvalidInput, NotFound
+from oste.storage.database import close_database, open_database
+from oste.storage.store import MAX_PAGE, Store
+
+CHUNK_LINES = 1000
+"""Lines read, validated and written together (one transaction per chunk for unkeyed lines)."""
+KEY_FIELD = "idempotency_key"
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A line that was not stored: its number (from 1), the text, and every failing field."""
+
+    line: int
+    text: bytes
+    errors: tuple[FieldError, ...]
+
+    def describe(self) -> str:
+        """``line 7: parameter/SongId: is required; priority: …``."""
+        reasons = "; ".join(f"{e.field or 'line'}: {e.reason}" for e in self.errors)
+        return f"line {self.line}: {reasons}"
+
+
+@dataclass
+class ImportResult:
+    """Counts of one import: lines read (blank ones skipped), created, already there, rejected."""
+
+    lines: int = 0
+    created: int = 0
+    existing: int = 0
+    rejected: int = 0
+
+
+@dataclass
+class _Chunk:
+    """Lines of one chunk that passed the shape checks, waiting for the type and parameter checks."""
+
+    numbers: list[int] = field(default_factory=list)
+    texts: list[bytes] = field(default_factory=list)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
+
+
+class Importer:
+    """Stores activities from JSON lines into one solution, a chunk at a time.
+
+    ``on_reject`` hears every rejected line, in line order, once its chunk is stored; ``on_progress`` hears
+    how many bytes of input each chunk consumed. Database errors (Unavailable) propagate: every chunk
+    before the failing one is stored, which ``result.lines`` tells.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        solution: r.Solution,
+        on_reject: Callable[[Rejected], None],
+        on_progress: Callable[[int], None] = lambda consumed: None,
+        chunk_lines: int = CHUNK_LINES,
+    ) -> None:
+        self.store = store
+        self.cache = TypeCache(store, solution)
+        self.on_reject = on_reject
+        self.on_progress = on_progress
+        self.chunk_lines = chunk_lines
+        self.result = ImportResult()
+        self._pending: list[Rejected] = []
+
+    async def run(self, lines: Iterable[bytes]) -> ImportResult:
+        """Import every line; returns the counts (also kept in ``result``)."""
+        chunk, consumed = _Chunk(), 0
+        for number, text in enumerate(lines, start=1):
+            consumed += len(text)
+            self._take(chunk, number, text)
+            if number % self.chunk_lines == 0:
+                await self._store(chunk)
+                self._report()
+                self.on_progress(consumed)
+                chunk, consumed = _Chunk(), 0
+        await self._store(chunk)
+        self._report()
+        self.on_progress(consumed)
+        return self.result
+
+    def _take(self, chunk: _Chunk, number: int, text: bytes) -> None:
+        """Parse one line and check its shape."""
+        if not text.strip():
+            return
+        self.result.lines += 1
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            self._reject(number, text, [FieldError("", f"is not valid JSON: {exc}")])
+            return
+        if not isinstance(data, dict):
+            self._reject(number, text, [FieldError("", "must be a JSON object (one activity)")])
+            return
+        try:
+            key = data.pop(KEY_FIELD, None)
+            if key is not None:
+                check_idempotency_key(key, KEY_FIELD)
+            check_item(data)
+        except InvalidInput as exc:
+            self._reject(number, text, exc.errors or [FieldError("", exc.detail)])
+            return
+        chunk.numbers.append(number)
+        chunk.texts.append(text)
+        chunk.bodies.append(data)
+        chunk.keys.append(key)
+
+    async def _store(self, chunk: _Chunk) -> None:
+        """Validate a chunk's types and parameters, then store the good lines."""
+        if not chunk.bodies:
+            return
+        now = self.store.clock.now()
+        results = await validate_each(chunk.bodies, self.cache, now, [""] * len(chunk.bodies))
+        plain: list[r.NewActivity] = []  # stored together, but never after a later keyed line
+        for number, text, data, key, result in zip(
+            chunk.numbers, chunk.texts, chunk.bodies, chunk.keys, results, strict=True
+        ):
+            if isinstance(result, InvalidInput):
+                self._reject(number, text, result.errors or [FieldError("", result.detail)])
+            elif key is None:
+                plain.append(result)
+            else:
+                await self._create(plain)
+                await self._store_keyed(number, text, keyed(result, key, data))
+        await self._create(plain)
+
+    async def _create(self, plain: list[r.NewActivity]) -> None:
+        """Store validated unkeyed lines in one statement (the API's batch create) and empty the list."""
+        if plain:
+            await self.store.create_activities(plain)
+            self.result.created += len(plain)
+            plain.clear()
+
+    async def _store_keyed(self, number: int, text: bytes, item: r.NewActivity) -> None:
+        """One line under its idempotency key: created, already there, or rejected (another body)."""
+        try:
+            _, fresh = await self.store.create_activity_once(item)
+        except InvalidInput as exc:
+            reasons = [FieldError(KEY_FIELD, e.reason) for e in exc.errors] or [FieldError(KEY_FIELD, "")]
+            self._reject(number, text, reasons)
+            return
+        except Conflict as exc:
+            self._reject(number, text, [FieldError(KEY_FIELD, exc.detail)])
+            return
+        if fresh:
+            self.result.created += 1
+        else:
+            self.result.existing += 1
+
+    def _reject(self, number: int, text: bytes, errors: list[FieldError]) -> None:
+        """Count a rejected line; it is reported, in line order, once its chunk is stored."""
+        self.result.rejected += 1
+        self._pending.append(Rejected(number, text.rstrip(b"\r\n"), tuple(errors)))
+
+    def _report(self) -> None:
+        for rejected in sorted(self._pending, key=lambda p: p.line):
+            self.on_reject(rejected)
+        self._pending.clear()
+
+
+def export_line(activity: r.Activity) -> bytes:
+    """One activity as an import line: what creating it again needs, and its idempotency key.
+
+    State, attempts and history are not carried: importing creates a new scheduled activity. A
+    negative remaining ``retries`` (a dead letter) is left out, so the type's retries apply again.
+    """
+    line: dict[str, Any] = {
+        "activity_type": activity.activity_type,
+        "scheduled_for": iso(activity.scheduled_for),
+        "parameter": activity.parameter,
+        "priority": activity.priority,
+    }
+    if activity.retries >= 0:
+        line["retries"] = activity.retries
+    if activity.idempotency_key is not None:
+        line[KEY_FIELD] = activity.idempotency_key
+    return orjson.dumps(line) + b"\n"
+
+
+async def export_activities(
+    store: Store,
+    solution: r.Solution,
+    filters: r.ActivityFilter,
+    write: Callable[[bytes], None],
+    page_size: int = MAX_PAGE,
+) -> int:
+    """Write the solution's matching activities in creation order, a page at a time; how many."""
+    count, cursor = 0, None
+    while True:
+        page = await store.list_activities(solution, filters, page_size, cursor)
+        for activity in page.items:
+            write(export_line(activity))
+        count += len(page.items)
+        if page.next_cursor is None:
+            return count
+        cursor = page.next_cursor
+
+
+def export_filter(values: dict[str, Any], types: dict[str, uuid.UUID]) -> r.ActivityFilter:
+    """Filters named as in the API's listing (``state``, ``activity_type``, ``object_id``,
+    ``scheduled_after``, ``scheduled_before``); None values are left out."""
+    return activity_filter({k: v for k, v in values.items() if v is not None}, types)
+
+
+async def _solution(store: Store, company: str, solution: str) -> r.Solution:
+    """The named solution; NotFound saying which name is unknown."""
+    try:
+        owner = await store.get_company(company)
+    except NotFound:
+        raise NotFound(f"there is no company {company!r}") from None
+    try:
+        return await store.get_solution(owner, solution)
+    except NotFound:
+        raise NotFound(f"company {company!r} has no solution {solution!r}") from None
+
+
+async def import_file(
+    database_url: str,
+    path: str,
+    company: str,
+    solution: str,
+    rejects: str | None = None,
+    progress: bool = True,
+) -> ImportResult:
+    """`oste import`: stream ``path`` (``-`` = standard input) into a solution, with a progress bar
+    and every rejected line on standard error (and as JSON lines in ``rejects``, if given)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    source = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: ASYNC230, SIM115 - one-shot command; closed below
+    reject_file = open(rejects, "wb") if rejects else None  # noqa: ASYNC230, SIM115 - one-shot command; closed below
+    total = None if path == "-" else os.fstat(source.fileno()).st_size
+    bar = Progress(
+        TextColumn("importing"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not progress,
+    )
+    task = bar.add_task("import", total=total)
+
+    def reject(line: Rejected) -> None:
+        console.print(line.describe(), markup=False)
+        if reject_file is not None:
+            errors = [{"field": e.field, "reason": e.reason} for e in line.errors]
+            text = line.text.decode("utf-8", "replace")
+            reject_file.write(orjson.dumps({"line": line.line, "errors": errors, "text": text}) + b"\n")
+
+    started = time.monotonic()
+    await open_database(database_url, apply_migrations=False)
+    try:
+        store = Store(SystemClock())
+        target = await _solution(store, company, solution)
+        importer = Importer(store, target, reject, lambda n: bar.advance(task, n))
+        with bar:
+            result = await importer.run(source)
+    finally:
+        await close_database()
+        if source is not sys.stdin.buffer:
+            source.close()
+        if reject_file is not None:
+            reject_file.close()
+    elapsed = max(time.monotonic() - started, 1e-9)
+    print(
+        f"{result.lines} lines: {result.created} activities created, {result.existing} already stored, "
+        f"{result.rejected} rejected ({elapsed:.1f} s, {result.lines / elapsed:,.0f} lines/s)",
+        flush=True,
+    )
+    return result
+
+
+async def export_file(
+    database_url: str, company: str, solution: str, filters: dict[str, Any], output: str | None
+) -> int:
+    """`oste export`: the matching activities as JSON lines to ``output`` (or standard output)."""
+    await open_database(database_url, apply_migrations=False)
+    try:
+        store = Store(SystemClock())
+        target = await _solution(store, company, solution)
+        page = await store.list_activity_types(target, MAX_PAGE)
+        chosen = export_filter(filters, {t.name: t.id for t in page.items})
+        sink = open(output, "wb") if output else sys.stdout.buffer  # noqa: ASYNC230, SIM115 - one-shot command; closed below
+        try:
+            count = await export_activities(store, target, chosen, sink.write)
+        finally:
+            if output:
+                sink.close()
+            else:
+                sink.flush()
+    finally:
+        await close_database()
+    print(f"exported {count} activities", file=sys.stderr, flush=True)
+    return count

@@ -1,0 +1,122 @@
+"""Verify, on the receiving side, that a request really comes from OSTE (Standard Webhooks).
+
+OSTE signs every request it fires with its solution's signing secret (``whsec_…``)::
+
+    webhook-id:        the message id (equal to the Idempotency-Key header)
+    webhook-timestamp: seconds since the epoch when the attempt was sent
+    webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">  (several, space-separated)
+
+A receiver calls :func:`verify` with the secret, the request's headers and its raw body bytes::
+
+    from oste.webhooks import WebhookVerificationError, verify
+
+    try:
+        message_id = verify(SECRET, request.headers, await request.read())
+    except WebhookVerificationError as exc:
+        return web.Response(status=401, text=str(exc))
+
+This module stands alone on purpose: it imports only the standard library (no engine, no API, no
+database driver), so a partner can ``pip install oste`` and import it, or copy this one file.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import time
+from collections.abc import Iterable, Mapping
+
+__all__ = ["DEFAULT_TOLERANCE", "WebhookVerificationError", "sign", "verify"]
+
+DEFAULT_TOLERANCE = 300
+"""Seconds a ``webhook-timestamp`` may lie from the receiver's clock, either way (replay window)."""
+SECRET_PREFIX = "whsec_"
+HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+
+
+class WebhookVerificationError(ValueError):
+    """The request is not a valid, fresh OSTE request; the message says what is wrong.
+
+    It is raised in the receiver's process, not in OSTE's, so it lives here and not in ``oste.errors``.
+    Answer it with a 4xx: OSTE records the attempt as failed and retries it.
+    """
+
+
+def _key(secret: str) -> bytes:
+    encoded = secret.strip().removeprefix(SECRET_PREFIX)
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise WebhookVerificationError(
+            "the signing secret is not a whsec_<base64> string (copy the solution's signing_secret as is)"
+        ) from None
+    if not key:
+        raise WebhookVerificationError("the signing secret is empty")
+    return key
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    value = headers.get(name)
+    if value is None:  # a plain dict is case-sensitive; HTTP header names are not
+        value = next((v for k, v in headers.items() if k.lower() == name), None)
+    if value is None or not value.strip():
+        raise WebhookVerificationError(f"missing header {name} (is this request from OSTE?)")
+    return value.strip()
+
+
+def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
+    """The ``v1,<base64>`` signature of a message, as OSTE computes it (for tests and tools)."""
+    content = f"{message_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(_key(secret), content, hashlib.sha256).digest()).decode()
+
+
+def verify(
+    secret: str | Iterable[str],
+    headers: Mapping[str, str],
+    body: bytes | str,
+    tolerance: float = DEFAULT_TOLERANCE,
+    *,
+    now: float | None = None,
+) -> str:
+    """Check a request OSTE sent; return its ``webhook-id`` (equal to ``Idempotency-Key``).
+
+    ``secret`` is the solution's ``whsec_…`` signing secret, or several of them while you rotate it on
+    your side (any one may match). ``headers`` is the request's header mapping (case-insensitive, or a
+    plain dict); ``body`` the raw body exactly as received (``b""`` for GET and DELETE). The request is
+    accepted when any of the space-separated ``v1,`` signatures in ``webhook-signature`` matches and
+    ``webhook-timestamp`` is within ``tolerance`` seconds of ``now`` (default: this machine's clock).
+
+    Raises :class:`WebhookVerificationError` naming what is wrong: a missing header, a malformed or
+    stale (or future) timestamp, a malformed secret, or no signature matching.
+    """
+    message_id = _header(headers, "webhook-id")
+    stamp = _header(headers, "webhook-timestamp")
+    signatures = _header(headers, "webhook-signature")
+    try:
+        timestamp = int(stamp)
+    except ValueError:
+        raise WebhookVerificationError(f"webhook-timestamp is not whole seconds: {stamp!r}") from None
+    current = time.time() if now is None else now
+    if abs(current - timestamp) > tolerance:
+        age = "old" if timestamp < current else "in the future"
+        raise WebhookVerificationError(
+            f"stale timestamp: webhook-timestamp {timestamp} is {abs(current - timestamp):.0f} s {age}, "
+            f"more than the {tolerance:g} s tolerated (replayed request, or a clock off?)"
+        )
+    raw = body.encode() if isinstance(body, str) else bytes(body)
+    secrets = [secret] if isinstance(secret, str) else list(secret)
+    if not secrets:
+        raise WebhookVerificationError("no signing secret given")
+    offered = [sig.partition(",")[2] for sig in signatures.split() if sig.startswith("v1,")]
+    if not offered:
+        raise WebhookVerificationError("webhook-signature holds no v1 signature")
+    for candidate in secrets:
+        expected = sign(candidate, message_id, timestamp, raw)[3:]
+        if any(hmac.compare_digest(expected, sig) for sig in offered):
+            return message_id
+    raise WebhookVerificationError(
+        "bad signature: no v1 signature matches this secret and body "
+        "(wrong or rotated secret, or a body altered or re-encoded on the way)"
+    )
