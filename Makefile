@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint install dev openapi clean
+.PHONY: run test test-slow lint install dev openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ lint: dev
 
 test: lint
 	$(BIN)/pytest
+
+test-slow: dev
+	$(BIN)/pytest -m slow
 
 openapi: install
 	$(BIN)/oste openapi -o openapi/openapi.yaml

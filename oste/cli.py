@@ -1,4 +1,4 @@
-"""`oste serve | api | worker | migrate | openapi | settings | bench` — the command line."""
+"""`oste serve | api | worker | migrate | import | export | openapi | settings | bench` — the command line."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from oste import __version__, eventloop
 from oste.errors import ConfigurationError, OsteError
+from oste.logs import configure_logging
 from oste.server import SHUTDOWN_GRACE_SECONDS, create_app, prepare_data_dir, resolve_admin_token, run_worker
 from oste.settings import SETTINGS, Settings
 from oste.storage.database import describe, migrate
@@ -47,8 +48,37 @@ def build_parser() -> argparse.ArgumentParser:
     spec = commands.add_parser("openapi", help="Print the OpenAPI 3.1 document (YAML) or write it to a file.")
     spec.add_argument("--output", "-o", help="file to write (default: standard output)")
     commands.add_parser("settings", help="List every setting: environment variable, default and meaning.")
+    add_transfer_parsers(add)
+    status = add("status", "Show nodes, partitions, queue depth, deliveries and fire lag (DB or --url).")
+    status.add_argument("--url", help="read GET /v1/stats of a running server instead of the database")
+    status.add_argument("--token", help="admin token for --url (default: OSTE_ADMIN_TOKEN or the data dir's)")
     add_bench_parser(commands)
     return parser
+
+
+def add_transfer_parsers(add: Any) -> None:
+    """`oste import FILE --company C --solution S` and `oste export --company C --solution S …`."""
+    imports = add(
+        "import",
+        "Create activities from a JSON lines file (one create body per line, optional idempotency_key); "
+        "bad lines are reported with their numbers and reasons, the others are stored.",
+    )
+    imports.add_argument("file", help="JSON lines file (- for standard input)")
+    exports = add(
+        "export",
+        "Write a solution's activities as JSON lines (the format `oste import` reads), oldest first.",
+    )
+    for sub in (imports, exports):
+        sub.add_argument("--company", required=True, help="company name")
+        sub.add_argument("--solution", required=True, help="solution name")
+    imports.add_argument("--rejects", help="also write each rejected line, with its errors, to this file")
+    imports.add_argument("--no-progress", action="store_true", help="no progress bar on standard error")
+    exports.add_argument("--output", "-o", help="file to write (default: standard output)")
+    exports.add_argument("--state", help="scheduled, running, succeeded, dead or cancelled")
+    exports.add_argument("--activity-type", help="activity type name")
+    exports.add_argument("--object-id", help="object id (from the type's object_id_ref)")
+    exports.add_argument("--scheduled-after", help="RFC 3339 instant: scheduled_for at or after it")
+    exports.add_argument("--scheduled-before", help="RFC 3339 instant: scheduled_for before it")
 
 
 BENCH_HELP = (
@@ -89,7 +119,12 @@ def add_bench_parser(commands: Any) -> None:
     add("--recurring", type=int, default=100, help="cron: recurring activities (default 100)")
     add("--cron", default="* * * * *", help="cron: their schedule, 5 fields or 6 with seconds")
     add("--singles", type=int, default=1000, help="api: single creates timed one by one (default 1000)")
-    add("--types", type=int, default=32, help="activity types the activities are spread over (default 32)")
+    add(
+        "--types",
+        type=int,
+        default=32,
+        help="activity types the activities are spread over (default 32; 1 measures one hot type)",
+    )
     add("--concurrency", type=int, default=64, help="the limit's requests in flight (default 64)")
     add("--batch-concurrency", type=int, default=4, help="batch create requests at once (default 4)")
     add("--lead", type=float, help="seconds ahead the workload is scheduled (default: from its size)")
@@ -184,16 +219,18 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{spec.env:<24} default {spec.default:<28} {spec.help}")
         return 0
     settings = settings_from(args)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
     prepare_data_dir(settings)
     runners: dict[str, Any] = {
         "serve": lambda: run_http(settings, engine=True),
         "api": lambda: run_http(settings, engine=False),
         "worker": lambda: _worker(settings),
         "migrate": lambda: _migrate(settings),
+        "import": lambda: _import(settings, args),
+        "export": lambda: _export(settings, args),
+        "status": lambda: _status(settings, args),
     }
-    eventloop.run(runners[args.command]())
-    return 0
+    return eventloop.run(runners[args.command]()) or 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -240,3 +277,49 @@ async def _worker(settings: Settings) -> None:
 async def _migrate(settings: Settings) -> None:
     await migrate(settings.database_url)
     print(f"migrated {describe(settings.database_url)}")
+
+
+async def _import(settings: Settings, args: argparse.Namespace) -> int:
+    """`oste import`: 0 when every line was stored, 3 when some were rejected (the rest are stored)."""
+    from oste.transfer import import_file  # the API room's checks: loaded only by this command
+
+    result = await import_file(
+        settings.database_url,
+        args.file,
+        args.company,
+        args.solution,
+        rejects=args.rejects,
+        progress=not args.no_progress,
+    )
+    return 3 if result.rejected else 0
+
+
+async def _status(settings: Settings, args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from oste.status import print_status, stats_from_database, stats_from_server
+
+    if args.url:
+        token = args.token or settings.admin_token
+        token_file = Path(settings.data_dir) / "admin-token"
+        if not token and token_file.exists():
+            token = token_file.read_text().strip()
+        if not token:
+            raise ConfigurationError("--url needs the admin token: pass --token or set OSTE_ADMIN_TOKEN")
+        stats = await stats_from_server(args.url, token)
+    else:
+        stats = await stats_from_database(settings.database_url)
+    print_status(stats, Console())
+
+
+async def _export(settings: Settings, args: argparse.Namespace) -> None:
+    from oste.transfer import export_file
+
+    filters = {
+        "state": args.state,
+        "activity_type": args.activity_type,
+        "object_id": args.object_id,
+        "scheduled_after": args.scheduled_after,
+        "scheduled_before": args.scheduled_before,
+    }
+    await export_file(settings.database_url, args.company, args.solution, filters, args.output)

@@ -12,7 +12,7 @@ import gc
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,6 +99,9 @@ def create_app(
     from starlette.applications import Starlette
 
     from oste.api import EXCEPTION_HANDLERS, ApiContext, api_routes
+    from oste.api.metrics import RequestMetrics
+    from oste.api.ratelimit import RateLimit
+    from oste.ui import mount as ui_routes
 
     clock = clock or SystemClock()
     store = Store(clock)
@@ -124,12 +127,52 @@ def create_app(
                 await engine.stop(grace=SHUTDOWN_GRACE_SECONDS)
             await close_database()
 
-    app = Starlette(routes=api_routes(), exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
+    routes = [*api_routes(), *ui_routes(store, admin_token, notify_due)]
+    app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.api = ApiContext(
         store=store, admin_token=admin_token, max_body_bytes=settings.max_body_bytes, notify_due=notify_due
     )
     app.state.engine = engine
+    if settings.api_rate_limit > 0:
+        app.add_middleware(RateLimit, rate=settings.api_rate_limit)
+    app.add_middleware(RequestMetrics)
     return app
+
+
+async def serve_worker_probes(settings: Settings, port: int, clock: Clock) -> Callable[[], Awaitable[None]]:
+    """`oste worker` with OSTE_METRICS_PORT: /metrics (this process's series and the queue depth),
+    /healthz (the process answers) and /readyz (the database answers) on ``settings.host:port``, with
+    aiohttp (a worker carries no ASGI stack). Returns the coroutine function that stops it."""
+    from aiohttp import web
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from oste.errors import Unavailable
+    from oste.storage.stats import refresh_queue_depth
+
+    store = Store(clock)
+
+    async def metrics(request: web.Request) -> web.Response:
+        with contextlib.suppress(Unavailable):
+            await refresh_queue_depth(clock)
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(request: web.Request) -> web.Response:
+        try:
+            await store.ping()
+        except Unavailable as exc:
+            return web.json_response({"status": "unavailable", "detail": exc.detail}, status=503)
+        return web.json_response({"status": "ready"})
+
+    app = web.Application()
+    app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz), web.get("/readyz", readyz)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.host, port).start()
+    log.info("worker probes and metrics on http://%s:%s", settings.host, port)
+    return runner.cleanup
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
@@ -137,7 +180,10 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     with collecting_eagerly():
         await open_database(settings.database_url)
     engine = Engine(settings)
+    stop_probes = None
     try:
+        if settings.metrics_port is not None:
+            stop_probes = await serve_worker_probes(settings, settings.metrics_port, engine.clock)
         await engine.start()
         freeze_startup_objects()
         node = engine.node.id if engine.node else "?"
@@ -146,4 +192,6 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         log.info("stopping: finishing in-flight requests (grace %ss)", SHUTDOWN_GRACE_SECONDS)
     finally:
         await engine.stop(grace=SHUTDOWN_GRACE_SECONDS)
+        if stop_probes is not None:
+            await stop_probes()
         await close_database()

@@ -62,6 +62,18 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "How often the log rollers look for records to ship (seconds or ISO 8601 duration).",
     ),
     SettingSpec(
+        "roller_batch_records",
+        "OSTE_ROLLER_BATCH_RECORDS",
+        "1000",
+        "Most records in one batch the log rollers ship (1-100000).",
+    ),
+    SettingSpec(
+        "roller_batch_bytes",
+        "OSTE_ROLLER_BATCH_BYTES",
+        "5242880",
+        "Most bytes of uncompressed JSON in one shipped batch (a single larger record goes alone).",
+    ),
+    SettingSpec(
         "max_in_flight", "OSTE_MAX_IN_FLIGHT", "64", "Outbound requests one node may have open at once."
     ),
     SettingSpec(
@@ -71,12 +83,32 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Largest request body the API accepts, in bytes (larger answers 413).",
     ),
     SettingSpec(
+        "api_rate_limit",
+        "OSTE_API_RATE_LIMIT",
+        "1000",
+        "Requests per second one bearer token (API key or admin token) may make to one API process, "
+        "in bursts of as many; more answer 429 with Retry-After. 0 turns the limit off.",
+    ),
+    SettingSpec(
         "node_name",
         "OSTE_NODE_NAME",
         "(host name)",
         "Human-readable name of this node; its unique id is registered in the store at start.",
     ),
     SettingSpec("log_level", "OSTE_LOG_LEVEL", "INFO", "Logging level: DEBUG, INFO, WARNING or ERROR."),
+    SettingSpec(
+        "log_format",
+        "OSTE_LOG_FORMAT",
+        "(by terminal)",
+        "Log lines as `json` (one object per line) or `text`; default: text on a terminal, JSON otherwise.",
+    ),
+    SettingSpec(
+        "metrics_port",
+        "OSTE_METRICS_PORT",
+        "(none)",
+        "`oste worker` only: serve /metrics, /healthz and /readyz on this port (1-65535); unset, a worker "
+        "opens no port.",
+    ),
     SettingSpec(
         "claim_lease",
         "OSTE_CLAIM_LEASE",
@@ -130,10 +162,15 @@ class Settings:
     admin_token: str | None = None
     allowed_targets: tuple[str, ...] = ()
     roller_interval: float = 3600.0
+    roller_batch_records: int = 1000
+    roller_batch_bytes: int = 5 * 1024 * 1024
     max_in_flight: int = 64
     max_body_bytes: int = 4 * 1024 * 1024
+    api_rate_limit: float = 1000.0
     node_name: str = ""
     log_level: str = "INFO"
+    log_format: str | None = None
+    metrics_port: int | None = None
     claim_lease: float = 30.0
     poll_interval: float = 0.5
     rescue_interval: float = 5.0
@@ -225,6 +262,16 @@ def _int_in(low: int, high: int) -> Callable[[Any], int]:
     return parse
 
 
+def _rate(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("must be a number of requests per second, 0-1000000 (0: no limit)") from None
+    if not 0 <= number <= 1_000_000 or math.isnan(number):
+        raise ValueError("must be a number of requests per second, 0-1000000 (0: no limit)")
+    return number
+
+
 def _targets(value: Any) -> tuple[str, ...]:
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
     targets = tuple(item.strip() for item in items if item.strip())
@@ -257,14 +304,26 @@ def _log_level(value: Any) -> str:
     return level
 
 
+def _log_format(value: Any) -> str:
+    kind = str(value).lower()
+    if kind not in {"json", "text"}:
+        raise ValueError("must be json or text")
+    return kind
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "port": _port,
     "data_dir": lambda value: Path(value),
     "allowed_targets": _targets,
     "roller_interval": _interval,
+    "roller_batch_records": _int_in(1, 100_000),
+    "roller_batch_bytes": _int_in(1024, 1024**3),
     "max_in_flight": _int_in(1, 100_000),
     "max_body_bytes": _int_in(1024, 1024**3),
+    "api_rate_limit": _rate,
     "log_level": _log_level,
+    "log_format": _log_format,
+    "metrics_port": _port,
     "claim_lease": _interval,
     "poll_interval": _interval,
     "rescue_interval": _interval,

@@ -6,6 +6,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +16,7 @@ import asyncpg
 import pytest
 
 from oste.domain.clock import SystemClock
-from oste.storage.database import close_database, open_database
+from oste.storage.database import close_database, migrate, open_database
 from oste.storage.store import Store
 from tests.engine_support import Receiver
 
@@ -71,6 +73,77 @@ async def fresh_postgres_database() -> AsyncIterator[str]:
             await conn.close()
 
 
+_TEMPLATES: dict[str, str] = {}
+"""Databases migrated once per test session, copied into each test's fresh database (see ``migrated``)."""
+
+
+async def migrated(url: str) -> None:
+    """Give the fresh, empty database at ``url`` the migrated schema by copying a template migrated once
+    per session: running every migration for each test took over a second and most of the suite's time;
+    a copy takes milliseconds. A database that already holds something is left alone. The migrations
+    themselves are run from empty databases by tests/contract/test_migrations.py, and every process a
+    test starts still runs them (they find nothing to do)."""
+    if url.startswith("sqlite://"):
+        path = Path(url.removeprefix("sqlite://").split("?", 1)[0])
+        template = await _template("sqlite")
+        with contextlib.suppress(FileExistsError), path.open("xb") as copy, open(template, "rb") as source:  # noqa: ASYNC230
+            shutil.copyfileobj(source, copy)
+        return
+    name = url.rsplit("/", 1)[1].split("?", 1)[0]
+    template = await _template("postgres")
+    conn = await asyncpg.connect(f"{PG_ADMIN_DSN.rsplit('/', 1)[0]}/{name}")
+    try:
+        tables = await conn.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+    finally:
+        await conn.close()
+    if tables:
+        return
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    finally:
+        await conn.close()
+
+
+async def _template(kind: str) -> str:
+    """The session's migrated template of ``kind``: a SQLite file's path, or a PostgreSQL database name."""
+    if kind in _TEMPLATES:
+        return _TEMPLATES[kind]
+    if kind == "sqlite":
+        path = Path(tempfile.mkdtemp(prefix="oste-template-")) / "oste.sqlite3"
+        await migrate(f"sqlite://{path}")
+        _TEMPLATES[kind] = str(path)
+        return str(path)
+    require_postgres()
+    name = f"oste_template_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    await migrate(f"{PG_ADMIN_DSN.rsplit('/', 1)[0]}/{name}")
+    _TEMPLATES[kind] = name
+    return name
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Drop the session's PostgreSQL template database."""
+    name = _TEMPLATES.pop("postgres", None)
+    if name is None:
+        return
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: asyncio.run(drop())).result()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A URL of a fresh, empty database: a SQLite file in tmp_path, or a new PostgreSQL database."""
@@ -95,6 +168,7 @@ async def postgres_url() -> AsyncIterator[str]:
 @pytest.fixture
 async def store(database_url: str) -> AsyncIterator[Store]:
     """A Store over a freshly migrated database (both backends)."""
+    await migrated(database_url)
     await open_database(database_url)
     try:
         yield Store(SystemClock())

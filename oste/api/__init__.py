@@ -5,23 +5,50 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
 
-from oste.api import activities, activity_types, recurring, system, tenants
+from oste.api import (
+    activities,
+    activity_types,
+    audit,
+    events,
+    log_shipping,
+    recurring,
+    stats,
+    system,
+    tenants,
+)
 from oste.api.context import ApiContext
-from oste.api.problems import http_error, oste_error, unexpected_error
+from oste.api.problems import STORAGE_HANDLERS, http_error, oste_error, unexpected_error
 from oste.errors import OsteError
 
 __all__ = ["EXCEPTION_HANDLERS", "ApiContext", "api_routes"]
 
 
 def api_routes() -> list[BaseRoute]:
-    """Every route of the API, in matching order."""
+    """Every route of the API, in matching order (the changing ones recording into the audit)."""
+    return audit.audited(
+        [
+            *_routes(),
+            *audit.ROUTES,
+        ]
+    )
+
+
+def _routes() -> list[BaseRoute]:
     return [
         *system.ROUTES,
         *tenants.ROUTES,
         *activity_types.ROUTES,
         *activities.ROUTES,
         *recurring.ROUTES,
+        *log_shipping.ROUTES,
+        *stats.ROUTES,
+        *events.ROUTES,
     ]
 
 
-EXCEPTION_HANDLERS = {OsteError: oste_error, HTTPException: http_error, Exception: unexpected_error}
+EXCEPTION_HANDLERS = {
+    **STORAGE_HANDLERS,
+    OsteError: oste_error,
+    HTTPException: http_error,
+    Exception: unexpected_error,
+}

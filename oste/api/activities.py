@@ -1,114 +1,52 @@
-"""Point-in-time activities: create (one, or a batch of up to 1000), read, list, patch, cancel."""
+"""Point-in-time activities: create (one, or a batch of up to 1000), read, list, patch, cancel, requeue,
+run now, and bulk changes by filter."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render, schemas
-from oste.api.activity_types import rules_of
 from oste.api.context import ApiContext, body, ctx, solution_in_path
-from oste.api.requests import check_storable, paging, parse_duration, parse_time, parse_uuid
+from oste.api.creation import TypeCache, check_idempotency_key, keyed, new_activity, validate_each, when
+from oste.api.requests import check_storable, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json
+from oste.api.waiting import changed_activity, wait_params
 from oste.domain import records as r
-from oste.domain.parameters import join_path
-from oste.errors import Conflict, FieldError, InvalidInput, NotFound
+from oste.domain.bulk import BulkResult, UpdatePlan
+from oste.domain.parameters import ParameterRules, join_path
+from oste.domain.uris import check_target_uri
+from oste.errors import Conflict, InvalidInput
+from oste.storage.bulk import BulkChange
+from oste.storage.events import Change, record_changes
+from oste.storage.notices import publish
 from oste.storage.store import MAX_PAGE, Store
-
-MAX_DELAY = 10 * 365 * 86400.0
-MAX_IDEMPOTENCY_KEY = 255
-BULK_UPDATE_LIMIT = 10_000
-
-
-def when(data: dict[str, Any], now: datetime, prefix: str = "") -> datetime | None:
-    """The due instant from ``scheduled_for`` or ``delay`` (not both); None when neither is given."""
-    if "scheduled_for" in data and "delay" in data:
-        raise InvalidInput.field(join_path(prefix, "delay"), "give scheduled_for or delay, not both")
-    if "scheduled_for" in data:
-        return parse_time(data["scheduled_for"], join_path(prefix, "scheduled_for"))
-    if "delay" in data:
-        return now + timedelta(seconds=parse_duration(data["delay"], join_path(prefix, "delay"), MAX_DELAY))
-    return None
-
-
-class TypeCache:
-    """Activity types of one solution, looked up once per request."""
-
-    def __init__(self, api: ApiContext, solution: r.Solution) -> None:
-        self.api = api
-        self.solution = solution
-        self.types: dict[str, r.ActivityType] = {}
-        self.rules: dict[str, Any] = {}
-
-    async def prefetch(self, items: list[Any]) -> None:
-        """Look up every type the items name in one query (unknown names are reported by ``get``)."""
-        names = {i["activity_type"] for i in items if isinstance(i, dict) and "activity_type" in i}
-        found = await self.api.store.get_activity_types(self.solution, names - self.types.keys())
-        for name, kind in found.items():
-            self.types[name] = kind
-            self.rules[name] = rules_of(kind)
-
-    async def get(self, name: str, field: str) -> r.ActivityType:
-        if name not in self.types:
-            try:
-                self.types[name] = await self.api.store.get_activity_type(self.solution, name)
-            except NotFound as exc:  # the type is named in the body, so this is a field error
-                raise InvalidInput.field(
-                    field, f"there is no activity type {name!r} in this solution"
-                ) from exc
-            self.rules[name] = rules_of(self.types[name])
-        return self.types[name]
-
-
-async def new_activity(
-    data: dict[str, Any], cache: TypeCache, now: datetime, prefix: str = ""
-) -> r.NewActivity:
-    """Validate one create body (shape already checked) into a NewActivity."""
-    kind = cache.types.get(data["activity_type"])  # usually prefetched: no field path to build
-    if kind is None:
-        kind = await cache.get(data["activity_type"], join_path(prefix, "activity_type"))
-    parameter = data.get("parameter", {})
-    object_id = cache.rules[kind.name].check(parameter, f"{prefix}/parameter" if prefix else "parameter")
-    retries = data.get("retries")
-    return r.NewActivity(
-        activity_type=kind,
-        scheduled_for=when(data, now, prefix) or now,
-        parameter=parameter,
-        retries=kind.retries if retries is None else retries,
-        priority=data.get("priority", 0),
-        object_id=object_id,
-    )
 
 
 async def create(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     api = ctx(request)
     data = await body(request)
-    cache = TypeCache(api, solution)
+    cache = TypeCache(api.store, solution)
     now = api.store.clock.now()
     if isinstance(data, dict) and "activities" in data:
         created = await _create_batch(api, cache, data, now)
+        await record_changes([(solution.id, Change(a.id, "created")) for a in created], now)
         return json({"activities": [render.activity(a) for a in created]}, 201)
     schemas.check_shape(schemas.ACTIVITY_CREATE, data)
     item = await new_activity(data, cache, now)
     key = request.headers.get("idempotency-key")
     if key is not None:
-        if not key or len(key) > MAX_IDEMPOTENCY_KEY or "\x00" in key:
-            raise InvalidInput.field(
-                "Idempotency-Key", f"must be 1-{MAX_IDEMPOTENCY_KEY} characters, without NUL"
-            )
-        digest = hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
-        item = r.NewActivity(**{**item.__dict__, "idempotency_key": key, "request_hash": digest})
+        item = keyed(item, check_idempotency_key(key), data)
     activity, fresh = await api.store.create_activity_once(item)
     if fresh:
+        await record_changes([(solution.id, Change(activity.id, "created"))], now)
         api.notify_due(activity.next_attempt_at)
     return json(render.activity(activity), 201 if fresh else 200)
 
@@ -118,14 +56,10 @@ async def _create_batch(
 ) -> list[r.Activity]:
     """All-or-nothing: every item is validated first; any error rejects the batch with per-item errors."""
     schemas.check_shape(schemas.ACTIVITY_BATCH, data)
-    await cache.prefetch(data["activities"])
-    items: list[r.NewActivity] = []
-    errors: list[FieldError] = []
-    for index, raw in enumerate(data["activities"]):
-        try:
-            items.append(await new_activity(raw, cache, now, f"activities/{index}"))
-        except InvalidInput as exc:
-            errors.extend(exc.errors)
+    raws = data["activities"]
+    results = await validate_each(raws, cache, now, [f"activities/{i}" for i in range(len(raws))])
+    items = [result for result in results if isinstance(result, r.NewActivity)]
+    errors = [e for result in results if isinstance(result, InvalidInput) for e in result.errors]
     if errors:
         failing = len({e.field.split("/")[1] for e in errors})
         raise InvalidInput(
@@ -192,7 +126,11 @@ async def list_activities(request: Request) -> Response:
 
 
 async def get_activity(request: Request) -> Response:
-    _, activity = await activity_in_path(request)
+    """One activity; with ``?wait=`` a long-poll until its state changes (``oste.api.waiting``)."""
+    solution, activity = await activity_in_path(request)
+    wait, away_from = wait_params(request.query_params)
+    if wait:
+        activity = await changed_activity(ctx(request).store, solution, activity, wait, away_from)
     return json(render.activity(activity))
 
 
@@ -207,9 +145,11 @@ async def patch_activity(request: Request) -> Response:
     if "retries" in data:
         changes["retries"] = data["retries"] if data["retries"] is not None else None
     if "parameter" in data:
-        cache = TypeCache(api, solution)
+        cache = TypeCache(api.store, solution)
         await cache.get(activity.activity_type, "activity_type")
         changes["object_id"] = cache.rules[activity.activity_type].check(data["parameter"])
+        if activity.uri_override:  # its URI override must still be filled by the new parameter
+            ParameterRules(activity.uri_override, None, ()).check(data["parameter"])
         changes["parameter"] = data["parameter"]
     if changes.get("retries", 0) is None:
         kind = await api.store.get_activity_type(solution, activity.activity_type)
@@ -222,7 +162,10 @@ async def patch_activity(request: Request) -> Response:
 
 async def cancel_activity(request: Request) -> Response:
     _, activity = await activity_in_path(request)
-    return json(render.activity(await ctx(request).store.cancel_activity(activity)))
+    cancelled = await ctx(request).store.cancel_activity(activity)
+    await publish("default", [cancelled.id])
+    await record_changes([(cancelled.solution_id, Change(cancelled.id, "cancelled"))], cancelled.updated_at)
+    return json(render.activity(cancelled))
 
 
 async def requeue_activity(request: Request) -> Response:
@@ -233,68 +176,70 @@ async def requeue_activity(request: Request) -> Response:
         raise Conflict(f"activity is {activity.state}; only a dead or cancelled activity can be requeued")
     await api.store.requeue_activities(solution, r.ActivityFilter(), activity.id)
     requeued = await api.store.get_activity(solution, activity.id)
+    await publish("default", [requeued.id])
+    await record_changes([(solution.id, Change(requeued.id, "requeued"))], requeued.updated_at)
     api.notify_due(requeued.next_attempt_at)
     return json(render.activity(requeued))
 
 
+async def run_now(request: Request) -> Response:
+    """A scheduled activity becomes due at once (202); 409 in any other state."""
+    _, activity = await activity_in_path(request)
+    api = ctx(request)
+    due = await api.store.run_now(activity)
+    api.notify_due(due.next_attempt_at)
+    return json(render.activity(due), 202)
+
+
 async def bulk(request: Request) -> Response:
-    """Cancel, requeue or update every activity matching a filter."""
+    """Cancel, requeue or update every activity matching a filter, in chunks (or only count: dry run)."""
     solution, api = (await solution_in_path(request))[1], ctx(request)
     data = schemas.check_shape(schemas.ACTIVITY_BULK, await body(request))
     filters = activity_filter(data["filter"], await type_ids(api.store, solution), "filter")
     action = data["action"]
     if action != "update" and "set" in data:
         raise InvalidInput.field("set", f"is only for action update, not {action}")
-    if action == "cancel":
-        changed = await api.store.cancel_activities(solution, filters)
-    elif action == "requeue":
-        changed = await api.store.requeue_activities(solution, filters)
+    plan = bulk_plan(data.get("set"), api.store.clock.now()) if action == "update" else None
+    dry_run = bool(data.get("dry_run", False))
+    result = await BulkChange(api.store.clock).run(solution, filters, action, plan, dry_run)
+    if result.changed and action == "requeue":
         api.notify_due(api.store.clock.now())
-    else:
-        changed = await _bulk_update(api, solution, filters, data.get("set"))
-    return json({"action": action, "changed": changed})
+    elif result.changed and plan is not None and "scheduled_for" in plan.values:
+        api.notify_due(plan.values["scheduled_for"])
+    return json(render_bulk(result))
 
 
-async def _bulk_update(
-    api: ApiContext, solution: r.Solution, filters: r.ActivityFilter, values: dict[str, Any] | None
-) -> int:
-    """Validate every matching scheduled activity's new values first; write all or nothing."""
+def bulk_plan(values: dict[str, Any] | None, now: datetime) -> UpdatePlan:
+    """The checked values of a bulk update's ``set`` (422 naming the field when one is malformed)."""
     if not values:
         raise InvalidInput.field(
-            "set", "name at least one of scheduled_for, delay, parameter, retries, priority"
+            "set", "name at least one of scheduled_for, delay, parameter, retries, priority, uri"
         )
-    matched = await api.store.scheduled_activities(solution, filters, BULK_UPDATE_LIMIT + 1)
-    if len(matched) > BULK_UPDATE_LIMIT:
-        raise InvalidInput.field(
-            "filter", f"matches more than {BULK_UPDATE_LIMIT} scheduled activities; narrow it"
-        )
-    base: dict[str, Any] = {k: values[k] for k in ("priority", "retries") if k in values}
-    due = when(values, api.store.clock.now(), "set")
+    plan: dict[str, Any] = {k: values[k] for k in ("priority", "retries", "parameter") if k in values}
+    due = when(values, now, "set")
     if due is not None:
-        base["scheduled_for"] = due
-    cache = TypeCache(api, solution)
-    updates, errors = [], []
-    for activity in matched:
-        changes = dict(base)
-        if "parameter" in values:
-            await cache.get(activity.activity_type, "filter/activity_type")
-            merged = {**activity.parameter, **values["parameter"]}
-            merged = {k: v for k, v in merged.items() if v is not None}
-            try:
-                changes["object_id"] = cache.rules[activity.activity_type].check(merged, "set/parameter")
-            except InvalidInput as exc:
-                errors.extend(FieldError(e.field, f"{e.reason} (activity {activity.id})") for e in exc.errors)
-                continue
-            changes["parameter"] = merged
-        updates.append((activity, changes))
-    if errors:
-        raise InvalidInput(
-            f"the update would make {len(errors)} field(s) invalid; nothing was changed", errors[:50]
-        )
-    changed = await api.store.update_scheduled_activities(updates)
-    if due is not None:
-        api.notify_due(due)
-    return changed
+        plan["scheduled_for"] = due
+    if "uri" in values:
+        uri = values["uri"]
+        if uri is not None:
+            check_target_uri(uri, "set/uri")
+        plan["uri_override"] = uri
+    return UpdatePlan(plan)
+
+
+def render_bulk(result: BulkResult) -> dict[str, Any]:
+    return {
+        "action": result.action,
+        "dry_run": result.dry_run,
+        "matched": result.matched,
+        "changed": result.changed,
+        "would_change": result.would_change,
+        "skipped": [
+            {"reason": s.reason, "count": s.count, "example_ids": [str(i) for i in s.example_ids]}
+            for s in result.skipped.values()
+        ],
+        "sample_ids": [str(i) for i in result.sample_ids],
+    }
 
 
 async def list_executions(request: Request) -> Response:
@@ -316,4 +261,5 @@ ROUTES = [
     Route(ACTIVITIES + "/{id}", cancel_activity, methods=["DELETE"]),
     Route(ACTIVITIES + "/{id}/executions", list_executions, methods=["GET"]),
     Route(ACTIVITIES + "/{id}/requeue", requeue_activity, methods=["POST"]),
+    Route(ACTIVITIES + "/{id}/run-now", run_now, methods=["POST"]),
 ]

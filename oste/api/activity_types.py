@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -15,14 +16,20 @@ from oste.api.requests import paging, parse_duration, query_flag, slug_in_path
 from oste.api.tenants import SOLUTION, json, no_content
 from oste.domain import records as r
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
-from oste.errors import FieldError, InvalidInput
+from oste.errors import Conflict, FieldError, InvalidInput
+from oste.storage.store import Store
+from oste.storage.type_changes import RULE_FIELDS, Misfits, TypeRulesChange, changes_rules
 
 DEFAULT_RETRIES = 3
 DEFAULT_TIMEOUT = 30.0
 MAX_TIMEOUT = 900.0
 DEFAULT_BACKOFF_BASE = 1.0
 DEFAULT_BACKOFF_MAX = 3600.0
+MAX_ON_SUCCESS_DELAY = 30 * 86400.0
+CHAIN_FIELDS = ("on_success", "on_dead_letter")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An RFC 9110 token: the only valid header name."""
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 RESERVED_HEADERS = frozenset(
     {
         "host",
@@ -40,15 +47,34 @@ RESERVED_HEADERS = frozenset(
 )
 
 
+def header_value_problem(value: str) -> str | None:
+    """Why a static header value cannot be sent, or None: no line breaks, NUL or other control
+    characters (U+0000-U+001F but the horizontal tab, and U+007F; RFC 9110 field values)."""
+    if "\r" in value or "\n" in value:
+        return "must not contain line breaks (CR or LF)"
+    bad = _CONTROL_CHARACTER.search(value)
+    if bad:
+        found = f"U+{ord(bad.group()):04X}"
+        return f"must not contain control characters (found {found}); a tab is the only one allowed"
+    return None
+
+
 def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
-    """Static headers: valid names, no header OSTE sets itself, values without line breaks."""
+    """Static headers: RFC 9110 token names, no header OSTE sets itself, values without control
+    characters."""
     headers: dict[str, r.Header] = {}
     errors: list[FieldError] = []
     for name, value in raw.items():
         where = f"headers/{name}"
         lowered = name.lower()
         if not _HEADER_NAME.fullmatch(name):
-            errors.append(FieldError(where, "is not a valid HTTP header name"))
+            errors.append(
+                FieldError(
+                    where,
+                    "is not a valid HTTP header name: use letters, digits and !#$%&'*+-.^_`|~ only "
+                    "(an RFC 9110 token)",
+                )
+            )
         elif lowered in RESERVED_HEADERS or lowered.startswith("oste-"):
             errors.append(FieldError(where, "is set by OSTE itself and cannot be overridden"))
         header = (
@@ -56,8 +82,9 @@ def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
             if isinstance(value, str)
             else r.Header(value["value"], value.get("secret", False))
         )
-        if "\r" in header.value or "\n" in header.value:
-            errors.append(FieldError(where, "must not contain line breaks"))
+        reason = header_value_problem(header.value)
+        if reason:
+            errors.append(FieldError(where, reason))
         headers[name] = header
     if errors:
         raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)
@@ -86,6 +113,14 @@ def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> 
     for name, maximum in (("timeout", MAX_TIMEOUT), ("backoff_base", 86400.0), ("backoff_max", 30 * 86400.0)):
         if name in data:
             values[name] = parse_duration(data[name], name, maximum)
+    for name in CHAIN_FIELDS:
+        if name in data:
+            values[name] = data[name]
+    if "on_success_delay" in data:
+        delay = data["on_success_delay"]
+        values["on_success_delay"] = (
+            None if delay is None else parse_duration(delay, "on_success_delay", MAX_ON_SUCCESS_DELAY)
+        )
     if current is None:
         defaults = {
             "parameter_schema": None,
@@ -99,6 +134,9 @@ def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> 
             "backoff_max": DEFAULT_BACKOFF_MAX,
             "success_statuses": None,
             "paused": False,
+            "on_success": None,
+            "on_success_delay": None,
+            "on_dead_letter": None,
         }
         values = {**defaults, **values}
     _check_consistency(values, current)
@@ -109,8 +147,9 @@ def _check_consistency(values: dict[str, Any], current: r.ActivityType | None) -
     def pick(name: str) -> Any:
         return values[name] if name in values else getattr(current, name)
 
-    if pick("timeout") <= 0:
-        raise InvalidInput.field("timeout", "must be longer than zero")
+    for name in ("timeout", "backoff_base"):
+        if pick(name) <= 0:
+            raise InvalidInput.field(name, "must be longer than zero")
     if pick("backoff_max") < pick("backoff_base"):
         raise InvalidInput.field("backoff_max", "must be at least backoff_base")
     schema = pick("parameter_schema")
@@ -132,6 +171,28 @@ def rules_of(activity_type: r.ActivityType) -> ParameterRules:
     )
 
 
+async def check_chain_types(
+    store: Store, solution: r.Solution, values: dict[str, Any], own_name: str
+) -> None:
+    """``on_success`` and ``on_dead_letter`` must name a type of the same solution (or the type itself:
+    a self-loop is bounded by the chain depth limit). Another solution's or company's type, or a
+    missing one, is a 422 naming the field."""
+    named = {field: values[field] for field in CHAIN_FIELDS if values.get(field) is not None}
+    wanted = {name for name in named.values() if name != own_name}
+    found = await store.get_activity_types(solution, wanted) if wanted else {}
+    errors = [
+        FieldError(
+            field,
+            f"names activity type {name!r}, which solution {solution.name!r} does not have; "
+            "a follow-on or handler must be a type of the same solution",
+        )
+        for field, name in named.items()
+        if name != own_name and name not in found
+    ]
+    if errors:
+        raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)
+
+
 async def list_types(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     limit, cursor = paging(request)
@@ -142,7 +203,9 @@ async def list_types(request: Request) -> Response:
 async def create_type(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     data = schemas.check_shape(schemas.ACTIVITY_TYPE_CREATE, await body(request))
-    created = await ctx(request).store.create_activity_type(solution, type_values(data))
+    values = type_values(data)
+    await check_chain_types(ctx(request).store, solution, values, values["name"])
+    created = await ctx(request).store.create_activity_type(solution, values)
     return json(render.activity_type(created, solution.name), 201)
 
 
@@ -158,10 +221,56 @@ async def get_type(request: Request) -> Response:
 
 
 async def patch_type(request: Request) -> Response:
+    """PATCH a type. A change of the rules stored parameters must fit re-checks the type's scheduled
+    and recurring activities first (see ``oste.storage.type_changes``): 409 if some would no longer
+    fit, unless ``?force=true`` (then they are dead-lettered and paused, counted in the headers
+    ``OSTE-Dead-Lettered`` and ``OSTE-Paused-Recurring``)."""
     solution, activity_type = await type_in_path(request)
     data = schemas.check_shape(schemas.ACTIVITY_TYPE_PATCH, await body(request))
-    updated = await ctx(request).store.update_activity_type(activity_type, type_values(data, activity_type))
-    return json(render.activity_type(updated, solution.name))
+    force = query_flag(request, "force")
+    values = type_values(data, activity_type)
+    store = ctx(request).store
+    await check_chain_types(store, solution, values, values.get("name", activity_type.name))
+    if not changes_rules(activity_type, values):  # nothing stored parameters depend on: no re-check
+        updated = await store.update_activity_type(activity_type, values)
+        return json(render.activity_type(updated, solution.name))
+    new_rules = {name: values[name] for name in RULE_FIELDS if name in values}
+    rules = rules_of(dataclasses.replace(activity_type, **new_rules))
+    changed, misfits = await TypeRulesChange(store.clock).apply(
+        activity_type, rules, force, lambda: store.update_activity_type(activity_type, values)
+    )
+    if changed is None:
+        raise Conflict(misfit_detail(activity_type, sorted(new_rules), misfits), misfit_extensions(misfits))
+    response = json(render.activity_type(changed, solution.name))
+    if misfits:
+        response.headers["OSTE-Dead-Lettered"] = str(misfits.activities)
+        response.headers["OSTE-Paused-Recurring"] = str(misfits.recurring)
+    return response
+
+
+def misfit_detail(activity_type: r.ActivityType, fields: list[str], misfits: Misfits) -> str:
+    """The 409's detail: what would no longer fit, an example, and the ways forward."""
+    example = f" (e.g. {misfits.reasons[0]})" if misfits.reasons else ""
+    return (
+        f"changing {', '.join(fields)} of activity type {activity_type.name!r} would leave "
+        f"{misfits.activities} scheduled activities and {misfits.recurring} recurring activities with "
+        f"parameters that no longer fit{example}; nothing was changed. Update them first (POST "
+        "…/activities/bulk with action update, PATCH each recurring activity) or cancel them (bulk "
+        "action cancel, DELETE the recurring activities), or repeat this PATCH with ?force=true to "
+        "apply it anyway: the scheduled ones then become dead letters at once and the recurring ones "
+        "are paused"
+    )
+
+
+def misfit_extensions(misfits: Misfits) -> dict[str, Any]:
+    """The 409's counts and examples, as problem extension members."""
+    return {
+        "activities": misfits.activities,
+        "recurring_activities": misfits.recurring,
+        "example_activity_ids": [str(i) for i in misfits.activity_ids],
+        "example_recurring_activity_ids": [str(i) for i in misfits.recurring_ids],
+        "example_reasons": misfits.reasons,
+    }
 
 
 async def delete_type(request: Request) -> Response:

@@ -30,11 +30,15 @@ def ctx(request: Request) -> ApiContext:
 
 async def principal(request: Request) -> Principal:
     c = ctx(request)
-    return await authenticate(request, c.store, c.admin_token)
+    who = await authenticate(request, c.store, c.admin_token)
+    request.state.principal = who  # the audit names the caller
+    return who
 
 
 async def body(request: Request) -> Any:
-    return await read_json(request, ctx(request).max_body_bytes)
+    data = await read_json(request, ctx(request).max_body_bytes)
+    request.state.body = data  # the audit names the fields a change set
+    return data
 
 
 async def company_in_path(request: Request) -> tuple[Principal, r.Company]:
@@ -46,10 +50,12 @@ async def company_in_path(request: Request) -> tuple[Principal, r.Company]:
     else:
         company = await ctx(request).store.get_company(name)
     check_company_access(who, company)
+    request.state.company = company
     return who, company
 
 
 async def solution_in_path(request: Request) -> tuple[Principal, r.Solution]:
     who, company = await company_in_path(request)
     solution = await ctx(request).store.get_solution(company, slug_in_path(request, "solution", "solution"))
+    request.state.solution = solution
     return who, solution

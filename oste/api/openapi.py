@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 
 from oste import __version__
-from oste.api import schemas
+from oste.api import audit, log_shipping, schemas, stats
+from oste.api.spec_names import name_shared_schemas
 
 SCHEMA_REF = "#/components/schemas/"
 PROBLEM_JSON = "application/problem+json"
@@ -75,8 +76,20 @@ _HEALTH = {
     "required": ["status"],
 }
 _SYSTEM = "System"
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before trying again",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
 _TEXT = {"type": "string"}
 _ADMIN_NOTE = " Operator only: a company API key gets 403."
+
+_STATS_DESCRIPTION = (
+    "Outcomes and fire-lag percentiles over the last minute, 5 minutes and hour, the queue depth now, "
+    "due activities held back (paused, limited) and a per-minute series of the last hour. Read from "
+    "per-minute rollups the engine writes (a minute or so behind at most) and capped index counts."
+)
 
 TABLE: dict[str, tuple[Op, ...]] = {
     _SYSTEM: (
@@ -88,10 +101,16 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "Readiness: the database answers",
             "Health",
             public=True,
-            responses={"503": {"description": "The database does not answer", **_content(_ref("Health"))}},
+            responses={
+                "503": {
+                    "description": "Not ready: the database does not answer (`ready` is false)",
+                    **_content(_ref("Problem"), PROBLEM_JSON),
+                    "headers": _RETRY_AFTER,
+                }
+            },
         ),
         Op("GET", "/metrics", "metrics", "Prometheus metrics", _TEXT, media="text/plain", public=True),
-        Op("GET", "/openapi.json", "openapi", "This OpenAPI 3.1 document", {"type": "object"}, public=True),
+        Op("GET", "/openapi.json", "openapi", "This OpenAPI 3.1 document", "OpenApiDocument", public=True),
         Op("GET", "/docs", "docs", "Swagger UI for this API", _TEXT, media="text/html", public=True),
     ),
     "Companies": (
@@ -194,6 +213,99 @@ TABLE: dict[str, tuple[Op, ...]] = {
             description="A new `signing_secret` signs every request from now on.",
         ),
     ),
+    "Log shipping": (
+        Op(
+            "GET",
+            SOLUTION + "/log-shipping",
+            "getLogShipping",
+            "Log shipping status of a solution",
+            "LogShipping",
+            description="Per kind (`success`, `dead_letter`): records waiting to be shipped, batches "
+            "shipped and failed, the batch being retried, the last successful shipment and the last "
+            "error. The batches themselves are described under `webhooks` (`logBatch`).",
+        ),
+    ),
+    "Audit": (
+        Op(
+            "GET",
+            SOLUTION + "/audit",
+            "listSolutionAudit",
+            "Who changed what in a solution, and when",
+            "AuditEntryPage",
+            query=(*audit.AUDIT_QUERY, *PAGING),
+            description="Newest first. One entry per change made through the API: creating (a batch is "
+            "one entry with its `count`), changing, cancelling, requeueing, running now, pausing, "
+            "resuming, backfilling, deleting, and each bulk change (one entry with its filter and "
+            "counts). The caller is `admin` or `api_key` with the key's id and name. Entries are written "
+            "right after the change commits.",
+        ),
+        Op(
+            "GET",
+            COMPANY + "/audit",
+            "listCompanyAudit",
+            "Who changed what in a company, and when",
+            "AuditEntryPage",
+            query=(*audit.AUDIT_QUERY, *PAGING),
+            description="Newest first: the company's own changes (created, patched, API keys created and "
+            "revoked, with `solution` null) and those of every solution in it. A company key reads its "
+            "own company only.",
+        ),
+    ),
+    "Stats": (
+        Op(
+            "GET",
+            "/v1/stats",
+            "getDeploymentStats",
+            "Delivery statistics of the whole deployment",
+            "Stats",
+            admin=True,
+            description=_STATS_DESCRIPTION + " The deployment view adds the engine nodes and the log "
+            "shipping backlog.",
+        ),
+        Op(
+            "GET",
+            COMPANY + "/stats",
+            "getCompanyStats",
+            "Delivery statistics of a company",
+            "Stats",
+            description=_STATS_DESCRIPTION,
+        ),
+        Op(
+            "GET",
+            SOLUTION + "/stats",
+            "getSolutionStats",
+            "Delivery statistics of a solution",
+            "Stats",
+            description=_STATS_DESCRIPTION,
+        ),
+        Op(
+            "GET",
+            SOLUTION + "/events",
+            "streamEvents",
+            "Server-Sent Events of the solution's activity state changes",
+            {
+                "type": "string",
+                "description": "`id: <txid>-<seq>`, `event: <name>`, `data: {JSON}` blocks and `:` comments",
+            },
+            media="text/event-stream",
+            query=("activity_type", "object_id"),
+            headers=("Last-Event-ID",),
+            description="A stream that stays open: one event per state change of the solution's activities "
+            "(`created`, `running`, `succeeded`, `retry_scheduled`, `dead`, `cancelled`, `requeued`), each "
+            "with `id:`, `event:` and a JSON `data:` line holding the activity's `id`, `activity_type`, "
+            "`object_id`, `state` (after the change), `attempt`, `outcome` and `at`; a `: keep-alive` "
+            "comment every 15 s. Reconnecting with `Last-Event-ID` sends every later event in order, "
+            "without gaps, for 2 hours. Events are recorded for a solution from its first stream on.",
+        ),
+        Op(
+            "GET",
+            TYPES + "/{type}/stats",
+            "getActivityTypeStats",
+            "Delivery statistics of an activity type",
+            "Stats",
+            description=_STATS_DESCRIPTION,
+        ),
+    ),
     "Activity types": (
         Op("GET", TYPES, "listActivityTypes", "List activity types", "ActivityTypePage", query=PAGING),
         Op(
@@ -216,6 +328,34 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "Change an activity type",
             "ActivityType",
             body="ActivityTypePatch",
+            query=("force",),
+            conflict="changing `uri_pattern`, `parameter_schema` or `object_id_ref` would leave stored "
+            "scheduled or recurring activities of the type with parameters that no longer fit, and "
+            "`force` is not set; the problem counts them (`activities`, `recurring_activities`) and "
+            "names examples (`example_activity_ids`, `example_recurring_activity_ids`, "
+            "`example_reasons`); nothing was changed",
+            description="Only the fields sent change. A change of `uri_pattern`, `parameter_schema` or "
+            "`object_id_ref` first re-checks the type's scheduled activities and recurring activities "
+            "against the new rules: if some would no longer fit it answers 409 (update or cancel them "
+            "first), unless `force=true`, which applies the change, dead-letters the misfitting "
+            "scheduled activities at once (an execution records why; nothing is sent) and pauses the "
+            "misfitting recurring activities (fix their parameter, then resume them).",
+            responses={
+                "200": {
+                    "description": "OK",
+                    **_content(_ref("ActivityType")),
+                    "headers": {
+                        "OSTE-Dead-Lettered": {
+                            "description": "With force: how many scheduled activities became dead letters",
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                        "OSTE-Paused-Recurring": {
+                            "description": "With force: how many recurring activities were paused",
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                    },
+                }
+            },
         ),
         Op(
             "DELETE",
@@ -266,11 +406,30 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "Cancel, requeue or update every activity matching a filter",
             "BulkResult",
             body="ActivityBulk",
-            description="`update` changes scheduled activities only, all or nothing (`set` names the new "
-            "values; `parameter` is merged into each one, null removes a key); `requeue` takes dead and "
-            "cancelled ones back to scheduled; `cancel` cancels unfinished ones. Answers how many changed.",
+            description="`cancel` cancels scheduled activities; `requeue` takes dead and cancelled ones back "
+            "to scheduled (due now, or at `scheduled_for` if still ahead) with the type's retries; "
+            "`update` changes scheduled ones (`set` names the new values; `parameter` is merged into each "
+            "one, null removes a key; `uri` sets a URI override, checked like a type's `uri_pattern` and "
+            "filled from each activity's parameter, used instead of the type's pattern from the next "
+            "attempt on; `uri: null` removes it). Every matching activity created before the request "
+            "began is walked in chunks of 1,000, each chunk in its own transaction: no cap. Running "
+            "activities are never changed. The answer counts `matched`, `changed` and `skipped` (by "
+            "reason, with example ids: activities in a state the action does not apply to, running ones, "
+            "and updates their parameter or URI override would not fit). `dry_run: true` changes nothing "
+            "and answers `would_change` and `sample_ids`.",
         ),
-        Op("GET", ACTIVITIES + "/{id}", "getActivity", "Get an activity", "Activity"),
+        Op(
+            "GET",
+            ACTIVITIES + "/{id}",
+            "getActivity",
+            "Get an activity (or long-poll until its state changes)",
+            "Activity",
+            query=("wait", "state"),
+            description="With `wait`, the answer comes as soon as the activity's state differs from "
+            "the state it had when the request came (or from `state`), at the latest after `wait`. "
+            "Waiting costs no database query: the node that changes the state wakes the request "
+            "(PostgreSQL LISTEN/NOTIFY across processes, an in-process signal within `oste serve`).",
+        ),
         Op(
             "PATCH",
             ACTIVITIES + "/{id}",
@@ -306,6 +465,17 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "Activity",
             conflict="the activity is neither dead nor cancelled",
             description="Back to `scheduled`, due now, with the activity type's retries.",
+        ),
+        Op(
+            "POST",
+            ACTIVITIES + "/{id}/run-now",
+            "runActivityNow",
+            "Make a scheduled activity due now",
+            "Activity",
+            202,
+            conflict="the activity is not scheduled",
+            description="Its `next_attempt_at` becomes now (its `scheduled_for` keeps the plan) and a node "
+            "claims it at once; answered with the activity. An activity already due is left as it is.",
         ),
     ),
     "Recurring activities": (
@@ -427,7 +597,21 @@ _QUERY_PARAMETERS = {
         "Delete what it holds too (otherwise a non-empty resource answers 409)",
         {"type": "boolean", "default": False},
     ),
-    "state": ("Only activities in this state", schemas.STATE),
+    "force": (
+        "Apply a change of an activity type's rules even if stored activities no longer fit: the "
+        "scheduled ones become dead letters, the recurring ones are paused (otherwise 409)",
+        {"type": "boolean", "default": False},
+    ),
+    "state": (
+        "Listing: only activities in this state. Getting one activity with `wait`: wait until its "
+        "state differs from this one (default: from its state when the request came)",
+        schemas.STATE,
+    ),
+    "wait": (
+        "Long-poll: answer as soon as the activity's state changes, at the latest after this ISO 8601 "
+        "duration (at most PT60S; more is a 422 naming `wait`); 200 with the activity either way",
+        {**schemas.DURATION, "example": "PT30S"},
+    ),
     "activity_type": ("Only activities of this activity type", schemas.SLUG_SCHEMA),
     "object_id": ("Only activities about this object (see `object_id_ref`)", {"type": "string"}),
     "scheduled_after": ("Only activities scheduled at or after this time", schemas.DATETIME),
@@ -437,7 +621,13 @@ _QUERY_PARAMETERS = {
         {"type": "string", "format": "uuid"},
     ),
 }
+_QUERY_PARAMETERS.update(audit.QUERY_PARAMETERS)
 _HEADER_PARAMETERS = {
+    "Last-Event-ID": (
+        "Resume a stream after this event id (`<txid>-<seq>`, as the last `id:` received); a malformed "
+        "one is a 422 naming `Last-Event-ID`",
+        {"type": "string", "pattern": "^[0-9]{1,19}-[0-9]{1,19}$"},
+    ),
     "Idempotency-Key": (
         "Makes a single create safe to retry: the same key and body within the solution return the "
         "activity already created (200) instead of a second one; the same key with another body is a 422",
@@ -453,9 +643,13 @@ _ERRORS = {
     413: ("PayloadTooLarge", "The body is larger than the limit (OSTE_MAX_BODY_BYTES)"),
     415: ("UnsupportedMediaType", "The body is not sent as application/json"),
     422: ("InvalidInput", "Invalid input: `errors` lists every failing field with its path and reason"),
-    503: ("Unavailable", "The database is temporarily unreachable; retry later"),
+    503: (
+        "Unavailable",
+        "The database is temporarily unreachable (down, restarting, locked): retry after `Retry-After` "
+        "seconds; `detail` says what failed",
+    ),
 }
-_SUCCESS = {200: "OK", 201: "Created", 204: "Done; no content"}
+_SUCCESS = {200: "OK", 201: "Created", 202: "Accepted", 204: "Done; no content"}
 
 
 def _path_parameter_refs(path: str) -> list[dict[str, str]]:
@@ -569,6 +763,10 @@ def _component_schemas() -> dict[str, Any]:
         "ActivityOrBatch": {"oneOf": [_ref("Activity"), _ref("ActivityBatch")]},
         **pages,
         "Health": _HEALTH,
+        "OpenApiDocument": {"type": "object", "description": "An OpenAPI 3.1 document (this one)"},
+        **log_shipping.COMPONENT_SCHEMAS,
+        **audit.COMPONENT_SCHEMAS,
+        **stats.COMPONENT_SCHEMAS,
     }
 
 
@@ -592,6 +790,8 @@ DESCRIPTION = "\n\n".join(
 
 def build_spec() -> dict[str, Any]:
     """The OpenAPI document the app serves at /openapi.json (and `oste openapi` writes to openapi/)."""
+    # No `jsonSchemaDialect`: OAS 3.1's default dialect already is JSON Schema 2020-12, and Swagger UI
+    # shows an error box for any value but its own base dialect.
     spec = {
         "openapi": "3.1.0",
         "info": {
@@ -600,10 +800,10 @@ def build_spec() -> dict[str, Any]:
             "description": DESCRIPTION,
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
         },
-        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         "tags": [{"name": tag} for tag in TABLE],
         "security": [{"bearerAuth": []}],
         "paths": _paths(),
+        "webhooks": log_shipping.webhooks(),
         "components": {
             "securitySchemes": {
                 "bearerAuth": {
@@ -614,11 +814,15 @@ def build_spec() -> dict[str, Any]:
             },
             "parameters": _parameters(),
             "responses": {
-                name: {"description": description, **_content(_ref("Problem"), PROBLEM_JSON)}
+                name: {
+                    "description": description,
+                    **_content(_ref("Problem"), PROBLEM_JSON),
+                    **({"headers": _RETRY_AFTER} if name == "Unavailable" else {}),
+                }
                 for name, description in _ERRORS.values()
             },
             "schemas": _component_schemas(),
         },
     }
     # A JSON round trip: plain, unshared values (YAML without anchors), and proof it serialises.
-    return orjson.loads(orjson.dumps(spec))
+    return name_shared_schemas(orjson.loads(orjson.dumps(spec)))

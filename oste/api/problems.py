@@ -11,7 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
-from oste.errors import InvalidInput, OsteError
+from oste.errors import InvalidInput, OsteError, Unavailable
+from oste.storage.database import STORAGE_EXCEPTIONS, outage
 
 log = logging.getLogger("oste.api")
 PROBLEM_TYPE = "tag:oste,2026:problem/"
@@ -45,24 +46,47 @@ def problem(
     if instance:
         body["instance"] = instance
     extra = dict(extra or {})
-    headers = {"Allow": extra.pop("allow")} if "allow" in extra else None
+    headers = {}
+    if "allow" in extra:
+        headers["Allow"] = extra.pop("allow")
+    if "retry_after" in extra:
+        headers["Retry-After"] = str(extra.pop("retry_after"))
     body.update(extra)
     return Response(
-        orjson.dumps(body), status_code=status, media_type="application/problem+json", headers=headers
+        orjson.dumps(body), status_code=status, media_type="application/problem+json", headers=headers or None
     )
 
 
 async def oste_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, OsteError)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = dict(exc.extensions)
     if isinstance(exc, InvalidInput):
         extra["errors"] = [
             {"field": e.field, "pointer": "/" + e.field if e.field else "", "reason": e.reason}
             for e in exc.errors
         ]
+    if isinstance(exc, Unavailable):
+        extra["retry_after"] = exc.retry_after
     if exc.status >= 500:
-        log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
+        log.warning("%s %s: %d %s", request.method, request.url.path, exc.status, exc.detail)
     return problem(exc.status, exc.title, exc.detail, request.url.path, extra)
+
+
+async def storage_error(request: Request, exc: Exception) -> Response:
+    """A database exception that no store translated: 503 (one log line) if it is an outage, else 500.
+
+    Registered for ``STORAGE_EXCEPTIONS`` beside ``oste_error`` so that it answers inside the app (the
+    catch-all ``unexpected_error`` runs in Starlette's outermost middleware, which re-raises to the
+    server and so logs a traceback per request, which an outage must not cause).
+    """
+    unavailable = outage(exc)
+    if unavailable is None:
+        return await unexpected_error(request, exc)
+    return await oste_error(request, unavailable)
+
+
+STORAGE_HANDLERS = dict.fromkeys(STORAGE_EXCEPTIONS, storage_error)
+"""The handler of every exception type a database failure can surface as."""
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

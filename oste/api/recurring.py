@@ -14,8 +14,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render, schemas
-from oste.api.activities import TypeCache
 from oste.api.context import body, ctx, principal, solution_in_path
+from oste.api.creation import TypeCache
 from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json, no_content
 from oste.domain import records as r
@@ -28,9 +28,10 @@ from oste.domain.recurrence import (
     check_choice,
     policy_of,
 )
-from oste.domain.schedule import Schedule, parse_schedule
+from oste.domain.schedule import Schedule, check_schedule_time, parse_schedule
 from oste.errors import InvalidInput
 from oste.storage.occurrences import RecurrenceStore, recurrence_of
+from oste.storage.recurring_ops import create_recurring
 
 NEXT_FIRE_TIMES_SHOWN = 5
 MAX_POLICY_DURATION = 366 * 86400.0
@@ -49,7 +50,8 @@ def _bounds(
 ) -> tuple[datetime | None, datetime | None]:
     def pick(name: str) -> datetime | None:
         if name in data:
-            return parse_time(data[name], name) if data[name] is not None else None
+            given = data[name]
+            return check_schedule_time(parse_time(given, name), name) if given is not None else None
         return getattr(current, name) if current else None
 
     return pick("start_at"), pick("end_at")
@@ -95,14 +97,12 @@ async def create(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     api = ctx(request)
     data = schemas.check_shape(schemas.RECURRING_CREATE, await body(request))
-    cache = TypeCache(api, solution)
+    cache = TypeCache(api.store, solution)
     kind = await cache.get(data["activity_type"], "activity_type")
     parameter = data.get("parameter", {})
     object_id = cache.rules[kind.name].check(parameter)
     schedule = schedule_of(data)
     policy = policy_values(data)
-    now = api.store.clock.now()
-    upcoming = Recurrence(schedule, **_dst(policy)).fire_times(now, 1)
     values = {
         "schedule": data["schedule"],
         "timezone": schedule.timezone,
@@ -113,13 +113,11 @@ async def create(request: Request) -> Response:
         "priority": data.get("priority", 0),
         "object_id": object_id,
         "paused": data.get("paused", False),
-        "next_fire_at": upcoming[0] if upcoming else None,
-        "planned_until": now,
-        "expand_at": now,
         **policy,
     }
-    created = await api.store.create_recurring(kind, values)
-    await _materialised(request, created.id)
+    created = await create_recurring(api.store, kind, values, Recurrence(schedule, **_dst(policy)))
+    if created.next_fire_at is not None and not created.paused:
+        api.notify_due(created.last_occurrence_at or created.next_fire_at)
     return json(await _rendered(request, solution, created.id), 201)
 
 
@@ -177,7 +175,7 @@ async def patch(request: Request) -> Response:
     solution, recurring = await recurring_in_path(request)
     api = ctx(request)
     data = schemas.check_shape(schemas.RECURRING_PATCH, await body(request))
-    cache = TypeCache(api, solution)
+    cache = TypeCache(api.store, solution)
     kind = await cache.get(data.get("activity_type", recurring.activity_type), "activity_type")
     changes: dict[str, Any] = {k: data[k] for k in ("retries", "priority") if k in data}
     if "parameter" in data or "activity_type" in data:
@@ -234,7 +232,7 @@ async def run_now(request: Request) -> Response:
     """Fire one occurrence now, keyed by now; the schedule does not move."""
     solution, recurring = await recurring_in_path(request)
     api = ctx(request)
-    kind = await TypeCache(api, solution).get(recurring.activity_type, "activity_type")
+    kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
     created = await store_of(request).run_now(recurring, kind)
     api.notify_due(created.scheduled_for)
     return json(render.activity(created), 201)
@@ -245,14 +243,15 @@ async def backfill(request: Request) -> Response:
     solution, recurring = await recurring_in_path(request)
     api = ctx(request)
     data = schemas.check_shape(schemas.BACKFILL, await body(request))
-    start, end = parse_time(data["from"], "from"), parse_time(data["to"], "to")
+    start = check_schedule_time(parse_time(data["from"], "from"), "from")
+    end = check_schedule_time(parse_time(data["to"], "to"), "to")
     now = api.store.clock.now()
     if end < start:
         raise InvalidInput.field("to", "must not be before from")
     if end > now:
         raise InvalidInput.field("to", "must not be in the future: backfill covers past occurrences")
     overlap = Overlap(check_choice(Overlap, data.get("overlap", "allow"), "overlap"))
-    kind = await TypeCache(api, solution).get(recurring.activity_type, "activity_type")
+    kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
     created, queued, skipped = await store_of(request).backfill(recurring, kind, start, end, overlap)
     if created:
         api.notify_due(now)
@@ -271,6 +270,7 @@ async def preview(request: Request) -> Response:
     schedule = schedule_of(data)
     policy = policy_values({k: data[k] for k in ("dst_nonexistent", "dst_ambiguous") if k in data})
     after = parse_time(data["after"], "after") if "after" in data else ctx(request).store.clock.now()
+    check_schedule_time(after, "after")
     recurrence = Recurrence(schedule, **_dst(policy))
     found = recurrence.occurrences(after, data.get("count", 10), annotate_skipped=True)
     return json(render.preview(schedule.timezone, found))

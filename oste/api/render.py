@@ -74,6 +74,9 @@ def activity_type(t: r.ActivityType, solution_name: str) -> dict[str, Any]:
         "backoff_max": format_duration(t.backoff_max),
         "success_statuses": list(t.success_statuses) if t.success_statuses is not None else None,
         "paused": t.paused,
+        "on_success": t.on_success,
+        "on_success_delay": format_duration(t.on_success_delay) if t.on_success_delay is not None else None,
+        "on_dead_letter": t.on_dead_letter,
         "created_at": iso(t.created_at),
         "updated_at": iso(t.updated_at),
     }
@@ -95,6 +98,10 @@ def activity(a: r.Activity) -> dict[str, Any]:
         "recurring_activity": str(a.recurring_activity_id) if a.recurring_activity_id else None,
         "occurrence_at": iso(a.occurrence_at),
         "finished_at": iso(a.finished_at),
+        "caused_by": str(a.caused_by) if a.caused_by else None,
+        "depth": a.depth,
+        "chain_note": a.chain_note,
+        "uri_override": a.uri_override,
         "created_at": iso(a.created_at),
         "updated_at": iso(a.updated_at),
     }

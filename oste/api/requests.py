@@ -32,6 +32,9 @@ class Principal:
     """Who is calling: the operator (admin token) or one company (its API key)."""
 
     company: Company | None = None
+    api_key_id: uuid.UUID | None = None
+    """The key a company caller used (the audit names it)."""
+    api_key_name: str | None = None
 
     @property
     def is_admin(self) -> bool:
@@ -141,10 +144,11 @@ async def authenticate(request: Request, store: Store, admin_token: str) -> Prin
         raise Unauthorized("send 'Authorization: Bearer <token>' with the admin token or a company API key")
     if hmac.compare_digest(token.encode(), admin_token.encode()):
         return Principal()
-    company = await store.company_for_api_key(token) if token.startswith("oste_") else None
-    if company is None:
+    found = await store.api_key_of(token) if token.startswith("oste_") else None
+    if found is None:
         raise Unauthorized("the bearer token is not the admin token nor a valid (unrevoked) API key")
-    return Principal(company)
+    company, key = found
+    return Principal(company, key.id, key.name)
 
 
 def slug_in_path(request: Request, name: str, what: str) -> str:

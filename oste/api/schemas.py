@@ -19,7 +19,18 @@ SLUG_SCHEMA = {"type": "string", "pattern": f"^{SLUG.pattern}$", "description": 
 DURATION = {"type": "string", "description": "ISO 8601 duration, e.g. PT30S or P7D", "example": "PT30S"}
 DATETIME = {"type": "string", "format": "date-time", "description": "RFC 3339 with offset"}
 NULLABLE_DATETIME = {"type": ["string", "null"], "format": "date-time"}
-URI = {"type": "string", "description": "absolute http(s) URL", "minLength": 1, "maxLength": 2048}
+URI = {
+    "type": "string",
+    "description": "absolute http(s) URL with a host; refused: user information (user@), a fragment (#), "
+    "%2F or dot segments (/./, /../) in the path, IPv6 zone ids, IPv4 hosts not written as four "
+    "decimal numbers, backslashes, whitespace and control characters",
+    "minLength": 1,
+    "maxLength": 2048,
+}
+SCHEDULE_TIME = {
+    **NULLABLE_DATETIME,
+    "description": "RFC 3339 with offset, between 1970-01-02T00:00:00Z and 9999-12-30T00:00:00Z",
+}
 ID = {"type": "string", "format": "uuid", "description": "time-sortable id (UUIDv7)"}
 QOS = {"type": "integer", "minimum": 1, "maximum": 1000}
 PRIORITY = {"type": "integer", "minimum": -1000, "maximum": 1000, "default": 0}
@@ -106,6 +117,24 @@ ACTIVITY_TYPE_CREATE = _obj(
             "minItems": 1,
         },
         "paused": {"type": "boolean"},
+        "on_success": {
+            **SLUG_SCHEMA,
+            "type": ["string", "null"],
+            "description": "Chaining: a type of the same solution (this one too) that gets a follow-on "
+            "activity when one of this type succeeds; its parameter is this one's with the receiver's "
+            "JSON object response merged over it. Chains stop at depth 16",
+        },
+        "on_success_delay": {
+            **DURATION,
+            "type": ["string", "null"],
+            "description": "How long after the success the follow-on is due (null: at once)",
+        },
+        "on_dead_letter": {
+            **SLUG_SCHEMA,
+            "type": ["string", "null"],
+            "description": "A type of the same solution that gets a handler activity when one of this "
+            "type goes dead; its parameter holds the dead activity and its last 5 executions",
+        },
     },
     ("name", "verb", "uri_pattern"),
 )
@@ -137,13 +166,30 @@ ACTIVITY_FILTER = _obj(
     },
     minProperties=1,
 )
+_BULK_SET = _patch(ACTIVITY_CREATE, drop=("activity_type",))
 ACTIVITY_BULK = _obj(
     {
         "filter": ACTIVITY_FILTER,
         "action": {"type": "string", "enum": ["cancel", "requeue", "update"]},
         "set": {
-            **_patch(ACTIVITY_CREATE, drop=("activity_type",)),
-            "description": "for update: new values; `parameter` is merged into each one (null removes a key)",
+            **_BULK_SET,
+            "properties": {
+                **_BULK_SET["properties"],
+                "uri": {
+                    **URI,
+                    "type": ["string", "null"],
+                    "description": "a URI override: a URI pattern (checked like a type's `uri_pattern`, its "
+                    "placeholders filled from each activity's parameter) used instead of the type's from "
+                    "the next attempt on; null removes the override. " + URI["description"],
+                },
+            },
+            "description": "for update: new values; `parameter` is merged into each one (null removes a "
+            "key); `uri` sets or (null) removes a URI override",
+        },
+        "dry_run": {
+            "type": "boolean",
+            "default": False,
+            "description": "true: change nothing; answer what would change (`would_change`, `sample_ids`)",
         },
     },
     ("filter", "action"),
@@ -196,8 +242,8 @@ RECURRING_CREATE = _obj(
         "activity_type": SLUG_SCHEMA,
         "schedule": SCHEDULE,
         "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
-        "start_at": NULLABLE_DATETIME,
-        "end_at": NULLABLE_DATETIME,
+        "start_at": SCHEDULE_TIME,
+        "end_at": SCHEDULE_TIME,
         "parameter": PARAMETER,
         "retries": {**RETRIES, "type": ["integer", "null"]},
         "priority": PRIORITY,
@@ -211,9 +257,9 @@ SCHEDULE_PREVIEW = _obj(
     {
         "schedule": SCHEDULE,
         "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
-        "start_at": NULLABLE_DATETIME,
-        "end_at": NULLABLE_DATETIME,
-        "after": DATETIME,
+        "start_at": SCHEDULE_TIME,
+        "end_at": SCHEDULE_TIME,
+        "after": {**DATETIME, "description": SCHEDULE_TIME["description"] + "; default now"},
         "count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
         "dst_nonexistent": RECURRING_POLICIES["dst_nonexistent"],
         "dst_ambiguous": RECURRING_POLICIES["dst_ambiguous"],
@@ -289,6 +335,26 @@ ACTIVITY = _obj(
         "recurring_activity": {"type": ["string", "null"], "format": "uuid"},
         "occurrence_at": NULLABLE_DATETIME,
         "finished_at": NULLABLE_DATETIME,
+        "caused_by": {
+            "type": ["string", "null"],
+            "format": "uuid",
+            "description": "The activity whose success (on_success) or death (on_dead_letter) made this one",
+        },
+        "depth": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Follow-ons between this activity and the one a client or schedule created",
+        },
+        "chain_note": {
+            "type": ["string", "null"],
+            "description": "Why a configured follow-on or handler was not created (or its parameter "
+            "was not merged with the response)",
+        },
+        "uri_override": {
+            "type": ["string", "null"],
+            "description": "A URI pattern used instead of the activity type's `uri_pattern` from the next "
+            "attempt on (set by a bulk update's `set.uri`; null: the type's pattern)",
+        },
         **_TIMES,
     },
     ("id", "activity_type", "scheduled_for", "parameter", "retries", "priority", "state", "attempts"),
@@ -331,8 +397,42 @@ EXECUTION = _obj(
     },
     ("id", "attempt", "started_at", "finished_at", "duration_ms", "outcome", "node"),
 )
+BULK_SKIPPED = _obj(
+    {
+        "reason": {"type": "string", "description": "why these activities were left alone"},
+        "count": {"type": "integer", "minimum": 1},
+        "example_ids": {"type": "array", "items": ID, "maxItems": 3},
+    },
+    ("reason", "count", "example_ids"),
+)
 BULK_RESULT = _obj(
-    {"action": {"type": "string"}, "changed": {"type": "integer", "minimum": 0}}, ("action", "changed")
+    {
+        "action": {"type": "string", "enum": ["cancel", "requeue", "update"]},
+        "dry_run": {"type": "boolean"},
+        "matched": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "activities the filter matched (created before the request began)",
+        },
+        "changed": {"type": "integer", "minimum": 0, "description": "activities changed (0 in a dry run)"},
+        "would_change": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "activities that were (or, in a dry run, would be) changed",
+        },
+        "skipped": {
+            "type": "array",
+            "items": BULK_SKIPPED,
+            "description": "matched activities left alone, counted by reason (running ones among them)",
+        },
+        "sample_ids": {
+            "type": "array",
+            "items": ID,
+            "maxItems": 10,
+            "description": "a few of the activities that were (or would be) changed, oldest first",
+        },
+    },
+    ("action", "dry_run", "matched", "changed", "would_change", "skipped", "sample_ids"),
 )
 SCHEDULE_PREVIEW_RESULT = _obj(
     {

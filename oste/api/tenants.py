@@ -12,7 +12,7 @@ from starlette.routing import Route
 from oste.api import render, schemas
 from oste.api.context import body, company_in_path, ctx, principal, solution_in_path
 from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
-from oste.domain.parameters import uri_placeholders
+from oste.domain.uris import check_target_uri
 from oste.errors import InvalidInput
 
 DEFAULT_SUCCESS_PERIOD = 7 * 86400.0
@@ -95,8 +95,8 @@ def solution_values(data: dict[str, Any], creating: bool) -> dict[str, Any]:
     """Validated column values of a solution from a create or patch body."""
     values = {k: data[k] for k in ("name", "qos_level", "paused") if k in data}
     for uri_field in ("success_uri", "dead_letter_uri"):
-        if data.get(uri_field) is not None and uri_placeholders(data[uri_field], uri_field):
-            raise InvalidInput.field(uri_field, "must be a plain URL, without {placeholders}")
+        if data.get(uri_field) is not None:
+            check_target_uri(data[uri_field], uri_field, placeholders=False)
         if uri_field in data:
             values[uri_field] = data[uri_field]
     for period, default in (
@@ -105,6 +105,10 @@ def solution_values(data: dict[str, Any], creating: bool) -> dict[str, Any]:
     ):
         if period in data:
             values[period] = parse_duration(data[period], period, MAX_PERIOD)
+            if values[period] <= 0:
+                raise InvalidInput.field(
+                    period, "must be longer than zero: it is how long records stay queryable before shipping"
+                )
         elif creating:
             values[period] = default
     if creating:

@@ -6,7 +6,7 @@ import random
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 
-from oste.domain.dispatch import AttemptReport, Claim, Completion, ExpiredClaim
+from oste.domain.dispatch import AttemptReport, Claim, Completion, ExpiredClaim, FollowOn
 from oste.domain.records import ActivityState, Outcome
 
 RETRY_STATUSES = frozenset({408, 425, 429})
@@ -105,7 +105,30 @@ def conclude(claim: Claim, report: AttemptReport, node: str, rng: random.Random 
         report.retry_after,
         rng,
     )
-    return Completion(claim.activity_id, claim.claim_token, claim.attempt, state, left, at, node, report)
+    follow = follow_on(state, target.on_success, target.on_success_delay, target.on_dead_letter)
+    return Completion(
+        claim.activity_id,
+        claim.claim_token,
+        claim.attempt,
+        state,
+        left,
+        at,
+        node,
+        report,
+        follow,
+        target.solution_id,
+    )
+
+
+def follow_on(
+    state: ActivityState, on_success: str | None, delay: float | None, on_dead_letter: str | None
+) -> FollowOn | None:
+    """The follow-on an activity ending in ``state`` must create, given its type's chaining rules."""
+    if state == ActivityState.SUCCEEDED and on_success:
+        return FollowOn("success", on_success, delay)
+    if state == ActivityState.DEAD and on_dead_letter:
+        return FollowOn("dead_letter", on_dead_letter)
+    return None
 
 
 def conclude_expired(expired: ExpiredClaim, now: datetime, rng: random.Random | None = None) -> Completion:
@@ -128,6 +151,16 @@ def conclude_expired(expired: ExpiredClaim, now: datetime, rng: random.Random | 
         None,
         rng,
     )
+    follow = follow_on(state, None, None, expired.on_dead_letter)
     return Completion(
-        expired.activity_id, expired.claim_token, expired.attempt, state, left, at, expired.owner, report
+        expired.activity_id,
+        expired.claim_token,
+        expired.attempt,
+        state,
+        left,
+        at,
+        expired.owner,
+        report,
+        follow,
+        expired.solution_id,
     )

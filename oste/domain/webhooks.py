@@ -100,4 +100,5 @@ def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> Ou
             "traceparent": traceparent(claim, span_id),
         }
     )
-    return OutboundRequest(verb, fill_uri(target.uri_pattern, claim.parameter), headers, body)
+    pattern = claim.uri_override or target.uri_pattern
+    return OutboundRequest(verb, fill_uri(pattern, claim.parameter), headers, body)

@@ -58,20 +58,25 @@ def _utc(value: datetime) -> datetime:
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
-def new_activity_record(item: r.NewActivity, now: datetime, partition: int | None = None) -> r.Activity:
+def new_activity_record(
+    item: r.NewActivity, now: datetime, type_partition: tuple[int, bool] | None = None
+) -> r.Activity:
     """The record of a new activity as it will be stored (a fresh id; due at its ``scheduled_for``).
 
-    ``partition``: its type's partition, when the caller has it at hand.
+    ``type_partition``: its type's (partition, limited), when the caller has it at hand; the activity's
+    own partition follows from it (``activity_partition``).
     """
     kind = item.activity_type
     due = _utc(item.scheduled_for)
+    activity_id = new_id()
+    partition, limited = (kind.partition, kind.limited) if type_partition is None else type_partition
     return r.Activity(
-        id=new_id(),
+        id=activity_id,
         company_id=kind.company_id,
         solution_id=kind.solution_id,
         activity_type_id=kind.id,
         activity_type=kind.name,
-        partition=kind.partition if partition is None else partition,
+        partition=r.activity_partition(activity_id, partition, limited),
         scheduled_for=due,
         next_attempt_at=due,
         parameter=item.parameter,
@@ -125,7 +130,7 @@ async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list
         return []
     now = _utc(now)
     partitions = {
-        kind.id: kind.partition
+        kind.id: (kind.partition, kind.limited)
         for kind in {item.activity_type.id: item.activity_type for item in new}.values()
     }
     created = [new_activity_record(item, now, partitions[item.activity_type.id]) for item in new]

@@ -100,6 +100,9 @@ class ActivityType(Model):
     backoff_max = fields.FloatField()
     success_statuses = fields.JSONField(null=True)
     paused = fields.BooleanField(default=False)
+    on_success = fields.CharField(max_length=63, null=True)
+    on_success_delay = fields.FloatField(null=True)
+    on_dead_letter = fields.CharField(max_length=63, null=True)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
 
@@ -179,6 +182,10 @@ class Activity(Model):
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
     finished_at = fields.DatetimeField(null=True)
+    caused_by = fields.UUIDField(null=True)
+    depth = fields.IntField(default=0, db_default=0)
+    chain_note = fields.TextField(null=True)
+    uri_override = fields.TextField(null=True)
 
     class Meta:
         table = "activity"
@@ -218,6 +225,34 @@ class Execution(Model):
 
     class Meta:
         table = "execution"
+        # An activity's executions are read (listing, log records) and deleted (purging, and the
+        # foreign key's cascade on PostgreSQL) by activity: without it each is a scan of the table.
+        indexes = (Index(fields=("activity_id", "attempt"), name="execution_activity_idx"),)
+
+
+class Audit(Model):
+    """Who changed what, when: one row per API operation that changed something (a bulk change is one
+    row with its filter and counts). ``solution_id`` is null for company-level operations."""
+
+    id = fields.UUIDField(primary_key=True)
+    company_id = fields.UUIDField()
+    solution_id = fields.UUIDField(null=True)
+    solution = fields.CharField(max_length=63, null=True)
+    at = fields.DatetimeField()
+    actor = fields.CharField(max_length=16)
+    api_key_id = fields.UUIDField(null=True)
+    api_key_name = fields.CharField(max_length=63, null=True)
+    action = fields.CharField(max_length=32)
+    resource = fields.CharField(max_length=32)
+    resource_id = fields.CharField(max_length=255, null=True)
+    details = fields.JSONField(null=True)
+
+    class Meta:
+        table = "audit"
+        indexes = (
+            Index(fields=("company_id", "id"), name="audit_company_idx"),
+            Index(fields=("solution_id", "id"), name="audit_solution_idx"),
+        )
 
 
 class Node(Model):
@@ -242,3 +277,124 @@ class PartitionLease(Model):
 
     class Meta:
         table = "partition_lease"
+
+
+class LogRoller(Model):
+    """One log roller's state for one solution and kind (``success`` or ``dead_letter``).
+
+    The lease (``owner`` until ``lease_expires_at``) lets one node at a time ship the solution's records;
+    the pending batch (``batch_id`` and its ``batch_ids``) is written before it is sent, so a retry
+    carries the same id and the same records; the rest are counters an operator reads.
+    """
+
+    id = fields.UUIDField(primary_key=True)
+    solution_id = fields.UUIDField()
+    kind = fields.CharField(max_length=16)
+    owner = fields.CharField(max_length=64, null=True)
+    lease_expires_at = fields.DatetimeField(null=True)
+    batch_id = fields.UUIDField(null=True)
+    batch_ids = fields.JSONField(null=True)
+    batch_attempts = fields.IntField(default=0)
+    next_attempt_at = fields.DatetimeField(null=True)
+    batches_shipped = fields.IntField(default=0)
+    records_shipped = fields.BigIntField(default=0)
+    records_purged = fields.BigIntField(default=0)
+    failed_attempts = fields.IntField(default=0)
+    last_success_at = fields.DatetimeField(null=True)
+    last_error = fields.TextField(null=True)
+    last_error_at = fields.DatetimeField(null=True)
+
+    class Meta:
+        table = "log_roller"
+        unique_together = (("solution_id", "kind"),)
+
+
+class UiSession(Model):
+    """A management UI sign-in (``oste.ui.sessions``): kept in the database so that any ``oste api``
+    process behind a load balancer knows it. The id is the SHA-256 of the cookie's session id."""
+
+    id = fields.CharField(max_length=64, primary_key=True)
+    csrf = fields.CharField(max_length=64)
+    signed_in = fields.BooleanField(default=False)
+    company_id = fields.UUIDField(null=True)
+    flashes = fields.JSONField(default=list)
+    used_at = fields.DatetimeField()
+
+    class Meta:
+        table = "ui_session"
+        indexes = (Index(fields=("used_at",), name="ui_session_used_idx"),)
+
+
+class StatsMinute(Model):
+    """Deliveries of one activity type in one minute (unix minutes): outcome counts, a fixed-bucket
+    lag histogram (``oste.domain.stats.LAG_BUCKETS``, one column per bucket) and the largest lag.
+
+    Written by each node's completion writer as an upsert of the few keys of a batch; pruned after a
+    day. Stats are sums over these rows, never scans of executions.
+    """
+
+    id = fields.UUIDField(primary_key=True)
+    minute = fields.BigIntField()
+    company_id = fields.UUIDField()
+    solution_id = fields.UUIDField()
+    activity_type_id = fields.UUIDField()
+    ok = fields.IntField(default=0)
+    failed = fields.IntField(default=0)
+    retry = fields.IntField(default=0)
+    error = fields.IntField(default=0)
+    lag_b00 = fields.IntField(default=0)
+    lag_b01 = fields.IntField(default=0)
+    lag_b02 = fields.IntField(default=0)
+    lag_b03 = fields.IntField(default=0)
+    lag_b04 = fields.IntField(default=0)
+    lag_b05 = fields.IntField(default=0)
+    lag_b06 = fields.IntField(default=0)
+    lag_b07 = fields.IntField(default=0)
+    lag_b08 = fields.IntField(default=0)
+    lag_b09 = fields.IntField(default=0)
+    lag_b10 = fields.IntField(default=0)
+    lag_b11 = fields.IntField(default=0)
+    lag_b12 = fields.IntField(default=0)
+    lag_b13 = fields.IntField(default=0)
+    lag_max = fields.FloatField(default=0.0)
+
+    class Meta:
+        table = "stats_minute"
+        unique_together = (("minute", "activity_type_id"),)
+
+
+class ActivityEvent(Model):
+    """One activity state change of a solution that has a stream subscriber (``oste.storage.events``).
+
+    ``seq`` is allocated at insert; ``txid`` is the writing transaction's id on PostgreSQL (0 on
+    SQLite): the stream reads in (txid, seq) order and only below the oldest running transaction, so a
+    row can never appear behind a position already streamed.
+    """
+
+    seq = fields.BigIntField(primary_key=True)
+    txid = fields.BigIntField(default=0)
+    solution_id = fields.UUIDField()
+    activity_id = fields.UUIDField()
+    activity_type_id = fields.UUIDField()
+    object_id = fields.CharField(max_length=255, null=True)
+    event = fields.CharField(max_length=16)
+    attempt = fields.IntField(default=0)
+    outcome = fields.CharField(max_length=16, null=True)
+    at = fields.DatetimeField()
+
+    class Meta:
+        table = "activity_event"
+        indexes = (
+            Index(fields=("solution_id", "txid", "seq"), name="activity_event_stream_idx"),
+            Index(fields=("at",), name="activity_event_at_idx"),
+        )
+
+
+class EventSubscription(Model):
+    """A solution whose state changes are recorded as events until ``until`` (a stream connected)."""
+
+    solution_id = fields.UUIDField(primary_key=True)
+    until = fields.DatetimeField()
+
+    class Meta:
+        table = "event_subscription"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.exceptions import IntegrityError
 from tortoise.expressions import F, Subquery
 from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
@@ -29,9 +29,10 @@ from tortoise.transactions import in_transaction
 from oste.domain import records as r
 from oste.domain.clock import Clock
 from oste.domain.ids import hash_secret, new_api_key, new_id, new_signing_secret
-from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
+from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
 from oste.storage.activity_inserts import insert_activities
+from oste.storage.database import raises_unavailable
 
 R = TypeVar("R")
 MAX_PAGE = 1000
@@ -77,7 +78,7 @@ async def page_of(query: QuerySet, limit: int, cursor: str | None, convert: Call
     return r.Page(items, next_cursor)
 
 
-def _filtered(solution: r.Solution, filters: r.ActivityFilter) -> QuerySet:
+def matching_activities(solution: r.Solution, filters: r.ActivityFilter) -> QuerySet:
     """The activities of a solution matching the filters (None = any)."""
     conditions = {
         "state": filters.state,
@@ -122,6 +123,10 @@ def _storable(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_filtered = matching_activities
+
+
+@raises_unavailable
 class Store:
     """OSTE's storage, over Tortoise ORM (SQLite or PostgreSQL). See the module docstring."""
 
@@ -130,10 +135,7 @@ class Store:
 
     async def ping(self) -> None:
         """Raise Unavailable unless the database answers a trivial query."""
-        try:
-            await m.Company.all().limit(1).values_list("id", flat=True)
-        except (DBConnectionError, OSError) as exc:
-            raise Unavailable(f"the database does not answer: {exc}") from None
+        await m.Company.all().limit(1).values_list("id", flat=True)
 
     # --- companies -------------------------------------------------------------------------------
 
@@ -201,6 +203,15 @@ class Store:
             row.revoked_at = self.clock.now()
             await row.save(update_fields=["revoked_at"])
         return to_record(r.ApiKey, row)
+
+    async def api_key_of(self, secret: str) -> tuple[r.Company, r.ApiKey] | None:
+        """The company and the unrevoked key a secret belongs to, or None (one query)."""
+        row = await (
+            m.ApiKey.filter(key_hash=hash_secret(secret), revoked_at__isnull=True)
+            .select_related("company")
+            .first()
+        )
+        return None if row is None else (self._company(row.company), to_record(r.ApiKey, row))
 
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""
@@ -291,9 +302,22 @@ class Store:
     async def update_activity_type(
         self, activity_type: r.ActivityType, changes: dict[str, Any]
     ) -> r.ActivityType:
+        """Apply validated changes. A type that gains limits (``max_concurrency`` or ``rate_limit``)
+        gathers its scheduled and running activities into its own partition in the same transaction,
+        so the node holding it enforces the limits for all of them; a type that loses its limits
+        leaves them there (they still fire; only new activities are spread over every partition)."""
         query = m.ActivityType.filter(id=activity_type.id)
-        await self._update(query, _storable(changes), "activity type not found")
-        return self._activity_type(await self._one(query, "activity type not found"))
+        async with in_transaction():
+            await self._update(query, _storable(changes), "activity type not found")
+            updated = self._activity_type(await self._one(query, "activity type not found"))
+            if updated.limited and not activity_type.limited:
+                live = [r.ActivityState.SCHEDULED, r.ActivityState.RUNNING]  # running: for its retries
+                await (
+                    m.Activity.filter(activity_type_id=updated.id, state__in=live)
+                    .exclude(partition=updated.partition)
+                    .update(partition=updated.partition)
+                )
+        return updated
 
     async def delete_activity_type(self, activity_type: r.ActivityType, cascade: bool = False) -> None:
         """Delete a type. Without ``cascade`` raises Conflict while it has live or recurring activities."""
@@ -373,6 +397,20 @@ class Store:
         if await query.update(**values) == 0:
             current = await self._activity_by_id(activity.id)
             raise Conflict(f"activity is {current.state}; only a scheduled activity can be changed")
+        return await self._activity_by_id(activity.id)
+
+    async def run_now(self, activity: r.Activity) -> r.Activity:
+        """Make a scheduled activity due now (``next_attempt_at``; ``scheduled_for`` keeps the plan).
+
+        One already due is left as it is. Raises Conflict unless it is ``scheduled``.
+        """
+        now = self.clock.now()
+        query = m.Activity.filter(id=activity.id, state=r.ActivityState.SCHEDULED)
+        if await query.filter(next_attempt_at__gt=now).update(next_attempt_at=now, updated_at=now) == 0:
+            current = await self._activity_by_id(activity.id)
+            if current.state != r.ActivityState.SCHEDULED:
+                raise Conflict(f"activity is {current.state}; only a scheduled activity can be run now")
+            return current
         return await self._activity_by_id(activity.id)
 
     async def cancel_activity(self, activity: r.Activity) -> r.Activity:
@@ -541,10 +579,7 @@ class Store:
     # --- helpers -----------------------------------------------------------------------------------
 
     async def _one(self, query: QuerySet, message: str) -> Any:
-        try:
-            row = await query.first()
-        except DBConnectionError as exc:
-            raise Unavailable(f"the database is unreachable: {exc}") from None
+        row = await query.first()  # an outage becomes Unavailable in the public method (raises_unavailable)
         if row is None:
             raise NotFound(message)
         return row

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 OSTE = [str(Path(sys.executable).parent / "oste")]
-SUBCOMMANDS = ("serve", "api", "worker", "migrate", "openapi", "settings")
+SUBCOMMANDS = ("serve", "api", "worker", "migrate", "openapi", "settings", "import", "export")
 
 
 def free_port() -> int:

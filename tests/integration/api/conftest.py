@@ -65,8 +65,10 @@ async def _wait_ready(base_url: str, server: asyncio.Task[None]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running_server(settings: Settings, admin_token: str = ADMIN_TOKEN) -> AsyncIterator[str]:
-    """Serve ``create_app(settings)`` on 127.0.0.1 (a free port); yields the base URL."""
+async def running_server(
+    settings: Settings, admin_token: str = ADMIN_TOKEN, **app_options: Any
+) -> AsyncIterator[str]:
+    """Serve ``create_app(settings, **app_options)`` on 127.0.0.1 (a free port); yields the base URL."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))  # the port is ours from here on: no pick-then-bind race
     port = listener.getsockname()[1]
@@ -76,7 +78,7 @@ async def running_server(settings: Settings, admin_token: str = ADMIN_TOKEN) -> 
     config.accesslog = None
     config.loglevel = "WARNING"
     stop = asyncio.Event()
-    app = create_app(settings, admin_token)
+    app = create_app(settings, admin_token, **app_options)
     server = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -230,9 +232,10 @@ class Tenant:
 
 
 @contextlib.asynccontextmanager
-async def api_client(settings: Settings) -> AsyncIterator[Api]:
+async def api_client(settings: Settings, **app_options: Any) -> AsyncIterator[Api]:
+    """A client of a real server (``run_engine=True``: with the dispatch engine in the same process)."""
     async with (
-        running_server(settings) as base_url,
+        running_server(settings, **app_options) as base_url,
         httpx.AsyncClient(base_url=base_url, timeout=60.0) as http,
     ):
         yield Api(http, settings.database_url)
