@@ -20,6 +20,7 @@ from tortoise.migrations.api import migrate as run_migrations
 
 from oste.errors import Unavailable
 from oste.storage.config import normalise_url, tortoise_config
+from oste.storage.transactions import guard_transaction_entry
 
 log = logging.getLogger("oste.storage")
 
@@ -51,6 +52,7 @@ async def open_database(url: str, apply_migrations: bool = True) -> None:
     if apply_migrations:
         await migrate(url)
     executor.EXECUTOR_CACHE.clear()
+    guard_transaction_entry()
     try:
         await Tortoise.init(config=tortoise_config(url), _enable_global_fallback=True)
     except (OSError, DBConnectionError) as exc:
