@@ -1,9 +1,9 @@
 """The OpenAPI 3.1 document, built from the request/response schemas and a compact operation table.
 
 Each operation is one ``Op`` row. Its error responses are derived from what the row says about the
-route — it needs a bearer token (401, 503), has a company in its path (404), is reserved to the operator
-(403), reads a JSON body (400, 413, 415, 422), takes query parameters (422), can clash with what is
-stored (409) — so adding a route means adding one row, and tests check rows and routes match both ways.
+route — it needs a bearer token (401, 429, 503), has a company in its path (404), is reserved to the
+operator (403), reads a JSON body (400, 413, 415, 422), takes query parameters (422), can clash with what
+is stored (409) — so adding a route means adding one row, and tests check rows and routes match both ways.
 """
 
 from __future__ import annotations
@@ -280,25 +280,6 @@ TABLE: dict[str, tuple[Op, ...]] = {
         ),
         Op(
             "GET",
-            SOLUTION + "/events",
-            "streamEvents",
-            "Server-Sent Events of the solution's activity state changes",
-            {
-                "type": "string",
-                "description": "`id: <txid>-<seq>`, `event: <name>`, `data: {JSON}` blocks and `:` comments",
-            },
-            media="text/event-stream",
-            query=("activity_type", "object_id"),
-            headers=("Last-Event-ID",),
-            description="A stream that stays open: one event per state change of the solution's activities "
-            "(`created`, `running`, `succeeded`, `retry_scheduled`, `dead`, `cancelled`, `requeued`), each "
-            "with `id:`, `event:` and a JSON `data:` line holding the activity's `id`, `activity_type`, "
-            "`object_id`, `state` (after the change), `attempt`, `outcome` and `at`; a `: keep-alive` "
-            "comment every 15 s. Reconnecting with `Last-Event-ID` sends every later event in order, "
-            "without gaps, for 2 hours. Events are recorded for a solution from its first stream on.",
-        ),
-        Op(
-            "GET",
             TYPES + "/{type}/stats",
             "getActivityTypeStats",
             "Delivery statistics of an activity type",
@@ -477,6 +458,25 @@ TABLE: dict[str, tuple[Op, ...]] = {
             description="Its `next_attempt_at` becomes now (its `scheduled_for` keeps the plan) and a node "
             "claims it at once; answered with the activity. An activity already due is left as it is.",
         ),
+        Op(
+            "GET",
+            SOLUTION + "/events",
+            "streamEvents",
+            "Server-Sent Events of the solution's activity state changes",
+            {
+                "type": "string",
+                "description": "`id: <txid>-<seq>`, `event: <name>`, `data: {JSON}` blocks and `:` comments",
+            },
+            media="text/event-stream",
+            query=("activity_type", "object_id"),
+            headers=("Last-Event-ID",),
+            description="A stream that stays open: one event per state change of the solution's activities "
+            "(`created`, `running`, `succeeded`, `retry_scheduled`, `dead`, `cancelled`, `requeued`), each "
+            "with `id:`, `event:` and a JSON `data:` line holding the activity's `id`, `activity_type`, "
+            "`object_id`, `state` (after the change), `attempt`, `outcome` and `at`; a `: keep-alive` "
+            "comment every 15 s. Reconnecting with `Last-Event-ID` sends every later event in order, "
+            "without gaps, for 2 hours. Events are recorded for a solution from its first stream on.",
+        ),
     ),
     "Recurring activities": (
         Op(
@@ -643,6 +643,11 @@ _ERRORS = {
     413: ("PayloadTooLarge", "The body is larger than the limit (OSTE_MAX_BODY_BYTES)"),
     415: ("UnsupportedMediaType", "The body is not sent as application/json"),
     422: ("InvalidInput", "Invalid input: `errors` lists every failing field with its path and reason"),
+    429: (
+        "TooManyRequests",
+        "More requests with this bearer token than OSTE_API_RATE_LIMIT allows per second (when it is set; "
+        "counted per API process): retry after `Retry-After` seconds",
+    ),
     503: (
         "Unavailable",
         "The database is temporarily unreachable (down, restarting, locked): retry after `Retry-After` "
@@ -666,7 +671,7 @@ def _path_parameter_refs(path: str) -> list[dict[str, str]]:
 def _error_codes(op: Op) -> list[int]:
     codes: set[int] = set()
     if not op.public:
-        codes |= {401, 503}
+        codes |= {401, 429, 503}
     if "{company}" in op.path:
         codes.add(404)
     if op.admin:
@@ -817,7 +822,7 @@ def build_spec() -> dict[str, Any]:
                 name: {
                     "description": description,
                     **_content(_ref("Problem"), PROBLEM_JSON),
-                    **({"headers": _RETRY_AFTER} if name == "Unavailable" else {}),
+                    **({"headers": _RETRY_AFTER} if name in ("Unavailable", "TooManyRequests") else {}),
                 }
                 for name, description in _ERRORS.values()
             },
