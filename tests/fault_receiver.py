@@ -10,6 +10,7 @@ Behaviours (each an ``(request, receiver) -> response`` coroutine, combinable wi
     receiver.behaviour = huge(64 << 20)                # a 64 MiB body
     receiver.behaviour = gzip_bomb(256 << 20)          # 256 MiB of zeros, a few hundred KB gzipped
     receiver.behaviour = redirect_loop()               # 302 to itself, forever
+    receiver.behaviour = by_path({"/slow": trickle(...), "/cut": reset()})  # one per path prefix
 
 ``InFlight`` counts requests open at any moment (to compare duplicates against what was in flight at
 a fault). ``schedule_oracle`` and ``store_oracle`` check what a run delivered and what it left behind.
@@ -18,7 +19,8 @@ a fault). ``schedule_oracle`` and ``store_oracle`` check what a run delivered an
 from __future__ import annotations
 
 import asyncio
-import gzip
+import functools
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -99,7 +101,8 @@ def huge(size: int, chunk: int = 1 << 20) -> Behaviour:
 
 
 def gzip_bomb(expanded: int) -> Behaviour:
-    body = gzip.compress(b"\0" * expanded, compresslevel=9)
+    """A small gzip body (``Content-Encoding: gzip``) that expands to ``expanded`` zero bytes."""
+    body = _zeros_gzipped(expanded)
 
     async def answer(request: web.Request, receiver: Receiver) -> web.StreamResponse:
         return web.Response(status=200, body=body, headers={"Content-Encoding": "gzip"})
@@ -107,9 +110,30 @@ def gzip_bomb(expanded: int) -> Behaviour:
     return answer
 
 
+@functools.cache
+def _zeros_gzipped(expanded: int, block: int = 1 << 20) -> bytes:
+    """Compressed a block at a time: the expanded size is never held in memory here either."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: a gzip header and trailer
+    zeros = b"\0" * block
+    parts = [packer.compress(zeros[: min(block, expanded - start)]) for start in range(0, expanded, block)]
+    return b"".join([*parts, packer.flush()])
+
+
 def redirect_loop() -> Behaviour:
     async def answer(request: web.Request, receiver: Receiver) -> web.StreamResponse:
         return web.Response(status=302, headers={"Location": str(request.url)})
+
+    return answer
+
+
+def by_path(routes: dict[str, Behaviour], otherwise: Behaviour = answer_ok) -> Behaviour:
+    """Answer with the behaviour of the first path prefix the request's path starts with."""
+
+    async def answer(request: web.Request, receiver: Receiver) -> web.StreamResponse:
+        for prefix, behaviour in routes.items():
+            if request.path.startswith(prefix):
+                return await behaviour(request, receiver)
+        return await otherwise(request, receiver)
 
     return answer
 
