@@ -8,6 +8,8 @@ Per chunk, in one transaction: the matched rows are read (id, state, and what th
 ones the action applies to are locked in id order (PostgreSQL; on SQLite the one writer serialises)
 and written with their expected state in the ``WHERE``, so an activity that started running meanwhile
 is not touched and is counted under ``CHANGED_MEANWHILE``. Running activities are never changed.
+A chunk that cancels or requeues writes its ``cancelled``/``requeued`` events in its transaction
+(when the solution's stream is subscribed) and, once committed, wakes long-polls waiting on its ids.
 
 A dry run reads the same chunks and decides the same way, writing nothing. A change interrupted part
 way (the process stopped) leaves the chunks already committed changed; each action can simply be run
@@ -33,6 +35,8 @@ from oste.domain.parameters import ParameterRules
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
 from oste.storage.dialects import ClaimStrategy, Params, strategy_for
+from oste.storage.events import Change, record, subscribed_solutions
+from oste.storage.notices import publish
 from oste.storage.store import matching_activities
 
 CHUNK = 1000
@@ -43,6 +47,8 @@ _COLUMNS = {
     "requeue": ("id", "state", "activity_type_id"),
     "update": ("id", "state", "activity_type_id", "parameter", "uri_override"),
 }
+STATE_EVENTS = {"cancel": "cancelled", "requeue": "requeued"}
+"""The event stream's name for the state change of each action that changes states."""
 _S = r.ActivityState
 
 
@@ -67,6 +73,8 @@ class BulkChange:
         result = BulkResult(action, dry_run)
         kinds = await self._types(solution) if action != "cancel" else {}
         query = matching_activities(solution, filters).filter(id__lt=new_id())
+        event = STATE_EVENTS.get(action)
+        recorded = event is not None and solution.id in await subscribed_solutions(self.clock.now())
         last: uuid.UUID | None = None
         while True:
             page = query.filter(id__gt=last) if last is not None else query
@@ -74,7 +82,12 @@ class BulkChange:
                 rows = await page.order_by("id").limit(self.chunk).values(*_COLUMNS[action])
                 if not rows:
                     break
-                await self._chunk(rows, action, plan, kinds, result)
+                changed = await self._chunk(rows, action, plan, kinds, result)
+                if recorded and changed:
+                    assert event is not None
+                    await self._record(event, sorted(changed))
+            if event is not None:
+                await publish("default", changed)  # long-polls waiting on these wake
             last = _uuid(rows[-1]["id"])
             if len(rows) < self.chunk:
                 break
@@ -87,7 +100,8 @@ class BulkChange:
         plan: UpdatePlan | None,
         kinds: dict[uuid.UUID, TypeRules],
         result: BulkResult,
-    ) -> None:
+    ) -> set[uuid.UUID]:
+        """Decide and write one chunk (in the caller's transaction); the ids changed."""
         result.matched += len(rows)
         writes: dict[Any, list[uuid.UUID]] = defaultdict(list)
         group_changes: dict[Any, dict[str, Any]] = {}
@@ -117,7 +131,7 @@ class BulkChange:
         result.would_change += len(eligible)
         if result.dry_run or not eligible:
             result.sample(eligible)
-            return
+            return set()
         await self._lock(eligible)
         changed = await self._write(action, kinds, writes, group_changes, per_row)
         result.changed += len(changed)
@@ -126,6 +140,14 @@ class BulkChange:
             if activity_id not in changed:
                 result.skip(CHANGED_MEANWHILE, activity_id)
         result.would_change -= len(eligible) - len(changed)
+        return changed
+
+    async def _record(self, event: str, ids: Sequence[uuid.UUID]) -> None:
+        """The chunk's events for the solution's stream, in the chunk's transaction."""
+        conn = m.Activity._meta.db
+        await record(
+            conn, _strategy(conn.capabilities.dialect), [Change(i, event) for i in ids], self.clock.now()
+        )
 
     async def _write(
         self,

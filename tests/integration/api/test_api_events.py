@@ -130,6 +130,24 @@ async def test_stream_delivers_changes_in_order_and_resumes_without_gaps(
     ]
 
 
+async def test_bulk_cancel_and_requeue_are_streamed(engine_api: Api) -> None:
+    tenant = await engine_api.tenant(object_id_ref=["SongId"])
+    path = tenant.path + "/events"
+    async with Stream(engine_api, path) as stream:
+        created = [
+            (await engine_api.post(tenant.activities, tenant.activity(s, delay="PT1H"), expect=201)).json()
+            for s in (1, 1, 2)
+        ]
+        bulk = tenant.activities + "/bulk"
+        for action in ("cancel", "requeue"):
+            body = {"action": action, "filter": {"object_id": "1"}}
+            assert (await engine_api.post(bulk, body, expect=200)).json()["changed"] == 2
+        events = await stream.until(lambda es: all("requeued" in of(es, c["id"]) for c in created[:2]))
+    for changed in created[:2]:
+        assert of(events, changed["id"]) == ["created", "cancelled", "requeued"]
+    assert of(events, created[2]["id"]) == ["created"]
+
+
 async def test_a_company_key_cannot_read_another_companys_stream(sqlite_api: Api) -> None:
     mine = await sqlite_api.tenant()
     theirs = await sqlite_api.tenant()

@@ -69,6 +69,25 @@ async def test_a_cancel_wakes_the_long_poll(engine_api: Api) -> None:
     assert time.monotonic() - started < 10
 
 
+async def test_a_bulk_cancel_wakes_the_long_polls_of_what_it_cancelled(engine_api: Api) -> None:
+    tenant = await engine_api.tenant(object_id_ref=["SongId"])
+    created = [
+        (await engine_api.post(tenant.activities, tenant.activity(song, delay="PT1H"), expect=201)).json()
+        for song in (1, 2)
+    ]
+    paths = [f"{tenant.activities}/{c['id']}" for c in created]
+    started = time.monotonic()
+    polls = [asyncio.create_task(engine_api.get(p, params={"wait": "PT30S"}, expect=200)) for p in paths]
+    await asyncio.sleep(0.3)  # let the long-polls subscribe (one that is late answers at once anyway)
+    body = {"action": "cancel", "filter": {"object_id": "1"}}
+    assert (await engine_api.post(tenant.activities + "/bulk", body, expect=200)).json()["changed"] == 1
+    assert (await polls[0]).json()["state"] == "cancelled"
+    assert time.monotonic() - started < 10, "the bulk cancel did not wake the long-poll"
+    assert not polls[1].done()
+    polls[1].cancel()
+    await asyncio.gather(polls[1], return_exceptions=True)
+
+
 async def test_bad_wait_and_state_are_refused(sqlite_api: Api) -> None:
     tenant = await sqlite_api.tenant()
     created = (await sqlite_api.post(tenant.activities, tenant.activity(delay="PT1H"), expect=201)).json()
