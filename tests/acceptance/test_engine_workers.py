@@ -12,7 +12,7 @@ import re
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -87,9 +87,19 @@ class Workers:
         self.tmp_path = tmp_path
         self.started: list[Worker] = []
 
-    async def start(self, name: str, timings: dict[str, str] = CRASH_TIMINGS) -> Worker:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
-        env.update(
+    async def start(
+        self,
+        name: str,
+        timings: dict[str, str] = CRASH_TIMINGS,
+        *,
+        prefix: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> Worker:
+        """Start `oste worker` and wait until it says so. ``prefix`` runs it through another command
+        that execs it (``ip netns exec NAME``: the pid stays the worker's); ``env`` adds or overrides
+        variables (``LD_PRELOAD`` of libfaketime, ``OSTE_ALLOWED_TARGETS``)."""
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
+        environment.update(
             timings,
             OSTE_DATABASE_URL=self.url,
             OSTE_ALLOWED_TARGETS="127.0.0.1",
@@ -97,9 +107,15 @@ class Workers:
             OSTE_DATA_DIR=str(self.tmp_path),
             OSTE_LOG_LEVEL="INFO",
         )
+        environment.update(env or {})
         log = self.tmp_path / f"{name}.log"
         process = await asyncio.create_subprocess_exec(
-            OSTE, "worker", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+            *prefix,
+            OSTE,
+            "worker",
+            env=environment,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
         )
         assert process.stderr is not None
         try:
