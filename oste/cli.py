@@ -101,17 +101,32 @@ def add_bench_parser(commands: Any) -> None:
         "          claim query time (1,000,000)\n"
         "  cron    --recurring K recurring activities on --cron for --duration seconds\n"
         "          (100, every minute, 150 s)\n"
-        "  api     batch creation rate (--count) and single-create latency (--singles)",
+        "  api     batch creation rate (--count) and single-create latency (--singles)\n"
+        "  stats   stats routes' p50/p99 over --count activities and --executions seeded in SQL, with and\n"
+        "          without a due backlog (1,000,000 on PostgreSQL, 100,000 on SQLite)\n"
+        "  ui      every /ui page's server time over --count activities seeded in SQL (100,000)\n"
+        "  rollers the log rollers shipping and purging --count ended activities to the receiver\n"
+        "          (1,000,000 on PostgreSQL, 100,000 on SQLite)",
     )
     add = bench.add_argument
-    add("workload", choices=("burst", "steady", "scale", "cron", "api"), help="what to measure")
+    add(
+        "workload",
+        choices=("burst", "steady", "scale", "cron", "api", "stats", "ui", "rollers"),
+        help="what to measure",
+    )
     add(
         "--database-url",
         help="a PostgreSQL server URL (a fresh database is created and dropped per run); "
         "default: a fresh SQLite file in a temporary directory",
     )
     add("--workers", type=int, default=1, help="PostgreSQL: how many `oste worker` processes (default 1)")
-    add("--count", type=int, help="activities of a burst, scale burst or api batch create")
+    add(
+        "--count",
+        type=int,
+        help="activities of a burst, scale burst or api batch create; seeded (stats, ui, rollers)",
+    )
+    add("--executions", type=int, help="stats/ui: executions seeded (default: as many as activities)")
+    add("--requests", type=int, default=200, help="stats/ui: requests timed per route or page (default 200)")
     add("--rate", type=int, default=300, help="steady: activities due per second (default 300)")
     add("--duration", type=float, help="steady/cron: seconds the workload lasts")
     add("--stored", type=int, default=1_000_000, help="scale: future activities stored first")
@@ -256,15 +271,17 @@ def _bench(args: argparse.Namespace) -> int:
         lead=args.lead,
         timeout=args.timeout,
         claim_probes=args.claim_probes,
+        executions=args.executions,
+        requests=args.requests,
         run_limit=not args.no_limit,
         progress=not args.no_progress,
         work_dir=Path(args.work_dir) if args.work_dir else None,
     )
-    result = eventloop.run(run(options))
+    result = eventloop.run(run(options, app_factory=create_app))
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
-        print_report(result, Console())
+        print_report(result, Console() if sys.stdout.isatty() else Console(width=150))
     return 0 if result["ok"] else 1
 
 

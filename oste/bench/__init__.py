@@ -11,6 +11,7 @@ the same plan through the bare loop, and reports OSTE's figures beside the limit
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,9 @@ RESULT_FIELDS = (
 (``scale``, ``cron``, ``api``)."""
 
 
-async def run(options: BenchOptions) -> dict[str, Any]:
-    """Run one workload and return its result (see ``RESULT_FIELDS``)."""
+async def run(options: BenchOptions, app_factory: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """Run one workload and return its result (see ``RESULT_FIELDS``). ``app_factory``
+    (``oste.server.create_app``) is what the in-process workloads (``stats``, ``ui``, ``rollers``) run."""
     if options.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {options.workload!r}; choose one of {', '.join(WORKLOADS)}")
     receiver = await ReceiverProcess().start()
@@ -55,7 +57,7 @@ async def run(options: BenchOptions) -> dict[str, Any]:
             tempfile.TemporaryDirectory(prefix="oste-bench-", dir=options.work_dir) as scratch,
             ProgressView(options.progress) as view,
         ):
-            harness = Harness(options, receiver, view, Path(scratch))
+            harness = Harness(options, receiver, view, Path(scratch), app_factory)
             outcome = await WORKLOADS[options.workload](harness)
     finally:
         await receiver.stop()

@@ -63,6 +63,8 @@ class BenchOptions:
     lead: float | None = None
     timeout: float = 120.0
     claim_probes: int = 200
+    executions: int | None = None
+    requests: int = 200
     run_limit: bool = True
     progress: bool = True
     work_dir: Path | None = None
@@ -95,11 +97,20 @@ class Deployment:
 class Harness:
     """One bench invocation: its options, receiver, progress bars and scratch directory."""
 
-    def __init__(self, options: BenchOptions, receiver: ReceiverProcess, view: ProgressView, work_dir: Path):
+    def __init__(
+        self,
+        options: BenchOptions,
+        receiver: ReceiverProcess,
+        view: ProgressView,
+        work_dir: Path,
+        app_factory: Callable[..., Any] | None = None,
+    ):
         self.options = options
         self.receiver = receiver
         self.view = view
         self.work_dir = work_dir
+        self.app_factory = app_factory
+        """``create_app(settings, admin_token)`` for the workloads that run OSTE's app in process."""
 
     @contextlib.asynccontextmanager
     async def deployment(self, types: int | None = None) -> AsyncIterator[Deployment]:

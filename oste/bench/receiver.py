@@ -6,6 +6,8 @@ listens. Every request to ``/fire/{n}`` is answered 200 at once and recorded as
 
 - ``GET /_stats``: ``{"hits": …, "distinct": …}`` (distinct = different (n, scheduled-for) pairs);
 - ``GET /_records``: every arrival as ``[n, scheduled_for, arrival_epoch]``;
+- ``GET /_logs``: ``{"batches": …, "bytes": …}`` of the log-roller batches POSTed to ``/logs/…``
+  (answered 200 at once, the body counted and dropped);
 - ``POST /_reset``: forget everything (between the limit and OSTE).
 
 It is an ``asyncio.Protocol`` over httptools' parser (the one uvicorn uses), not a web framework:
@@ -34,6 +36,7 @@ from oste import eventloop
 READY_WITHIN = 30.0
 ENTRY = "from oste.bench.receiver import main; main()"
 FIRE_PATH = b"/fire/"
+LOGS_PATH = b"/logs/"
 SCHEDULED_HEADER = b"oste-scheduled-for"
 OK_EMPTY = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
@@ -46,6 +49,8 @@ class Arrivals:
 
     records: list[tuple[str, str, float]] = field(default_factory=list)
     keys: set[tuple[str, str]] = field(default_factory=set)
+    logs: dict[str, int] = field(default_factory=lambda: {"batches": 0, "bytes": 0})
+    """Log-roller batches POSTed to ``/logs/…`` and their (compressed) body bytes."""
 
     def add(self, n: str, scheduled: str) -> None:
         self.records.append((n, scheduled, time.time()))
@@ -57,6 +62,7 @@ class Arrivals:
     def reset(self) -> dict[str, int]:
         self.records.clear()
         self.keys.clear()
+        self.logs.update(batches=0, bytes=0)
         return self.stats()
 
 
@@ -94,6 +100,10 @@ class ReceiverProtocol(asyncio.Protocol):
         if name.lower() == SCHEDULED_HEADER:
             self.scheduled = value
 
+    def on_body(self, body: bytes) -> None:
+        if self.url.startswith(LOGS_PATH):
+            self.arrivals.logs["bytes"] += len(body)
+
     def on_headers_complete(self) -> None:
         if self.url.startswith(FIRE_PATH):  # recorded on arrival, before any body
             self.arrivals.add(self.url[len(FIRE_PATH) :].decode(), self.scheduled.decode())
@@ -107,6 +117,11 @@ class ReceiverProtocol(asyncio.Protocol):
     def _answer(self, method: bytes, url: bytes) -> bytes:
         if url.startswith(FIRE_PATH):
             return OK_EMPTY
+        if method == b"POST" and url.startswith(LOGS_PATH):
+            self.arrivals.logs["batches"] += 1
+            return OK_EMPTY
+        if method == b"GET" and url == b"/_logs":
+            return _json(self.arrivals.logs)
         if method == b"GET" and url == b"/_stats":
             return _json(self.arrivals.stats())
         if method == b"GET" and url == b"/_records":
@@ -175,6 +190,10 @@ class ReceiverProcess:
 
     async def records(self) -> list[tuple[str, str, float]]:
         return [tuple(item) for item in await self._call("GET", "/_records")]  # type: ignore[misc]
+
+    async def logs(self) -> dict[str, int]:
+        """Log-roller batches received at ``/logs/…`` and their body bytes."""
+        return await self._call("GET", "/_logs")
 
     async def reset(self) -> None:
         await self._call("POST", "/_reset")

@@ -183,6 +183,17 @@ def _flat(facts: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any
             yield f"{prefix}{name}", value
 
 
+def rows_table(title: str, rows: Sequence[Mapping[str, Any]]) -> Table:
+    """Rows of named figures (a route's or page's latencies, a roller's rates) as one table."""
+    table = Table(title=title, title_justify="left")
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    for column in columns:
+        table.add_column("" if column == "name" else column, justify="left" if column == "name" else "right")
+    for row in rows:
+        table.add_row(*(_fmt(row.get(column)) for column in columns))
+    return table
+
+
 def usage_facts(usage: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One line per OSTE process: peak RSS and CPU seconds."""
     facts: dict[str, Any] = {}
@@ -204,11 +215,15 @@ def print_report(result: Mapping[str, Any], console: Console) -> None:
     oste = result.get("oste") or {}
     if "lag_ms" in oste:
         console.print(delivery_table("delivery", oste, result.get("limit")))
-    elif oste:
+    elif oste and not result.get("timings"):
         console.print(facts_table("stored as asked", oste))
     own = result.get(result["workload"])
     if isinstance(own, Mapping):
         console.print(facts_table(result["workload"], own))
+    if result.get("facts"):
+        console.print(facts_table(f"{result['workload']}: what was stored and done", result["facts"]))
+    for title, rows in (result.get("timings") or {}).items():
+        console.print(rows_table(title, rows))
     if result.get("usage"):
         console.print(facts_table("OSTE processes", usage_facts(result["usage"])))
     for note in result.get("notes", []):

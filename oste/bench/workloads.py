@@ -1,4 +1,4 @@
-"""The five workloads of ``oste bench``. Each returns a result dictionary (see ``oste.bench.run``).
+"""The workloads of ``oste bench``. Each returns a result dictionary (see ``oste.bench.run``).
 
 - ``burst``: N activities due at one instant; fires/s and lag.
 - ``steady``: R activities per second for D seconds; lag percentiles.
@@ -6,6 +6,8 @@
   how long the claim query takes with M stored.
 - ``cron``: K recurring activities on one schedule for D seconds; every occurrence must arrive.
 - ``api``: creation rate through the batch endpoint and single-create latency.
+- ``stats``, ``ui``, ``rollers``: OSTE's app in the bench's process on a database seeded in SQL
+  (``oste.bench.served``): stats route and UI page latencies, log roller throughput.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from oste.bench import probe
+from oste.bench import probe, served
 from oste.bench.client import COMPANY, SOLUTION
 from oste.bench.harness import Deployment, Harness, usage_summary
 from oste.bench.report import Delivery, Key, key_of, latency_ms
@@ -245,4 +247,7 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "scale": scale,
     "cron": cron,
     "api": api,
+    "stats": served.stats,
+    "ui": served.ui,
+    "rollers": served.rollers,
 }
