@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,7 +29,7 @@ from oste.domain.chains import (
     follow_on_key,
     merged_parameter,
 )
-from oste.domain.dispatch import Completion
+from oste.domain.dispatch import Completion, FollowOn
 from oste.domain.ids import new_id
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput
@@ -41,12 +42,34 @@ _INSERTED = (
 )
 
 
+@dataclass(frozen=True)
+class Cause:
+    """What a follow-on is made from: the follow-on to make, the attempt that ended its origin, and
+    that attempt's response excerpt (merged into a success follow-on's parameter)."""
+
+    follow_on: FollowOn
+    attempt: int
+    response_excerpt: str | None = None
+
+
 async def write_follow_ons(
     conn: BaseDBAsyncClient, strategy: ClaimStrategy, completions: Sequence[Completion], now: datetime
 ) -> int:
     """Create the follow-on of every completion in ``completions`` that carries one (all of them were
     just written); returns how many were created. Runs inside the caller's transaction."""
-    wanted = {c.activity_id: c for c in completions if c.follow_on is not None}
+    causes = {
+        c.activity_id: Cause(c.follow_on, c.attempt, c.report.response_excerpt)
+        for c in completions
+        if c.follow_on is not None
+    }
+    return await create_follow_ons(conn, strategy, causes, now)
+
+
+async def create_follow_ons(
+    conn: BaseDBAsyncClient, strategy: ClaimStrategy, wanted: dict[uuid.UUID, Cause], now: datetime
+) -> int:
+    """Create one follow-on per activity in ``wanted`` (just ended: succeeded or dead) from its cause;
+    returns how many were created. Runs inside the caller's transaction."""
     if not wanted:
         return 0
     origins = await _origins(conn, strategy, list(wanted))
@@ -54,16 +77,15 @@ async def write_follow_ons(
     types = await _types(
         conn,
         strategy,
-        {(o["solution_id"], follows[o["id"]].activity_type) for o in origins},  # type: ignore[union-attr]
+        {(o["solution_id"], follows[o["id"]].activity_type) for o in origins},
     )
-    dead = [o["id"] for o in origins if follows[o["id"]].kind == "dead_letter"]  # type: ignore[union-attr]
+    dead = [o["id"] for o in origins if follows[o["id"]].kind == "dead_letter"]
     executions = await _last_executions(conn, strategy, dead) if dead else {}
     rows: list[tuple[Any, ...]] = []
     notes: dict[uuid.UUID, str] = {}
     for origin in origins:
-        completion = wanted[origin["id"]]
-        follow = completion.follow_on
-        assert follow is not None
+        cause = wanted[origin["id"]]
+        follow = cause.follow_on
         kind = types.get((origin["solution_id"], follow.activity_type))
         label = "handler" if follow.kind == "dead_letter" else "follow-on"
         if origin["depth"] >= MAX_CHAIN_DEPTH:
@@ -79,7 +101,7 @@ async def write_follow_ons(
             parameter = dead_letter_parameter(origin, executions.get(origin["id"], []))
             why = None
         else:
-            parameter, why = merged_parameter(origin["parameter"], completion.report.response_excerpt)
+            parameter, why = merged_parameter(origin["parameter"], cause.response_excerpt)
         try:
             object_id = kind["rules"].check(parameter)
         except InvalidInput as exc:
@@ -88,7 +110,7 @@ async def write_follow_ons(
         if why is not None:
             notes[origin["id"]] = why
         due = now + timedelta(seconds=follow.delay or 0.0)
-        rows.append(_row(origin, kind, parameter, object_id, due, completion.attempt, now))
+        rows.append(_row(origin, kind, parameter, object_id, due, cause.attempt, now))
     created = await _insert(conn, strategy, rows) if rows else 0
     for activity_id, note in notes.items():
         p = Params(strategy)

@@ -10,12 +10,13 @@ transaction as the write:
 - something misfits and ``force`` is false: nothing is written; the ``Misfits`` are returned (the API
   answers 409 with them);
 - ``force``: the change is written, the misfitting scheduled activities become dead letters at once
-  (``last_outcome`` ``failed`` and an execution whose ``error`` says why; nothing is sent), and the
-  misfitting recurring activities are paused as ``POST …/pause`` does (their unfired occurrences are
-  cancelled; the parameter is kept for an operator to fix with a PATCH, then ``/resume``). Pausing,
-  not deleting or dead-lettering, because a recurring activity is a plan, not an attempt: it can be
-  mended and resumed, and nothing it would have fired is silently lost (the cancelled occurrences
-  show in the listing).
+  (``last_outcome`` ``failed`` and an execution whose ``error`` says why; nothing is sent; the type's
+  ``on_dead_letter`` handler gets each one as it gets any dead letter, and streams and long-polls see
+  them go ``dead``), and the misfitting recurring activities are paused as ``POST …/pause`` does
+  (their unfired occurrences are cancelled; the parameter is kept for an operator to fix with a
+  PATCH, then ``/resume``). Pausing, not deleting or dead-lettering, because a recurring activity is
+  a plan, not an attempt: it can be mended and resumed, and nothing it would have fired is silently
+  lost (the cancelled occurrences show in the listing).
 
 Concurrency: on PostgreSQL the transaction first locks the type's row ``FOR UPDATE``. Inserting an
 activity takes a ``KEY SHARE`` lock on its type's row (the foreign key), which conflicts: the check
@@ -37,11 +38,16 @@ from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
 from oste.domain.clock import Clock
+from oste.domain.dispatch import FollowOn
 from oste.domain.ids import new_id
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput
 from oste.storage import models as m
+from oste.storage.chains import Cause, create_follow_ons
 from oste.storage.database import raises_unavailable
+from oste.storage.dialects import strategy_for
+from oste.storage.events import Change, record, subscribed_solutions
+from oste.storage.notices import publish
 from oste.storage.occurrences import RecurrenceStore
 from oste.storage.store import recurring_record
 
@@ -96,6 +102,8 @@ class TypeRulesChange:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.now = clock.now()
+        self._dead: list[uuid.UUID] = []
+        """The activities this change dead-lettered (their long-polls are woken after the commit)."""
 
     async def apply(
         self,
@@ -110,6 +118,7 @@ class TypeRulesChange:
         Everything happens in one transaction: on a refusal nothing is written.
         """
         misfits = Misfits()
+        self._dead = []
         async with in_transaction():
             await m.ActivityType.filter(id=activity_type.id).select_for_update().first()
             await self._check_activities(activity_type, rules, misfits, dead_letter=False)
@@ -119,9 +128,10 @@ class TypeRulesChange:
             updated = await write()
             if misfits:
                 done = Misfits()
-                await self._check_activities(activity_type, rules, done, dead_letter=True)
-                await self._check_recurring(activity_type, rules, done, pause=True)
+                await self._check_activities(updated, rules, done, dead_letter=True)
+                await self._check_recurring(updated, rules, done, pause=True)
                 misfits = done
+        await publish("default", self._dead)  # long-polls waiting on the dead-lettered wake
         return updated, misfits
 
     async def _check_activities(
@@ -150,9 +160,8 @@ class TypeRulesChange:
         self, activity_type: r.ActivityType, unfit: list[tuple[uuid.UUID, int, str]]
     ) -> None:
         now = self.now
-        await m.Activity.filter(
-            id__in=[activity_id for activity_id, _, _ in unfit], state=r.ActivityState.SCHEDULED
-        ).update(
+        ids = [activity_id for activity_id, _, _ in unfit]
+        await m.Activity.filter(id__in=ids, state=r.ActivityState.SCHEDULED).update(
             state=r.ActivityState.DEAD,
             last_outcome=r.Outcome.FAILED,
             finished_at=now,
@@ -182,6 +191,19 @@ class TypeRulesChange:
                 for activity_id, attempts, reason in unfit
             ]
         )
+        self._dead.extend(ids)
+        conn = m.Activity._meta.db  # the change's transaction
+        strategy = strategy_for(conn.capabilities.dialect)
+        if activity_type.on_dead_letter:
+            handler = FollowOn("dead_letter", activity_type.on_dead_letter)
+            causes = {activity_id: Cause(handler, attempts + 1) for activity_id, attempts, _ in unfit}
+            await create_follow_ons(conn, strategy, causes, now)
+        if activity_type.solution_id in await subscribed_solutions(now):
+            changes = [
+                Change(activity_id, "dead", attempts + 1, str(r.Outcome.FAILED))
+                for activity_id, attempts, _ in unfit
+            ]
+            await record(conn, strategy, changes, now)
 
     async def _check_recurring(
         self, activity_type: r.ActivityType, rules: ParameterRules, misfits: Misfits, pause: bool

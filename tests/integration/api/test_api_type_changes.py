@@ -125,3 +125,24 @@ async def test_force_must_be_a_boolean(api: Api) -> None:
         f"{tenant.types}/{tenant.activity_type}", {"retries": 2}, params={"force": "yes"}
     )
     assert_problem(response, 422, "force")
+
+
+async def test_force_hands_each_dead_letter_to_the_types_handler(api: Api) -> None:
+    tenant = await api.tenant()
+    handler = {"name": "on-dead", "verb": "POST", "uri_pattern": "https://receiver.example/handler"}
+    await api.post(tenant.types, handler, expect=201)
+    type_path = f"{tenant.types}/{tenant.activity_type}"
+    await api.patch(type_path, {"on_dead_letter": "on-dead"}, expect=200)
+    made = await stored(api, tenant)
+    misfits = await scheduled_without_album(api, tenant)  # with the recurring one's occurrences
+    assert made["without"] <= misfits
+
+    await api.patch(type_path, {"uri_pattern": ALBUM_URI}, params={"force": "true"}, expect=200)
+
+    handled = await api.all_items(tenant.activities, params={"activity_type": "on-dead"})
+    assert {h["caused_by"] for h in handled} == misfits and len(handled) == len(misfits)
+    for item in handled:
+        assert item["state"] == "scheduled" and item["depth"] == 1
+        dead = item["parameter"]["activity"]
+        assert dead["id"] == item["caused_by"] and dead["activity_type"] == tenant.activity_type
+        assert "force=true" in item["parameter"]["executions"][0]["error"]
