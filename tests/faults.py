@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
+import secrets
+import shutil
 import socket
 import struct
+import subprocess
+from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -42,10 +47,15 @@ def unsupported(reason: str) -> NoReturn:
 
 
 class FaultyProxy:
-    """A loopback TCP proxy to ``target_host:target_port`` that can refuse, reset and heal."""
+    """A TCP proxy (on loopback unless told) to ``target_host:target_port`` that can refuse, reset
+    and heal."""
 
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, target_port: int, target_host: str = "127.0.0.1", listen_host: str = "127.0.0.1"
+    ) -> None:
         self.target = (target_host, target_port)
+        self.listen_host = listen_host
+        """Where the proxy listens: loopback, or the host's end of a ``NetworkNamespace`` link."""
         self.port = 0
         self.accepted = 0
         """Connections accepted (and forwarded) so far."""
@@ -72,14 +82,15 @@ class FaultyProxy:
         """``url`` (a database URL naming the target) rewritten to go through this proxy."""
         parts = urlsplit(url)
         credentials = parts.netloc.rpartition("@")[0]
-        netloc = f"{credentials}@127.0.0.1:{self.port}" if credentials else f"127.0.0.1:{self.port}"
+        address = f"{self.listen_host}:{self.port}"
+        netloc = f"{credentials}@{address}" if credentials else address
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
     async def start(self) -> FaultyProxy:
         """Listen (on a port the kernel picks the first time, the same port after a heal)."""
         if self._server is None:
             self._server = await asyncio.start_server(
-                self._accept, "127.0.0.1", self.port, reuse_address=True
+                self._accept, self.listen_host, self.port, reuse_address=True
             )
             self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -113,6 +124,8 @@ class FaultyProxy:
     async def stop(self) -> None:
         """Stop listening, reset what is open and wait for the forwarding tasks to end."""
         self.cut()
+        if self._tasks:  # the resets end the forwarding; cancelling them mid-wait makes asyncio log noise
+            await asyncio.wait(list(self._tasks), timeout=1.0)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -165,3 +178,93 @@ def _reset(writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
+
+
+@dataclass(frozen=True)
+class Link:
+    """A veth pair between the host and a ``NetworkNamespace``: an address at each end."""
+
+    host_device: str
+    host_address: str
+    inside_address: str
+
+
+class NetworkNamespace:
+    """A network namespace of the test's own, reached from the host over veth links (needs root).
+
+    A process run with ``prefix`` (``ip netns exec NAME``) sees only the namespace's network: its own
+    loopback and the links. The host's services listen on loopback only, so the test puts a forwarder
+    (``FaultyProxy(listen_host=link.host_address)``) at the host's end of a link. ``cut(link)`` takes
+    the host's end of the link down: packets from inside vanish without an answer (no reset, no
+    refusal), as when a network partitions; ``heal(link)`` brings it back. Each link can be cut on its
+    own, so a process can lose its database while it still reaches its receivers. Everything is deleted
+    on exit.
+    """
+
+    def __init__(self) -> None:
+        self.tag = secrets.token_hex(3)
+        self.name = f"oste-{self.tag}"
+        self.links: list[Link] = []
+
+    @property
+    def prefix(self) -> tuple[str, ...]:
+        """The command prefix that runs a program inside (it execs the program: the pid is its own)."""
+        return ("ip", "netns", "exec", self.name)
+
+    def __enter__(self) -> NetworkNamespace:
+        if os.geteuid() != 0:
+            unsupported("network namespaces need root; this test runs as an ordinary user")
+        if shutil.which("ip") is None:
+            unsupported("the `ip` command (iproute2) is missing")
+        made = subprocess.run(["ip", "netns", "add", self.name], capture_output=True, text=True, check=False)
+        if made.returncode != 0:
+            unsupported(f"cannot create a network namespace: {made.stderr.strip()}")
+        try:
+            self._ip("netns", "exec", self.name, "ip", "link", "set", "lo", "up")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for link in self.links:
+            subprocess.run(["ip", "link", "del", link.host_device], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, check=False)
+
+    def link(self) -> Link:
+        """A new veth pair with a /30 of its own (picked at random among 10.200.0.0/13's)."""
+        index = len(self.links)
+        host_device, inside_device = f"o{self.tag}h{index}", f"o{self.tag}n{index}"
+        net = ipaddress.ip_network(
+            f"10.{200 + secrets.randbelow(8)}.{secrets.randbelow(256)}.{4 * secrets.randbelow(64)}/30"
+        )
+        host_address, inside_address = (str(a) for a in list(net.hosts())[:2])
+        try:
+            self._ip("link", "add", host_device, "type", "veth", "peer", "name", inside_device)
+            self._ip("link", "set", inside_device, "netns", self.name)
+            self._ip("addr", "add", f"{host_address}/30", "dev", host_device)
+            self._ip("link", "set", host_device, "up")
+            inside = ("netns", "exec", self.name, "ip")
+            self._ip(*inside, "addr", "add", f"{inside_address}/30", "dev", inside_device)
+            self._ip(*inside, "link", "set", inside_device, "up")
+        except AssertionError as exc:
+            subprocess.run(["ip", "link", "del", host_device], capture_output=True, check=False)
+            unsupported(f"cannot link the namespace to the host with a veth pair: {exc}")
+        made = Link(host_device, host_address, inside_address)
+        self.links.append(made)
+        return made
+
+    def cut(self, link: Link) -> None:
+        """Partition: the host's end goes down, and what the inside sends over the link is lost."""
+        self._ip("link", "set", link.host_device, "down")
+
+    def heal(self, link: Link) -> None:
+        self._ip("link", "set", link.host_device, "up")
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise AssertionError(f"ip {' '.join(args)}: {done.stderr.strip()}")
