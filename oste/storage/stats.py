@@ -4,13 +4,19 @@ stats API, the UI and ``oste status`` share (``StatsService``).
 Cheap at any size: outcomes and lag come from the ``stats_minute`` rollups (one row per minute and
 activity type), queue depth from counts over the activity table's partial indexes, each count stopped
 at ``COUNT_CAP`` (then reported as "at least"). Nothing here scans executions.
+
+A report's reads are independent of each other, so they are sent at once (``_together``): on
+PostgreSQL each takes a pooled connection and the report costs about its slowest read rather than
+their sum (a few milliseconds each, over up to ``COUNT_CAP`` index entries); SQLite's one connection
+takes them in turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,6 +53,8 @@ oldest ``DUE_SCAN`` due activities of the deployment (one bounded scan of the sc
 report); past that the counts are lower bounds (``at_least``)."""
 RETENTION_MINUTES = 26 * 60
 """Rollups older than this are pruned."""
+DueRows = tuple[dict[tuple[uuid.UUID, uuid.UUID], int], bool] | Awaitable[Any]
+"""``StatsService.due_rows``'s answer, or a future of it shared by the reads of one report."""
 
 _BUCKET_COLUMNS = tuple(f"lag_b{i:02d}" for i in range(BUCKET_COUNT))
 _COLUMNS = (
@@ -167,9 +175,7 @@ class StatsService:
         self.clock = clock
 
     async def deployment(self) -> StatsReport:
-        report = await self._report(Scope({}))
-        nodes = await self.nodes()
-        rollers = await self.rollers()
+        report, nodes, rollers = await _together(self._report(Scope({})), self.nodes(), self.rollers())
         return dataclasses.replace(report, nodes=nodes, rollers=rollers)
 
     async def company(self, company: r.Company) -> StatsReport:
@@ -193,14 +199,19 @@ class StatsService:
     async def _report(self, scope: Scope) -> StatsReport:
         now = self.clock.now()
         now_minute = minute_of(now)
-        rows = await self._rollups(scope, now_minute - SERIES_MINUTES)
-        due_rows = await self.due_rows(now)
+        due = asyncio.ensure_future(self.due_rows(now))
+        rows, queue, throttled, _ = await _together(
+            self._rollups(scope, now_minute - SERIES_MINUTES),
+            self.queue(scope, now, due),
+            self.throttled(scope, now, due),
+            due,
+        )
         return StatsReport(
             scope=scope.label,
             at=now,
             windows=windows_of(rows, now_minute),
-            queue=await self.queue(scope, now, due_rows),
-            throttled=await self.throttled(scope, now, due_rows),
+            queue=queue,
+            throttled=throttled,
             series=series_of(rows, now_minute),
         )
 
@@ -242,41 +253,41 @@ class StatsService:
         counts = {(_uuid(row["activity_type_id"]), _uuid(row["solution_id"])): int(row["n"]) for row in rows}
         return counts, sum(counts.values()) > DUE_SCAN
 
-    async def queue(
-        self, scope: Scope, now: datetime, due_rows: tuple[dict[Any, int], bool] | None = None
-    ) -> QueueDepth:
+    async def queue(self, scope: Scope, now: datetime, due_rows: DueRows | None = None) -> QueueDepth:
         """Queue depth now. The deployment's due count reads the scheduled index; a scope's comes from
         ``due_rows``. The other counts read one index each (the scheduled index, the leased one, the
-        ended one; for a scope its (solution, state) or (type, state) index), stopped at the cap."""
-        if scope.activity_column is None:
-            sql = _Sql()
-            due = await sql.count(f"state = 'scheduled' AND next_attempt_at <= {sql.add(now)}")
-        else:
-            counts, truncated = due_rows or await self.due_rows(now)
-            position = 0 if scope.activity_column == "activity_type_id" else 1
-            ids = set(scope.activity_ids)
-            due = _bounded(sum(n for key, n in counts.items() if key[position] in ids), truncated)
-        sql = _Sql()
-        if scope.activity_column is None:  # the scheduled index holds next_attempt_at: index-only
-            future = await sql.count(f"state = 'scheduled' AND next_attempt_at > {sql.add(now)}")
-        else:  # a scope's (solution or type, state) index does not: scheduled less due, index-only
-            scheduled = await sql.count(self._scoped(sql, scope, "state = 'scheduled'"))
-            rest = max(scheduled.value - due.value, 0)
-            future = Count(rest, scheduled.at_least or due.at_least)
-        sql = _Sql()
-        running = await sql.count(
-            self._scoped(sql, scope, "lease_expires_at IS NOT NULL AND state = 'running'")
-        )
-        sql = _Sql()
+        ended one; for a scope its (solution, state) or (type, state) index), stopped at the cap; all
+        of them at once."""
         dead_where = (
             "state = 'dead'" if scope.activity_column else "state = 'dead' AND finished_at IS NOT NULL"
         )
-        dead = await sql.count(self._scoped(sql, scope, dead_where))
+        if scope.activity_column is None:  # the scheduled index holds next_attempt_at: index-only
+            due, future, running, dead = await _together(
+                _count("state = 'scheduled' AND next_attempt_at <= {now}", now=now),
+                _count("state = 'scheduled' AND next_attempt_at > {now}", now=now),
+                self._scoped_count(scope, "lease_expires_at IS NOT NULL AND state = 'running'"),
+                self._scoped_count(scope, dead_where),
+            )
+            return QueueDepth(due, future, running, dead)
+        # a scope's (solution or type, state) index does not hold next_attempt_at: future is its
+        # scheduled count (index-only) less the due ones counted among ``due_rows``
+        (counts, truncated), scheduled, running, dead = await _together(
+            _awaited(due_rows) if due_rows is not None else self.due_rows(now),
+            self._scoped_count(scope, "state = 'scheduled'"),
+            self._scoped_count(scope, "lease_expires_at IS NOT NULL AND state = 'running'"),
+            self._scoped_count(scope, dead_where),
+        )
+        position = 0 if scope.activity_column == "activity_type_id" else 1
+        ids = set(scope.activity_ids)
+        due = _bounded(sum(n for key, n in counts.items() if key[position] in ids), truncated)
+        future = Count(max(scheduled.value - due.value, 0), scheduled.at_least or due.at_least)
         return QueueDepth(due, future, running, dead)
 
-    async def throttled(
-        self, scope: Scope, now: datetime, due_rows: tuple[dict[Any, int], bool] | None = None
-    ) -> Throttled:
+    async def _scoped_count(self, scope: Scope, where: str) -> Count:
+        sql = _Sql()
+        return await sql.count(self._scoped(sql, scope, where))
+
+    async def throttled(self, scope: Scope, now: datetime, due_rows: DueRows | None = None) -> Throttled:
         """Due activities of paused types (or of a paused solution or company), and of limited types,
         counted among ``due_rows``."""
         sql = _Sql()
@@ -297,7 +308,7 @@ class StatsService:
         limited = {_uuid(row["id"]) for row in rows if row["limited"]} - paused
         if not paused and not limited:
             return Throttled(Count(0), Count(0))
-        counts, truncated = due_rows or await self.due_rows(now)
+        counts, truncated = await _awaited(due_rows) if due_rows is not None else await self.due_rows(now)
         return Throttled(
             _bounded(sum(n for (kind, _), n in counts.items() if kind in paused), truncated),
             _bounded(sum(n for (kind, _), n in counts.items() if kind in limited), truncated),
@@ -369,6 +380,23 @@ class StatsService:
             pending, failed = per_kind.get(str(kind), (0, 0))
             result[str(kind)] = RollerBacklog(Count(waiting, capped), pending, failed)
         return result
+
+
+async def _together(*reads: Awaitable[Any]) -> list[Any]:
+    """The results of independent reads sent at once (each takes its own pooled connection on
+    PostgreSQL; SQLite's connection serves them in turn)."""
+    return list(await asyncio.gather(*reads))
+
+
+async def _awaited(value: Any) -> Any:
+    """``value``, awaited if it is a future or task (``due_rows`` shared by a report's reads)."""
+    return await value if isinstance(value, Awaitable) else value
+
+
+async def _count(where: str, **values: Any) -> Count:
+    """``_Sql.count`` of ``where`` whose ``{name}`` marks are filled with bound ``values``."""
+    sql = _Sql()
+    return await sql.count(where.format(**{name: sql.add(value) for name, value in values.items()}))
 
 
 def _bounded(count: int, truncated: bool) -> Count:
