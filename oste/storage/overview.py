@@ -1,7 +1,19 @@
 """What the management UI's dashboard shows beside the stats service's rollups (outcomes and lag per
-minute come from ``oste.storage.stats.StatsService``): queue depth per company and the busiest types from
-the scheduled rows (``activity_scheduled_idx``), dead letters per solution from the listing index, live
-nodes with the partitions each holds, and the log rollers whose last attempt failed.
+minute come from ``oste.storage.stats.StatsService``): queue depth per company, the busiest types, dead
+letters per solution, live nodes with the partitions each holds, and the log rollers whose last attempt
+failed.
+
+Every count is bounded, whatever the number of activities stored (no count over a whole table):
+
+- scheduled per activity type: an index-only count over ``activity_type_state_idx`` per type, each
+  stopped at ``cap(types)`` (``COUNT_BUDGET`` index entries shared by the types, at least
+  ``MIN_CAP`` each), for at most ``TYPES_SCANNED`` types; a company's scheduled count is the sum of
+  its types';
+- due per company: among the oldest ``DUE_SCAN`` due activities (the scheduled index, one bounded scan);
+- dead per solution: an index-only count over ``activity_listing_idx`` per solution, bounded the same
+  way, for at most ``SOLUTIONS_SCANNED`` solutions.
+
+A count that stopped at its cap is a ``Bounded`` whose text is ``N+``.
 """
 
 from __future__ import annotations
@@ -12,16 +24,40 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tortoise.functions import Count
-
-from oste.domain import records as r
 from oste.domain.clock import Clock
 from oste.domain.dispatch import NodeInfo
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
+from oste.storage.stats import DUE_SCAN, _Sql
 
 NODE_SILENCE = timedelta(minutes=2)
 BUSIEST_SHOWN = 10
+COUNT_BUDGET = 20_000
+"""Index entries the per-type (and per-solution) counts of one dashboard read at most, shared out."""
+MIN_CAP = 100
+TYPES_SCANNED = 500
+SOLUTIONS_SCANNED = 500
+
+
+class Bounded(int):
+    """A count; ``at_least`` when it stopped at its cap (then it reads ``N+``). Still an int."""
+
+    at_least: bool
+
+    def __new__(cls, value: int, at_least: bool = False) -> Bounded:
+        made = super().__new__(cls, value)
+        made.at_least = at_least
+        return made
+
+    def __str__(self) -> str:
+        return f"{int(self)}+" if self.at_least else str(int(self))
+
+    __repr__ = __str__
+
+
+def cap(groups: int) -> int:
+    """The count cap of each of ``groups`` groups sharing ``COUNT_BUDGET``."""
+    return max(MIN_CAP, COUNT_BUDGET // max(groups, 1))
 
 
 @dataclass(frozen=True)
@@ -30,7 +66,7 @@ class Overview:
 
     now: datetime
     queue_by_company: list[tuple[str, int, int]]
-    """(company, due now, scheduled) per company, busiest first."""
+    """(company, due now, scheduled) per company, busiest first (``Bounded`` counts)."""
     busiest_types: list[tuple[str, str, str, int]]
     """(company, solution, type, scheduled) of the types with most scheduled activities."""
     dead_by_solution: list[tuple[str, str, int]]
@@ -44,6 +80,13 @@ def _utc(value: Any) -> datetime:
     return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def _id(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+_NAMES = "FROM activity_type t JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = t.company_id"
+
+
 @raises_unavailable
 class OverviewStore:
     """Bounded reads for the dashboard. ``company_id`` limits every figure to one company."""
@@ -53,46 +96,93 @@ class OverviewStore:
 
     async def overview(self, company_id: uuid.UUID | None = None) -> Overview:
         now = self.clock.now()
-        scope = {"company_id": company_id} if company_id else {}
+        per_type = await self._scheduled_per_type(company_id)
         return Overview(
             now=now,
-            queue_by_company=await self._queues(now, scope),
-            busiest_types=await self._busiest(scope),
-            dead_by_solution=await self._dead(scope),
+            queue_by_company=await self._queues(now, company_id, per_type),
+            busiest_types=self._busiest(per_type),
+            dead_by_solution=await self._dead(company_id),
             nodes=await self._nodes(now) if company_id is None else [],
-            shipping_failures=await self._shipping(scope),
+            shipping_failures=await self._shipping({"company_id": company_id} if company_id else {}),
         )
 
-    async def _queues(self, now: datetime, scope: dict[str, Any]) -> list[tuple[str, int, int]]:
-        scheduled = m.Activity.filter(state=r.ActivityState.SCHEDULED, **scope)
-        total = await self._grouped(scheduled, "company_id")
-        due = await self._grouped(scheduled.filter(next_attempt_at__lte=now.astimezone(UTC)), "company_id")
-        names = dict(await m.Company.filter(id__in=list(total)).values_list("id", "name")) if total else {}
-        rows = [(names.get(cid, "?"), due.get(cid, 0), n) for cid, n in total.items()]
+    async def _scheduled_per_type(self, company_id: uuid.UUID | None) -> list[tuple[str, str, str, Bounded]]:
+        """(company, solution, type, scheduled) of up to ``TYPES_SCANNED`` types, each count capped."""
+        sql = _Sql()
+        where = f"WHERE t.company_id = {sql.add(company_id)}" if company_id else ""
+        types = await sql.rows(f"SELECT count(*) AS n FROM activity_type t {where}")
+        limit = cap(min(int(types[0]["n"]), TYPES_SCANNED))
+        sql = _Sql()
+        where = f"WHERE t.company_id = {sql.add(company_id)}" if company_id else ""
+        rows = await sql.rows(
+            "SELECT c.name AS company, s.name AS solution, t.name AS type, "
+            "(SELECT count(*) FROM (SELECT 1 FROM activity a WHERE a.activity_type_id = t.id "
+            f"AND a.state = 'scheduled' LIMIT {limit + 1}) q) AS n "
+            f"{_NAMES} {where} ORDER BY c.name, s.name, t.name LIMIT {TYPES_SCANNED}"
+        )
+        return [
+            (
+                row["company"],
+                row["solution"],
+                row["type"],
+                Bounded(min(int(row["n"]), limit), int(row["n"]) > limit),
+            )
+            for row in rows
+        ]
+
+    async def _queues(
+        self, now: datetime, company_id: uuid.UUID | None, per_type: list[tuple[str, str, str, Bounded]]
+    ) -> list[tuple[str, int, int]]:
+        totals: dict[str, list[int]] = {}
+        for company, _, _, n in per_type:
+            total = totals.setdefault(company, [0, 0])
+            total[0] += int(n)
+            total[1] |= n.at_least
+        sql = _Sql()
+        due_rows = await sql.rows(
+            "SELECT d.company_id AS id, c.name AS company, count(*) AS n FROM (SELECT company_id "
+            f"FROM activity WHERE state = 'scheduled' AND next_attempt_at <= {sql.add(now)} "
+            f"ORDER BY next_attempt_at LIMIT {DUE_SCAN + 1}) d JOIN company c ON c.id = d.company_id "
+            "GROUP BY d.company_id, c.name"
+        )
+        truncated = sum(int(row["n"]) for row in due_rows) > DUE_SCAN
+        due = {
+            row["company"]: int(row["n"])
+            for row in due_rows
+            if company_id is None or _id(row["id"]) == company_id
+        }
+        rows: list[tuple[str, int, int]] = [
+            (name, Bounded(min(due.get(name, 0), DUE_SCAN), truncated), Bounded(total, bool(capped)))
+            for name, (total, capped) in totals.items()
+            if total or due.get(name)
+        ]
         return sorted(rows, key=lambda row: (-row[2], row[0]))
 
-    async def _busiest(self, scope: dict[str, Any]) -> list[tuple[str, str, str, int]]:
-        scheduled = m.Activity.filter(state=r.ActivityState.SCHEDULED, **scope)
-        counts = await self._grouped(scheduled, "activity_type_id")
-        top = sorted(counts.items(), key=lambda item: -item[1])[:BUSIEST_SHOWN]
-        if not top:
-            return []
-        kinds = await m.ActivityType.filter(id__in=[t for t, _ in top]).values_list(
-            "id", "name", "solution_id", "company_id"
-        )
-        solutions = dict(await m.Solution.filter(id__in=[k[2] for k in kinds]).values_list("id", "name"))
-        companies = dict(await m.Company.filter(id__in=[k[3] for k in kinds]).values_list("id", "name"))
-        facts = {k[0]: (companies.get(k[3], "?"), solutions.get(k[2], "?"), k[1]) for k in kinds}
-        return [(*facts[t], n) for t, n in top if t in facts]
+    @staticmethod
+    def _busiest(per_type: list[tuple[str, str, str, Bounded]]) -> list[tuple[str, str, str, int]]:
+        busy = [row for row in per_type if row[3]]
+        return sorted(busy, key=lambda row: (-row[3], row[0], row[1], row[2]))[:BUSIEST_SHOWN]
 
-    async def _dead(self, scope: dict[str, Any]) -> list[tuple[str, str, int]]:
-        counts = await self._grouped(m.Activity.filter(state=r.ActivityState.DEAD, **scope), "solution_id")
-        if not counts:
-            return []
-        solutions = await m.Solution.filter(id__in=list(counts)).values_list("id", "name", "company_id")
-        companies = dict(await m.Company.filter(id__in=[s[2] for s in solutions]).values_list("id", "name"))
-        rows = [(companies.get(s[2], "?"), s[1], counts[s[0]]) for s in solutions]
-        return sorted(rows, key=lambda row: -row[2])
+    async def _dead(self, company_id: uuid.UUID | None) -> list[tuple[str, str, int]]:
+        sql = _Sql()
+        where = f"WHERE s.company_id = {sql.add(company_id)}" if company_id else ""
+        solutions = await sql.rows(f"SELECT count(*) AS n FROM solution s {where}")
+        limit = cap(min(int(solutions[0]["n"]), SOLUTIONS_SCANNED))
+        sql = _Sql()
+        where = f"WHERE s.company_id = {sql.add(company_id)}" if company_id else ""
+        rows = await sql.rows(
+            "SELECT c.name AS company, s.name AS solution, "
+            "(SELECT count(*) FROM (SELECT 1 FROM activity a WHERE a.solution_id = s.id "
+            f"AND a.state = 'dead' LIMIT {limit + 1}) q) AS n "
+            f"FROM solution s JOIN company c ON c.id = s.company_id {where} "
+            f"ORDER BY c.name, s.name LIMIT {SOLUTIONS_SCANNED}"
+        )
+        found = [
+            (row["company"], row["solution"], Bounded(min(int(row["n"]), limit), int(row["n"]) > limit))
+            for row in rows
+            if int(row["n"])
+        ]
+        return sorted(found, key=lambda row: (-row[2], row[0], row[1]))
 
     async def _nodes(self, now: datetime) -> list[tuple[NodeInfo, list[int]]]:
         rows = await m.Node.filter(heartbeat_at__gte=(now - NODE_SILENCE).astimezone(UTC)).order_by("id")
@@ -142,8 +232,3 @@ class OverviewStore:
                 }
             )
         return out
-
-    @staticmethod
-    async def _grouped(query: Any, column: str) -> dict[Any, int]:
-        rows = await query.annotate(n=Count("id")).group_by(column).values_list(column, "n")
-        return {key: int(n) for key, n in rows}
