@@ -6,7 +6,8 @@
   kind, taken with one conditional update: two nodes never both hold it while it has not expired);
 - a pending batch is written (``begin_batch``: its id and its activity ids) *before* it is sent, so a
   retry, by this node or the next holder of the lease, sends the same id with the same records;
-- ``load_records`` reads any number of records in a bounded number of queries (three per chunk);
+- ``load_records`` reads any number of records in a bounded number of queries (two per chunk: the
+  activities with their type's name, then their executions; raw rows, no ORM objects);
 - ``purge`` deletes exactly the given activities still in the given states, with their executions,
   in transactions of at most ``chunk`` activities (short: claims and completions are never held up).
 
@@ -16,11 +17,13 @@ Every method returns plain frozen records and raises ``Unavailable`` when the da
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from tortoise.exceptions import DBConnectionError, IntegrityError
 from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
@@ -40,14 +43,87 @@ from oste.domain.log_shipping import (
 from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
+from oste.storage.stats import _Sql
 from oste.storage.store import to_record
 
 DEFAULT_PURGE_CHUNK = 500
 """Activities deleted per transaction: small enough that SQLite's one writer is held for milliseconds."""
 
 
+_ACTIVITY_COLUMNS = tuple(f.name for f in dataclasses.fields(r.Activity) if f.name != "activity_type")
+_EXECUTION_COLUMNS = tuple(f.name for f in dataclasses.fields(r.Execution))
+_UUIDS = frozenset(
+    {
+        "id",
+        "company_id",
+        "solution_id",
+        "activity_type_id",
+        "recurring_activity_id",
+        "caused_by",
+        "activity_id",
+    }
+)
+_TIMES = frozenset(
+    {
+        "scheduled_for",
+        "next_attempt_at",
+        "occurrence_at",
+        "created_at",
+        "updated_at",
+        "finished_at",
+        "started_at",
+    }
+)
+
+
 def _utc(instant: datetime) -> datetime:
     return instant.astimezone(UTC)
+
+
+def _uuid(value: Any) -> Any:
+    """An id column as a UUID (asyncpg's own UUID is one already; SQLite gives text)."""
+    return value if value is None or isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
+def _instant(value: Any) -> Any:
+    """A time column as an aware datetime (SQLite gives RFC 3339 text)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    instant = datetime.fromisoformat(value)
+    return instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
+
+
+_OUTCOMES = {str(o): o for o in r.Outcome}
+_STATES = {str(s): s for s in r.ActivityState}
+
+
+def _activity(row: dict[str, Any]) -> r.Activity:
+    values = {name: row[name] for name in _ACTIVITY_COLUMNS}
+    for name in _UUIDS.intersection(values):
+        values[name] = _uuid(values[name])
+    for name in _TIMES.intersection(values):
+        values[name] = _instant(values[name])
+    if isinstance(values["parameter"], str | bytes):
+        values["parameter"] = orjson.loads(values["parameter"])
+    values["state"] = _STATES[values["state"]]
+    values["last_outcome"] = _OUTCOMES[values["last_outcome"]] if values["last_outcome"] else None
+    return r.Activity(activity_type=row["type_name"] or "", **values)
+
+
+def _execution(row: dict[str, Any]) -> r.Execution:
+    return r.Execution(
+        id=_uuid(row["id"]),
+        activity_id=_uuid(row["activity_id"]),
+        attempt=row["attempt"],
+        started_at=_instant(row["started_at"]),
+        finished_at=_instant(row["finished_at"]),
+        duration_ms=row["duration_ms"],
+        outcome=_OUTCOMES[row["outcome"]],
+        http_status=row["http_status"],
+        error=row["error"],
+        response_excerpt=row["response_excerpt"],
+        node=row["node"],
+    )
 
 
 def _state(row: m.LogRoller) -> RollerState:
@@ -151,36 +227,32 @@ class RollerStore:
     ) -> list[LogRecord]:
         """The records of those of ``ids`` still in ``states``, in the order of ``ids``, each with its
         executions: three queries whatever the number of ids (callers pass modest chunks)."""
-        if not ids:
+        if not ids or not states:
             return []
-        rows = await self._guarded(m.Activity.filter(id__in=list(ids), state__in=[str(s) for s in states]))
-        type_ids = {row.activity_type_id for row in rows}
-        names = dict(
-            await self._guarded(m.ActivityType.filter(id__in=list(type_ids)).values_list("id", "name"))
+        sql = _Sql()
+        columns = ", ".join(f"a.{name}" for name in _ACTIVITY_COLUMNS)
+        wanted = sql.in_ids("a.id", ids)  # placeholders in the order they appear (SQLite's are ?)
+        marks = ", ".join(sql.add(str(s)) for s in states)
+        rows = await self._guarded(
+            sql.rows(
+                f"SELECT {columns}, t.name AS type_name FROM activity a "
+                "LEFT JOIN activity_type t ON t.id = a.activity_type_id "
+                f"WHERE {wanted} AND a.state IN ({marks})"
+            )
         )
+        by_id = {activity.id: activity for activity in map(_activity, rows)}
         executions: dict[uuid.UUID, list[r.Execution]] = {}
-        found = [row.id for row in rows]
-        for e in await self._guarded(
-            m.Execution.filter(activity_id__in=found).order_by("activity_id", "attempt")
-        ):
-            executions.setdefault(e.activity_id, []).append(
-                to_record(r.Execution, e, outcome=r.Outcome(e.outcome))
+        if by_id:
+            sql = _Sql()
+            found = await self._guarded(
+                sql.rows(
+                    f"SELECT {', '.join(_EXECUTION_COLUMNS)} FROM execution "
+                    f"WHERE {sql.in_ids('activity_id', list(by_id))} ORDER BY activity_id, attempt"
+                )
             )
-        by_id = {row.id: row for row in rows}
-        records = []
-        for activity_id in ids:
-            row = by_id.get(activity_id)
-            if row is None:
-                continue
-            activity = to_record(
-                r.Activity,
-                row,
-                activity_type=names.get(row.activity_type_id, ""),
-                state=r.ActivityState(row.state),
-                last_outcome=r.Outcome(row.last_outcome) if row.last_outcome else None,
-            )
-            records.append(LogRecord(activity, tuple(executions.get(activity_id, ()))))
-        return records
+            for execution in map(_execution, found):
+                executions.setdefault(execution.activity_id, []).append(execution)
+        return [LogRecord(by_id[i], tuple(executions.get(i, ()))) for i in map(_uuid, ids) if i in by_id]
 
     async def begin_batch(
         self, target: RollTarget, owner: str, batch_id: uuid.UUID, ids: Sequence[uuid.UUID]
