@@ -24,8 +24,7 @@ from oste.domain.parameters import ParameterRules, join_path
 from oste.domain.uris import check_target_uri
 from oste.errors import Conflict, InvalidInput
 from oste.storage.bulk import BulkChange
-from oste.storage.events import Change, record_changes
-from oste.storage.notices import publish
+from oste.storage.events import Change, announce, record_changes
 from oste.storage.store import MAX_PAGE, Store
 
 
@@ -163,8 +162,7 @@ async def patch_activity(request: Request) -> Response:
 async def cancel_activity(request: Request) -> Response:
     _, activity = await activity_in_path(request)
     cancelled = await ctx(request).store.cancel_activity(activity)
-    await publish("default", [cancelled.id])
-    await record_changes([(cancelled.solution_id, Change(cancelled.id, "cancelled"))], cancelled.updated_at)
+    await announce(cancelled.solution_id, cancelled.id, "cancelled", cancelled.updated_at)
     return json(render.activity(cancelled))
 
 
@@ -176,8 +174,7 @@ async def requeue_activity(request: Request) -> Response:
         raise Conflict(f"activity is {activity.state}; only a dead or cancelled activity can be requeued")
     await api.store.requeue_activities(solution, r.ActivityFilter(), activity.id)
     requeued = await api.store.get_activity(solution, activity.id)
-    await publish("default", [requeued.id])
-    await record_changes([(solution.id, Change(requeued.id, "requeued"))], requeued.updated_at)
+    await announce(solution.id, requeued.id, "requeued", requeued.updated_at)
     api.notify_due(requeued.next_attempt_at)
     return json(render.activity(requeued))
 

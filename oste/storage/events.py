@@ -34,6 +34,7 @@ from oste.domain.dispatch import Completion
 from oste.domain.records import ActivityState
 from oste.storage import models as m
 from oste.storage.dialects import ClaimStrategy, Params, strategy_for
+from oste.storage.notices import publish
 
 log = logging.getLogger("oste.storage.events")
 
@@ -158,6 +159,13 @@ async def record_changes(
     except Exception as exc:
         log.warning("could not record activity events: %s", exc)
         return 0
+
+
+async def announce(solution_id: uuid.UUID, activity_id: uuid.UUID, event: str, at: datetime) -> None:
+    """After one activity's state change committed: wake the long-polls waiting on it (in every
+    process) and record its event for the solution's stream. Never raises."""
+    await publish("default", [activity_id])
+    await record_changes([(solution_id, Change(activity_id, event))], at)
 
 
 def completion_changes(completions: Sequence[Completion], subscribed: frozenset[uuid.UUID]) -> list[Change]:

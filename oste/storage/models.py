@@ -317,6 +317,9 @@ class UiSession(Model):
     csrf = fields.CharField(max_length=64)
     signed_in = fields.BooleanField(default=False)
     company_id = fields.UUIDField(null=True)
+    api_key_id = fields.UUIDField(null=True)
+    """The company API key that signed in (the audit names it); None for the operator."""
+    api_key_name = fields.CharField(max_length=63, null=True)
     flashes = fields.JSONField(default=list)
     used_at = fields.DatetimeField()
 

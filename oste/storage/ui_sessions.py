@@ -28,6 +28,8 @@ class SessionRecord:
     company_id: uuid.UUID | None
     used_at: datetime
     flashes: list[list[str]] = field(default_factory=list)
+    api_key_id: uuid.UUID | None = None
+    api_key_name: str | None = None
 
 
 def _utc(value: Any) -> datetime:
@@ -38,7 +40,14 @@ def _utc(value: Any) -> datetime:
 
 def _record(row: m.UiSession) -> SessionRecord:
     return SessionRecord(
-        row.id, row.csrf, row.signed_in, row.company_id, _utc(row.used_at), list(row.flashes or [])
+        row.id,
+        row.csrf,
+        row.signed_in,
+        row.company_id,
+        _utc(row.used_at),
+        list(row.flashes or []),
+        row.api_key_id,
+        row.api_key_name,
     )
 
 
@@ -51,11 +60,25 @@ class UiSessionStore:
         self.lifetime = lifetime
 
     async def create(
-        self, key: str, csrf: str, signed_in: bool, company_id: uuid.UUID | None
+        self,
+        key: str,
+        csrf: str,
+        signed_in: bool,
+        company_id: uuid.UUID | None,
+        api_key: tuple[uuid.UUID, str] | None = None,
     ) -> SessionRecord:
+        """A new session; ``api_key`` (id, name) is the company key that signed in, if one did."""
         now = self.clock.now().astimezone(UTC)
+        key_id, key_name = api_key or (None, None)
         row = m.UiSession(
-            id=key, csrf=csrf, signed_in=signed_in, company_id=company_id, flashes=[], used_at=now
+            id=key,
+            csrf=csrf,
+            signed_in=signed_in,
+            company_id=company_id,
+            api_key_id=key_id,
+            api_key_name=key_name,
+            flashes=[],
+            used_at=now,
         )
         await row.save(force_create=True)
         return _record(row)

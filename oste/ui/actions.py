@@ -13,12 +13,14 @@ from starlette.responses import Response
 from oste.domain import records as r
 from oste.errors import Conflict, OsteError
 from oste.storage.bulk import BulkChange
+from oste.storage.events import announce
 from oste.storage.occurrences import RecurrenceStore
 from oste.ui.browse import FILTER_NAMES, FilterError, filters_of
 from oste.ui.context import (
     Refused,
     Viewer,
     action,
+    audited,
     back_to,
     company_in_path,
     flash,
@@ -68,13 +70,16 @@ async def company_settings(request: Request, viewer: Viewer, form: dict[str, str
     await ui(request).store.update_company(found, changes)
     if "paused" in changes:
         ui(request).notify_due(ui(request).store.clock.now())
+    await audited(
+        request, viewer, found, None, _audit_action(changes), "company", found.name, _fields(changes)
+    )
     await flash(request, viewer.session, f"Company {found.name} {_describe(changes)}.")
     return back_to(request, form)
 
 
 @action
 async def solution_settings(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
-    _, found = await solution_in_path(request, viewer)
+    company_, found = await solution_in_path(request, viewer)
     changes: dict[str, object] = {}
     if "paused" in form:
         changes["paused"] = _paused(form)
@@ -83,20 +88,37 @@ async def solution_settings(request: Request, viewer: Viewer, form: dict[str, st
     await ui(request).store.update_solution(found, changes)
     if "paused" in changes:
         ui(request).notify_due(ui(request).store.clock.now())
+    await audited(
+        request, viewer, company_, found, _audit_action(changes), "solution", found.name, _fields(changes)
+    )
     await flash(request, viewer.session, f"Solution {found.name} {_describe(changes)}.")
     return back_to(request, form)
 
 
 @action
 async def type_settings(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
-    _, found = await solution_in_path(request, viewer)
+    company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
     kind = await store.get_activity_type(found, slug(request, "type"))
     paused = _paused(form)
     await store.update_activity_type(kind, {"paused": paused})
     ui(request).notify_due(store.clock.now())
+    await audited(request, viewer, company_, found, _pause_action(paused), "activity_type", kind.name)
     await flash(request, viewer.session, f"Activity type {kind.name} {_word(paused)}.")
     return back_to(request, form)
+
+
+def _pause_action(paused: bool) -> str:
+    return "pause" if paused else "resume"
+
+
+def _audit_action(changes: dict[str, object]) -> str:
+    """pause/resume when that is all a settings form changed, else update."""
+    return _pause_action(bool(changes["paused"])) if list(changes) == ["paused"] else "update"
+
+
+def _fields(changes: dict[str, object]) -> dict[str, object]:
+    return {"fields": sorted(changes)}
 
 
 def _describe(changes: dict[str, object]) -> str:
@@ -114,34 +136,39 @@ def _describe(changes: dict[str, object]) -> str:
 @action
 async def requeue_one(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     """Dead or cancelled -> scheduled, due now, retries reset to the type's (as the API's requeue)."""
-    _, found = await solution_in_path(request, viewer)
+    company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
     item = await store.get_activity(found, uuid_in_path(request))
     if item.state not in (r.ActivityState.DEAD, r.ActivityState.CANCELLED):
         raise Conflict(f"activity is {item.state}; only a dead or cancelled activity can be requeued")
     await store.requeue_activities(found, r.ActivityFilter(), item.id)
     requeued = await store.get_activity(found, item.id)
+    await announce(found.id, requeued.id, "requeued", requeued.updated_at)
     ui(request).notify_due(requeued.next_attempt_at)
+    await audited(request, viewer, company_, found, "requeue", "activity", item.id)
     await flash(request, viewer.session, "Requeued: the activity is scheduled again.")
     return back_to(request, form)
 
 
 @action
 async def cancel_one(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
-    _, found = await solution_in_path(request, viewer)
+    company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
-    await store.cancel_activity(await store.get_activity(found, uuid_in_path(request)))
+    cancelled = await store.cancel_activity(await store.get_activity(found, uuid_in_path(request)))
+    await announce(found.id, cancelled.id, "cancelled", cancelled.updated_at)
+    await audited(request, viewer, company_, found, "cancel", "activity", cancelled.id)
     await flash(request, viewer.session, "Cancelled.")
     return back_to(request, form)
 
 
 @action
 async def activity_priority(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
-    _, found = await solution_in_path(request, viewer)
+    company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
     item = await store.get_activity(found, uuid_in_path(request))
     priority = _int_field(form, "priority", -MAX_PRIORITY, MAX_PRIORITY)
     await store.update_scheduled_activity(item, {"priority": priority})
+    await audited(request, viewer, company_, found, "update", "activity", item.id, {"fields": ["priority"]})
     await flash(request, viewer.session, f"Priority set to {priority}.")
     return back_to(request, form)
 
@@ -149,10 +176,11 @@ async def activity_priority(request: Request, viewer: Viewer, form: dict[str, st
 @action
 async def run_now_one(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     """A scheduled activity becomes due now (the Store's run-now, as the API's)."""
-    _, found = await solution_in_path(request, viewer)
+    company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
     due = await store.run_now(await store.get_activity(found, uuid_in_path(request)))
     ui(request).notify_due(due.next_attempt_at)
+    await audited(request, viewer, company_, found, "run_now", "activity", due.id)
     await flash(request, viewer.session, "Due now: it fires as soon as a worker has room.")
     return back_to(request, form)
 
@@ -198,6 +226,13 @@ async def bulk_requeue(request: Request, viewer: Viewer, form: dict[str, str]) -
     store = ui(request).store
     result = await BulkChange(store.clock).run(found, filters, "requeue")
     ui(request).notify_due(store.clock.now())
+    details = {
+        "filter": {k: v for k, v in values.items() if v},
+        "matched": result.matched,
+        "changed": result.changed,
+        "skipped": [{"reason": s.reason, "count": s.count} for s in result.skipped.values()],
+    }
+    await audited(request, viewer, company_, found, "bulk_requeue", "activity", None, details)
     skipped = sum(entry.count for entry in result.skipped.values())
     await flash(
         request,
@@ -213,7 +248,7 @@ async def bulk_requeue(request: Request, viewer: Viewer, form: dict[str, str]) -
 
 @action
 async def recurring_pause(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
-    _, found = await solution_in_path(request, viewer)
+    company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
     item = await store.get_recurring(found, uuid_in_path(request))
     occurrences = RecurrenceStore(store.clock)
@@ -225,6 +260,9 @@ async def recurring_pause(request: Request, viewer: Viewer, form: dict[str, str]
         current = await occurrences.get(item.id)
         if current.next_fire_at is not None:
             ui(request).notify_due(current.last_occurrence_at or current.next_fire_at)
+    await audited(
+        request, viewer, company_, found, _pause_action(_paused(form)), "recurring_activity", item.id
+    )
     await flash(request, viewer.session, f"Recurring activity {_word(_paused(form))}.")
     return back_to(request, form)
 
@@ -232,11 +270,12 @@ async def recurring_pause(request: Request, viewer: Viewer, form: dict[str, str]
 @action
 async def recurring_run_now(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     """One occurrence now, keyed by now; the schedule does not move (as the API's run-now)."""
-    _, found = await solution_in_path(request, viewer)
+    company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
     item = await store.get_recurring(found, uuid_in_path(request))
     kind = await store.get_activity_type(found, item.activity_type)
     created = await RecurrenceStore(store.clock).run_now(item, kind)
     ui(request).notify_due(created.scheduled_for)
+    await audited(request, viewer, company_, found, "run_now", "recurring_activity", item.id)
     await flash(request, viewer.session, "One occurrence created, due now.")
     return back_to(request, form)

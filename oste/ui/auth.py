@@ -44,17 +44,18 @@ async def sign_in(request: Request) -> Response:
     check_csrf(session, form)
     context = ui(request)
     token = form.get("token", "").strip()
-    company_id = None
+    company_id, api_key = None, None
     if token and hmac.compare_digest(token.encode(), context.admin_token.encode()):
         pass
-    elif token and (company := await context.store.company_for_api_key(token)) is not None:
-        company_id = company.id
+    elif token and (found := await context.store.api_key_of(token)) is not None:
+        company, key = found
+        company_id, api_key = company.id, (key.id, key.name)
     else:
         request.state.session = session
         return await render(
             request, "sign_in.html", 401, next=form.get("next", ""), error="That token is not valid."
         )
-    signed = await context.sessions.sign_in(session, company_id)
+    signed = await context.sessions.sign_in(session, company_id, api_key)
     next_path = form.get("next", "")
     response = RedirectResponse(next_path if _is_ui_path(next_path) else root_of(request) + "/", 303)
     set_cookie(request, response, signed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,9 +21,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from oste.domain import records as r
+from oste.domain.audit import ADMIN, API_KEY, AuditEntry
+from oste.domain.ids import new_id
 from oste.errors import NotFound, OsteError
+from oste.storage.audit import AuditLog
 from oste.storage.store import Store
 from oste.ui.sessions import COOKIE, SESSION_SECONDS, Session, Sessions
+
+log = logging.getLogger(__name__)
 
 MAX_FORM_BYTES = 256 * 1024
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
@@ -243,6 +249,39 @@ async def company_in_path(request: Request, viewer: Viewer) -> r.Company:
 async def solution_in_path(request: Request, viewer: Viewer) -> tuple[r.Company, r.Solution]:
     company = await company_in_path(request, viewer)
     return company, await ui(request).store.get_solution(company, slug(request, "solution"))
+
+
+async def audited(
+    request: Request,
+    viewer: Viewer,
+    company: r.Company,
+    solution: r.Solution | None,
+    action_name: str,
+    resource: str,
+    resource_id: object,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Record a change made from the UI in the audit, as the API records its own (``via: ui`` in the
+    details). Never raises: the change is made; a row that cannot be written is logged."""
+    record = viewer.session.record
+    entry = AuditEntry(
+        id=new_id(),
+        company_id=company.id,
+        solution_id=solution.id if solution else None,
+        solution=solution.name if solution else None,
+        at=ui(request).store.clock.now(),
+        actor=ADMIN if viewer.is_admin else API_KEY,
+        api_key_id=None if viewer.is_admin else record.api_key_id,
+        api_key_name=None if viewer.is_admin else record.api_key_name,
+        action=action_name,
+        resource=resource,
+        resource_id=str(resource_id) if resource_id is not None else None,
+        details={"via": "ui", **(details or {})},
+    )
+    try:
+        await AuditLog(ui(request).store.clock).record(entry)
+    except Exception:
+        log.exception("could not record the audit row of the UI's %s %s", action_name, resource)
 
 
 def require_admin(viewer: Viewer, what: str) -> None:

@@ -26,6 +26,7 @@ from oste.ui.context import (
     Refused,
     Viewer,
     action,
+    audited,
     flash,
     page,
     redirect,
@@ -182,6 +183,7 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     values.update(start_at=None, end_at=None, retries=None, paused=False)
     created = await create_recurring(store, kind, values, recurrence)
     _notify(request, created)
+    await audited(request, viewer, company, solution, "create", "recurring_activity", created.id)
     await flash(request, viewer.session, "Recurring activity created.")
     return redirect(request, f"/companies/{company.name}/solutions/{solution.name}/recurring/{created.id}")
 
@@ -195,6 +197,8 @@ async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     values, recurrence = _common(form, kind)
     updated = await reschedule_recurring(store, recurring, values, recurrence)
     _notify(request, updated)
+    fields = {"fields": sorted(values)}
+    await audited(request, viewer, company, solution, "update", "recurring_activity", recurring.id, fields)
     await flash(request, viewer.session, "Schedule saved; occurrences not fired yet were replaced.")
     return redirect(request, f"/companies/{company.name}/solutions/{solution.name}/recurring/{recurring.id}")
 

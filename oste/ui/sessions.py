@@ -56,18 +56,30 @@ class Sessions:
         self._key = key
         self._store = UiSessionStore(clock, timedelta(seconds=lifetime))
 
-    async def new(self, signed_in: bool = False, company_id: uuid.UUID | None = None) -> Session:
+    async def new(
+        self,
+        signed_in: bool = False,
+        company_id: uuid.UUID | None = None,
+        api_key: tuple[uuid.UUID, str] | None = None,
+    ) -> Session:
         """A fresh session (it already has its CSRF token); sessions past their lifetime are pruned."""
         await self._store.prune()
         session_id = secrets.token_urlsafe(32)
-        record = await self._store.create(_key(session_id), secrets.token_urlsafe(32), signed_in, company_id)
+        token = secrets.token_urlsafe(32)
+        record = await self._store.create(_key(session_id), token, signed_in, company_id, api_key)
         return Session(session_id, record)
 
-    async def sign_in(self, previous: Session | None, company_id: uuid.UUID | None) -> Session:
-        """A new signed-in session (new id and CSRF token, so a planted id is worthless); the old one ends."""
+    async def sign_in(
+        self,
+        previous: Session | None,
+        company_id: uuid.UUID | None,
+        api_key: tuple[uuid.UUID, str] | None = None,
+    ) -> Session:
+        """A new signed-in session (new id and CSRF token, so a planted id is worthless); the old one ends.
+        ``api_key`` (id, name): the company key that signed in."""
         if previous is not None:
             await self.end(previous)
-        return await self.new(signed_in=True, company_id=company_id)
+        return await self.new(signed_in=True, company_id=company_id, api_key=api_key)
 
     async def end(self, session: Session) -> None:
         await self._store.end(session.record.key)

@@ -20,6 +20,8 @@ class Migration(migrations.Migration):
                 ('csrf', fields.CharField(max_length=64)),
                 ('signed_in', fields.BooleanField(default=False)),
                 ('company_id', fields.UUIDField(null=True)),
+                ('api_key_id', fields.UUIDField(null=True)),
+                ('api_key_name', fields.CharField(null=True, max_length=63)),
                 ('flashes', fields.JSONField(default=list, encoder=JSON_DUMPS, decoder=loads)),
                 ('used_at', fields.DatetimeField(auto_now=False, auto_now_add=False)),
             ],

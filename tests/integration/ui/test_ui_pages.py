@@ -296,3 +296,33 @@ async def test_a_session_is_known_to_every_process_serving_the_ui(world: UiWorld
         await admin.post("/ui/sign-out")
         gone = await http.get("/companies")
         assert gone.status_code == 303 and "/sign-in" in gone.headers["location"]
+
+
+async def test_what_the_ui_changes_is_audited_with_who_did_it(world: UiWorld, company: Browser) -> None:
+    api, tenant = world.api, world.one
+    ids = await seed(world, tenant)
+    base = ui_path(tenant)
+    page = f"{base}/activities/{ids['activity']}"
+    await company.get(page)
+    for step in ("requeue", "run-now", "cancel"):
+        await company.post(f"{page}/{step}", {"back": page})
+    await company.post(f"{page}/priority", {"priority": "5", "back": page})  # cancelled: refused, no row
+    await company.post(f"{base}/requeue", {"state": "cancelled", "confirm": "yes"})
+    await company.post(f"{base}/types/{tenant.activity_type}/settings", {"paused": "true"})
+    await company.post(f"{base}/recurring/{ids['recurring']}/pause", {"paused": "true"})
+
+    rows = (await api.get(f"{tenant.path}/audit", params={"limit": 50}, expect=200)).json()["items"]
+    from_ui = [row for row in rows if (row["details"] or {}).get("via") == "ui"]
+    assert [(row["action"], row["resource"]) for row in reversed(from_ui)] == [
+        ("requeue", "activity"),
+        ("run_now", "activity"),
+        ("cancel", "activity"),
+        ("bulk_requeue", "activity"),
+        ("pause", "activity_type"),
+        ("pause", "recurring_activity"),
+    ]
+    keys = {(row["actor"], row["api_key_name"]) for row in from_ui}
+    assert len(keys) == 1 and next(iter(keys))[0] == "api_key" and next(iter(keys))[1]
+    assert all(row["api_key_id"] for row in from_ui)
+    assert from_ui[2]["details"]["changed"] == 1  # the bulk requeue of the one cancelled activity
+    assert from_ui[-1]["resource_id"] == ids["activity"]
