@@ -15,6 +15,7 @@ import orjson
 
 from oste import __version__
 from oste.api import audit, log_shipping, schemas, stats
+from oste.api.spec_links import links_of
 from oste.api.spec_names import name_shared_schemas
 
 SCHEMA_REF = "#/components/schemas/"
@@ -689,6 +690,8 @@ def _responses(op: Op) -> dict[str, Any]:
     success: dict[str, Any] = {"description": _SUCCESS[op.status]}
     if op.returns:
         success.update(_content(_ref(op.returns) if isinstance(op.returns, str) else op.returns, op.media))
+    if links := links_of(op.operation_id):
+        success["links"] = links
     responses: dict[str, Any] = {str(op.status): success}
     for code in _error_codes(op):
         responses[str(code)] = {"$ref": "#/components/responses/" + _ERRORS[code][0]}
