@@ -236,7 +236,6 @@ async def test_bulk_cancel_walks_every_chunk_and_leaves_running_activities_alone
     assert peak < 30 * 1024 * 1024, f"peak traced memory {peak / 2**20:.1f} MiB"
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_bulk_cancel_of_100000_on_postgres(postgres_url: str, tmp_path: Path) -> None:
     async with api_client(Settings(data_dir=tmp_path, database_url=postgres_url)) as api:
