@@ -325,24 +325,34 @@ class RollerStore:
     ) -> int:
         """Delete those of ``ids`` still in ``states`` (an activity requeued meanwhile stays) and their
         executions, ``chunk`` activities per transaction. Returns how many activities were deleted."""
-        wanted = [str(s) for s in states]
         deleted = 0
         for start in range(0, len(ids), chunk):
             part = list(ids[start : start + chunk])
             try:
-                async with in_transaction():
-                    live = await (
-                        m.Activity.filter(id__in=part, state__in=wanted)
-                        .select_for_update()
-                        .values_list("id", flat=True)
-                    )
+                async with in_transaction() as conn:
+                    live = await self._lock_live(conn, part, states)
                     if not live:
                         continue
-                    await m.Execution.filter(activity_id__in=live).delete()
-                    deleted += await m.Activity.filter(id__in=live).delete()
+                    for table, column in (("execution", "activity_id"), ("activity", "id")):
+                        sql = _Sql(conn)
+                        await conn.execute_query(
+                            f"DELETE FROM {table} WHERE {sql.in_ids(column, live)}", sql.values
+                        )
+                    deleted += len(live)
             except (DBConnectionError, OSError) as exc:
                 raise Unavailable(f"the database is unreachable: {exc}") from None
         return deleted
+
+    @staticmethod
+    async def _lock_live(conn: Any, ids: Sequence[uuid.UUID], states: Sequence[r.ActivityState]) -> list[Any]:
+        """Those of ``ids`` still in ``states``, locked until the transaction ends (PostgreSQL; SQLite's
+        one writer holds the whole database meanwhile)."""
+        sql = _Sql(conn)
+        where = sql.in_ids("id", ids)
+        marks = ", ".join(sql.add(str(s)) for s in states)
+        lock = "" if sql.sqlite else " FOR UPDATE"
+        rows = await sql.rows(f"SELECT id FROM activity WHERE {where} AND state IN ({marks}){lock}")
+        return [_uuid(row["id"]) for row in rows]
 
     # --- what an operator sees ------------------------------------------------------------------
 

@@ -85,8 +85,8 @@ class Scope:
 class _Sql:
     """Placeholders and value encoding of the open connection's dialect."""
 
-    def __init__(self) -> None:
-        self.conn = connections.get("default")
+    def __init__(self, conn: Any = None) -> None:
+        self.conn = conn if conn is not None else connections.get("default")
         self.sqlite = self.conn.capabilities.dialect == "sqlite"
         self.values: list[Any] = []
 
