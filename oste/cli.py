@@ -185,6 +185,7 @@ async def run_http(settings: Settings, engine: bool) -> None:
     config = HypercornConfig()
     config.bind = [f"{settings.host}:{settings.port}"]
     config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")  # ours: one line, in OSTE's log format
     config.graceful_timeout = SHUTDOWN_GRACE_SECONDS
     stop = asyncio.Event()
     _on_signals(stop)
