@@ -9,6 +9,18 @@ from tortoise.backends.base.config_generator import expand_db_url
 
 SQLITE_PRAGMAS = {"journal_mode": "WAL", "synchronous": "NORMAL", "busy_timeout": "5000"}
 POSTGRES_POOL = {"minsize": "1", "maxsize": "20"}
+POSTGRES_SESSION = {
+    "idle_in_transaction_session_timeout": "15s",
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+}
+"""Server settings of every OSTE session. A node cut off from the database by the network leaves its
+sessions open on the server: one cut inside a transaction keeps its row locks, and every other node's
+rescue, completion or balance that touches those rows waits for it, for as long as the server believes
+the client is there (hours with the default TCP settings). OSTE's transactions never wait on anything
+but the database, so the server ends one idle for 15 s (its locks are released and its work is rescued
+like a crashed node's) and probes a silent client after 10 s, giving up after 3 unanswered probes."""
 
 
 def normalise_url(url: str) -> str:
@@ -35,12 +47,13 @@ async def keep_session(connection: Any) -> None:
 
 def connection_config(url: str) -> str | dict[str, Any]:
     """Tortoise's connection entry for ``url``: the URL itself, or for PostgreSQL its expanded form
-    with the pool's release hook (``keep_session``)."""
+    with the pool's release hook (``keep_session``) and the session settings (``POSTGRES_SESSION``)."""
     normal = normalise_url(url)
     if urlsplit(normal).scheme != "postgres":
         return normal
     expanded = expand_db_url(normal)
     expanded["credentials"]["reset"] = keep_session
+    expanded["credentials"]["server_settings"] = dict(POSTGRES_SESSION)
     return expanded
 
 

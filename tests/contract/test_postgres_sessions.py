@@ -1,0 +1,70 @@
+"""OSTE's PostgreSQL sessions let the server end what a node cut off by the network leaves behind.
+
+A node partitioned from the database inside a transaction keeps its row locks for as long as the
+server believes the client is there; the other nodes' rescues and completions that touch those rows
+wait on it (seen by tests/acceptance/test_network_partition.py: a survivor stalled for minutes until
+the cut node's sessions went). The server must end such a transaction by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from tortoise import Tortoise
+from tortoise.transactions import in_transaction
+
+from oste.domain.clock import SystemClock
+from oste.storage.config import POSTGRES_SESSION
+from oste.storage.database import close_database, open_database
+from oste.storage.store import Store
+from tests.conftest import migrated
+from tests.engine_support import make_type
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def pg(postgres_url: str) -> AsyncIterator[str]:
+    await migrated(postgres_url)
+    await open_database(postgres_url)
+    try:
+        yield postgres_url
+    finally:
+        await close_database()
+
+
+async def test_every_session_carries_the_settings(pg: str) -> None:
+    connection = Tortoise.get_connection("default")
+    for name, value in POSTGRES_SESSION.items():
+        [row] = await connection.execute_query_dict(f"SHOW {name}")
+        assert row[name] == value, (name, row)
+
+
+@pytest.mark.slow
+async def test_a_transaction_left_idle_is_ended_and_its_locks_released(pg: str) -> None:
+    """Lock a row and go silent inside the transaction (a node cut off there): another session gets
+    the row once the server ended the silent one, within the timeout."""
+    kind = await make_type(Store(SystemClock()), "https://receiver.invalid/{n}")
+    other = await asyncpg.connect(pg)
+    lock = "SELECT id FROM activity_type WHERE id = $1 FOR UPDATE NOWAIT"
+    try:
+        with pytest.raises(Exception, match=r"closed|idle-in-transaction"):
+            async with in_transaction() as conn:
+                await conn.execute_query(f"SELECT id FROM activity_type WHERE id = '{kind.id}' FOR UPDATE")
+                started = time.monotonic()
+                while True:  # the silent session sends nothing more; the other one tries the row
+                    try:
+                        assert await other.fetchval(lock, kind.id) == kind.id
+                        break
+                    except asyncpg.LockNotAvailableError:
+                        assert time.monotonic() - started < 25, "the silent transaction kept its lock"
+                        await asyncio.sleep(0.2)
+                waited = time.monotonic() - started
+                await conn.execute_query("SELECT 1")  # the server ended this session meanwhile
+        assert 14 < waited < 20, waited
+    finally:
+        await other.close()
