@@ -20,14 +20,21 @@ from oste.storage.dispatch import DispatchStore
 log = logging.getLogger("oste.engine.clock")
 WARN_AFTER = 1.0
 """Seconds of difference from the database's clock beyond which the node logs a warning."""
+MAX_ROUND_TRIP = 0.5
+"""A reading that took longer than this is not used: the database read its clock somewhere in the
+round trip, so the offset is only known to within half of it. After a network partition heals, a
+reading that waited out the partition would shift the clock by seconds (firing that much early).
+The first reading is always used: a node starts on the database's time however slow it is."""
 
 
 @dataclass(frozen=True)
 class SyncResult:
-    """The offset applied (database time minus the node's own), and the round trip it was read in."""
+    """The offset in force (database time minus the node's own), and the round trip it was read in."""
 
     offset: float
     round_trip: float
+    used: bool = True
+    """False when the reading took too long to be trusted (``MAX_ROUND_TRIP``): the offset is unchanged."""
 
 
 class ClockSync:
@@ -37,12 +44,16 @@ class ClockSync:
         self.clock = clock
         self.store = store
         self._warned = False
+        self._synced = False
 
     async def run_once(self) -> SyncResult:
         before = time.monotonic()
         local = self.clock.base.now()
         remote = await self.store.database_time()
         round_trip = time.monotonic() - before
+        if round_trip > MAX_ROUND_TRIP and self._synced:  # too uncertain: keep the offset measured before
+            return SyncResult(self.clock.offset.total_seconds(), round_trip, used=False)
+        self._synced = True
         # The database read its clock about halfway through the round trip.
         offset = remote - (local + timedelta(seconds=round_trip / 2))
         self.clock.correct(offset)
