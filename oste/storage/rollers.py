@@ -98,16 +98,34 @@ _STATES = {str(s): s for s in r.ActivityState}
 
 
 def _activity(row: dict[str, Any]) -> r.Activity:
-    values = {name: row[name] for name in _ACTIVITY_COLUMNS}
-    for name in _UUIDS.intersection(values):
-        values[name] = _uuid(values[name])
-    for name in _TIMES.intersection(values):
-        values[name] = _instant(values[name])
-    if isinstance(values["parameter"], str | bytes):
-        values["parameter"] = orjson.loads(values["parameter"])
-    values["state"] = _STATES[values["state"]]
-    values["last_outcome"] = _OUTCOMES[values["last_outcome"]] if values["last_outcome"] else None
-    return r.Activity(activity_type=row["type_name"] or "", **values)
+    parameter = row["parameter"]
+    return r.Activity(
+        id=_uuid(row["id"]),
+        company_id=_uuid(row["company_id"]),
+        solution_id=_uuid(row["solution_id"]),
+        activity_type_id=_uuid(row["activity_type_id"]),
+        activity_type=row["type_name"] or "",
+        partition=row["partition"],
+        scheduled_for=_instant(row["scheduled_for"]),
+        next_attempt_at=_instant(row["next_attempt_at"]),
+        parameter=orjson.loads(parameter) if isinstance(parameter, str | bytes) else parameter,
+        retries=row["retries"],
+        priority=row["priority"],
+        object_id=row["object_id"],
+        state=_STATES[row["state"]],
+        attempts=row["attempts"],
+        last_outcome=_OUTCOMES[row["last_outcome"]] if row["last_outcome"] else None,
+        recurring_activity_id=_uuid(row["recurring_activity_id"]),
+        occurrence_at=_instant(row["occurrence_at"]),
+        idempotency_key=row["idempotency_key"],
+        created_at=_instant(row["created_at"]),
+        updated_at=_instant(row["updated_at"]),
+        finished_at=_instant(row["finished_at"]),
+        caused_by=_uuid(row["caused_by"]),
+        depth=row["depth"],
+        chain_note=row["chain_note"],
+        uri_override=row["uri_override"],
+    )
 
 
 def _execution(row: dict[str, Any]) -> r.Execution:
