@@ -45,22 +45,33 @@ async def keep_session(connection: Any) -> None:
     more statements to the server on every release, a round trip per query the engine makes."""
 
 
-def connection_config(url: str) -> str | dict[str, Any]:
+def connection_config(url: str, command_timeout: float | None = None) -> str | dict[str, Any]:
     """Tortoise's connection entry for ``url``: the URL itself, or for PostgreSQL its expanded form
-    with the pool's release hook (``keep_session``) and the session settings (``POSTGRES_SESSION``)."""
+    with the pool's release hook (``keep_session``), the session settings (``POSTGRES_SESSION``) and,
+    when given, a limit on how long any one statement's answer may take (``COMMAND_TIMEOUT``)."""
     normal = normalise_url(url)
     if urlsplit(normal).scheme != "postgres":
         return normal
     expanded = expand_db_url(normal)
     expanded["credentials"]["reset"] = keep_session
     expanded["credentials"]["server_settings"] = dict(POSTGRES_SESSION)
+    if command_timeout is not None:
+        expanded["credentials"]["command_timeout"] = command_timeout
     return expanded
 
 
-def tortoise_config(url: str) -> dict[str, Any]:
+COMMAND_TIMEOUT = 60.0
+"""Seconds a running OSTE process waits for the answer to one PostgreSQL statement. A request sent
+just before the network to the database partitions waits on TCP's retransmissions, whose backoff
+grows to minutes: without a limit the task that sent it (the poller, the completion writer) would
+stay stuck long after the network healed. Past the limit the statement fails like an outage and is
+retried on another connection. Migrations (``oste migrate``) have no limit."""
+
+
+def tortoise_config(url: str, command_timeout: float | None = None) -> dict[str, Any]:
     """The Tortoise config dict for OSTE's one app (``oste``) on the given database URL."""
     return {
-        "connections": {"default": connection_config(url)},
+        "connections": {"default": connection_config(url, command_timeout)},
         "apps": {
             "oste": {
                 "models": ["oste.storage.models"],

@@ -19,7 +19,7 @@ from tortoise.exceptions import BaseORMException, DBConnectionError, Operational
 from tortoise.migrations.api import migrate as run_migrations
 
 from oste.errors import Unavailable
-from oste.storage.config import normalise_url, tortoise_config
+from oste.storage.config import COMMAND_TIMEOUT, normalise_url, tortoise_config
 from oste.storage.transactions import guard_transaction_entry
 
 log = logging.getLogger("oste.storage")
@@ -54,7 +54,7 @@ async def open_database(url: str, apply_migrations: bool = True) -> None:
     executor.EXECUTOR_CACHE.clear()
     guard_transaction_entry()
     try:
-        await Tortoise.init(config=tortoise_config(url), _enable_global_fallback=True)
+        await Tortoise.init(config=tortoise_config(url, COMMAND_TIMEOUT), _enable_global_fallback=True)
     except (OSError, DBConnectionError) as exc:
         raise Unavailable(
             f"cannot open the {describe(url)}: {exc}. Is the database running and reachable?"

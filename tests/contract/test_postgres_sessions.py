@@ -68,3 +68,23 @@ async def test_a_transaction_left_idle_is_ended_and_its_locks_released(pg: str) 
         assert 14 < waited < 20, waited
     finally:
         await other.close()
+
+
+async def test_a_statement_whose_answer_does_not_come_fails_after_the_command_timeout(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer to a statement sent just before a partition may never come (TCP's retransmission
+    backoff grows to minutes): the process gives up on it after ``COMMAND_TIMEOUT`` (shortened here)
+    and can use the database again at once."""
+    monkeypatch.setattr("oste.storage.database.COMMAND_TIMEOUT", 0.5)
+    await migrated(postgres_url)
+    await open_database(postgres_url)
+    try:
+        connection = Tortoise.get_connection("default")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await connection.execute_query("SELECT pg_sleep(5)")
+        assert time.monotonic() - started < 2
+        assert await connection.execute_query_dict("SELECT 1 AS one") == [{"one": 1}]
+    finally:
+        await close_database()
