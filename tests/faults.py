@@ -14,6 +14,11 @@ without stopping or reconfiguring the shared server, which other tests use::
 The faults are real at the socket level: a refused connect is ``ECONNREFUSED`` (the proxy stops
 listening), a reset is a TCP RST (``SO_LINGER`` 0), so the client library sees exactly what it would
 see during a server restart. ``refuse()`` and ``reset_all()`` are available separately.
+
+``NetworkNamespace`` cuts one process's network instead (root only): the process runs inside a
+namespace reaching the host over veth links, and a link going down makes its packets vanish — no
+refusal, no reset — as in a real partition. ``unsupported(reason)`` skips a fault test a machine cannot
+stage, loudly, and fails it under CI.
 """
 
 from __future__ import annotations
