@@ -8,6 +8,16 @@ leases expire: nothing lost, nothing early, no key drift, duplicates at most the
 held. Healed, the cut worker must come back by itself: take its share of partitions again and, once
 the host worker has stopped, fire a second burst alone.
 
+PostgreSQL listens on loopback only, so each link ends at a forwarder on the host (``FaultyProxy``
+bound to the link's host address): the cut is real for the worker (its packets vanish), but the server
+talks to the forwarder, which stays up, so the server's TCP keepalives are not what ends the cut
+worker's sessions here; its ``idle_in_transaction_session_timeout`` is.
+
+The default run holds the cut until every claim is rescued (about one lease); ``-m slow`` holds it a
+minute, long enough for TCP's retransmission backoff to grow. That run found three defects (locks of
+the cut worker's open transaction stalling the other worker, statements stuck after healing, a clock
+reading that waited out the cut): see docs/guarantees.md.
+
 Needs root and network namespaces (``ip netns``): skipped loudly elsewhere, a failure under CI.
 """
 
