@@ -161,10 +161,12 @@ class LogRoller:
 
     async def _purge_expired(self, target: ls.RollTarget, states: tuple[Any, ...]) -> int:
         purged = 0
+        after = None
         while states:
-            ids = await self.store.eligible_ids(target, states, self.config.purge_chunk)
+            ids = await self.store.eligible_ids(target, states, self.config.purge_chunk, after)
             if not ids:
                 break
+            after = ids[-1]
             count = await self.store.purge(ids, states, self.config.purge_chunk)
             await self.store.count_purged(target, count)
             purged += count
@@ -175,13 +177,14 @@ class LogRoller:
     async def _ship_all(self, target: ls.RollTarget, state: ls.RollerState) -> RollResult:
         result = RollResult()
         states = ls.SHIPPED_STATES[self.kind]
+        after = None  # within a run, each batch starts after the last one (ids only grow)
         for _ in range(self.config.max_batches):
             if state.batch_id is not None:
                 if state.next_attempt_at is not None and state.next_attempt_at > self.clock.now():
                     break  # backing off
                 batch = await self._rebuild(target, state)
             else:
-                batch = await self._new_batch(target)
+                batch = await self._new_batch(target, after)
             if batch is None:
                 break
             error = await self._send(target, batch)
@@ -206,6 +209,7 @@ class LogRoller:
             await self.store.purge(batch.ids, states, self.config.purge_chunk)
             await self.store.batch_shipped(target, batch.id, len(batch.ids))
             result += RollResult(batches_shipped=1, records_shipped=len(batch.ids))
+            after = max(batch.ids)
             renewed = await self.store.take_lease(target, self.owner, self.config.lease_seconds)
             if renewed is None:
                 break
@@ -230,11 +234,12 @@ class LogRoller:
         document = ls.batch_json(state.batch_id, target.solution, self.kind, encoded)
         return _Batch(state.batch_id, tuple(ids), document)
 
-    async def _new_batch(self, target: ls.RollTarget) -> _Batch | None:
-        """The next batch: the oldest eligible records within the count and byte caps, written to the
-        store as pending before it is sent."""
+    async def _new_batch(self, target: ls.RollTarget, after: Any = None) -> _Batch | None:
+        """The next batch: the oldest eligible records (after ``after``, the last id this run shipped)
+        within the count and byte caps, written to the store as pending before it is sent. An activity
+        with a smaller id that ends meanwhile waits for the next run."""
         states = ls.SHIPPED_STATES[self.kind]
-        candidates = await self.store.eligible_ids(target, states, self.config.max_records)
+        candidates = await self.store.eligible_ids(target, states, self.config.max_records, after)
         if not candidates:
             return None
         secrets = await self.store.secret_values(target.solution_id)

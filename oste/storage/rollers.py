@@ -228,16 +228,24 @@ class RollerStore:
     # --- batches --------------------------------------------------------------------------------
 
     async def eligible_ids(
-        self, target: RollTarget, states: Sequence[r.ActivityState], limit: int
+        self,
+        target: RollTarget,
+        states: Sequence[r.ActivityState],
+        limit: int,
+        after: uuid.UUID | None = None,
     ) -> list[uuid.UUID]:
         """Up to ``limit`` ids of the solution's activities that ended in ``states`` more than the
-        target's period ago, in id order (ids are time-sortable and never change)."""
+        target's period ago, in id order (ids are time-sortable and never change); only ids greater
+        than ``after`` when given (a roller going on from its last batch does not walk again over the
+        index entries of the rows it has just purged)."""
         if not states or limit <= 0:
             return []
         cutoff = _utc(self.clock.now()) - timedelta(seconds=target.period)
         query = m.Activity.filter(
             solution_id=target.solution_id, state__in=[str(s) for s in states], finished_at__lt=cutoff
         )
+        if after is not None:
+            query = query.filter(id__gt=after)
         return list(await self._guarded(query.order_by("id").limit(limit).values_list("id", flat=True)))
 
     async def load_records(
