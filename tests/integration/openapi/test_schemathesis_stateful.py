@@ -69,10 +69,13 @@ def steer(case: schemathesis.Case, seeded: dict[str, str], known: set[str], own_
     """
     if isinstance(case.query, dict) and "wait" in case.query:
         case.query["wait"] = "PT0S"
-    drawn = json.dumps([case.path_parameters, case.query, case.body], sort_keys=True, default=repr)
+    values = dict(case.path_parameters or {})
+    # The choice hashes what Hypothesis drew, not the ids earlier answers gave (random UUIDs): a replayed
+    # scenario must steer the same way, or Hypothesis sees its data generation change.
+    generated = {k: v for k, v in values.items() if v not in known}
+    drawn = json.dumps([case.operation.label, generated, case.query, case.body], sort_keys=True, default=repr)
     choice = zlib.crc32(drawn.encode()) % 4
     path = case.operation.path
-    values = dict(case.path_parameters or {})
     if choice:
         aimed = dict(seeded, id=seeded["recurring_id"]) if "/recurring-activities/" in path else seeded
         values.update({k: aimed[k] for k, v in values.items() if k in aimed and v not in known})
