@@ -33,7 +33,7 @@ test: lint
 	$(BIN)/pytest
 
 test-slow: dev
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -m slow -s
 
 openapi: install
 	$(BIN)/oste openapi -o openapi/openapi.yaml
