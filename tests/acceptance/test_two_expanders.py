@@ -41,6 +41,9 @@ async def _seed(url: str) -> None:
                 "priority": 0,
                 "object_id": None,
                 "paused": False,
+                # every occurrence is created however late the processes fall behind on a loaded
+                # machine (the default, latest, would skip the missed ones: a gap that is not a race)
+                "catchup": "all",
                 "next_fire_at": None,
                 "planned_until": now,
                 "expand_at": now,
