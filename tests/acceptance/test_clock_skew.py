@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,7 +28,6 @@ from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.domain.dispatch import idempotency_key
 from oste.storage import models as m
-from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import CRASH_TIMINGS, Workers, count_state
 from tests.engine_support import Receiver, eventually, make_activities, make_type
@@ -68,24 +66,6 @@ def faketime_works() -> None:
     offset = float(probe.stdout or "0") - time.time()
     if abs(offset - SKEW) > 5:
         unsupported(f"libfaketime did not skew a process's clock (offset {offset:.1f} s): {probe.stderr}")
-
-
-@pytest.fixture
-async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
-    await open_database(postgres_url)
-    try:
-        yield Store(SystemClock())
-    finally:
-        await close_database()
-
-
-@pytest.fixture
-async def pg_workers(pg_store: Store, postgres_url: str, tmp_path: Path) -> AsyncIterator[Workers]:
-    group = Workers(postgres_url, tmp_path)
-    try:
-        yield group
-    finally:
-        await group.close()
 
 
 async def _lease_margins(url: str) -> list[float]:

@@ -23,7 +23,6 @@ from aiohttp import web
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.storage import models as m
-from oste.storage.database import close_database, open_database
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 from tests.engine_support import (
@@ -150,25 +149,6 @@ class Workers:
 @pytest.fixture
 async def workers(store: Store, database_url: str, tmp_path: Path) -> AsyncIterator[Workers]:
     group = Workers(database_url, tmp_path)
-    try:
-        yield group
-    finally:
-        await group.close()
-
-
-@pytest.fixture
-async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
-    """Several worker processes share PostgreSQL (on SQLite one `oste serve` owns every partition)."""
-    await open_database(postgres_url)
-    try:
-        yield Store(SystemClock())
-    finally:
-        await close_database()
-
-
-@pytest.fixture
-async def pg_workers(pg_store: Store, postgres_url: str, tmp_path: Path) -> AsyncIterator[Workers]:
-    group = Workers(postgres_url, tmp_path)
     try:
         yield group
     finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ import pytest
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.domain.dispatch import idempotency_key
-from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import CRASH_TIMINGS, LOAD_TIMINGS, Workers, count_state
 from tests.engine_support import Receiver, eventually, executions_of, make_activities, make_type
@@ -31,24 +29,6 @@ from tests.faults import FaultyProxy
 from tests.integration.api.conftest import db_rows
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
-    await open_database(postgres_url)
-    try:
-        yield Store(SystemClock())
-    finally:
-        await close_database()
-
-
-@pytest.fixture
-async def pg_workers(pg_store: Store, postgres_url: str, tmp_path: Path) -> AsyncIterator[Workers]:
-    group = Workers(postgres_url, tmp_path)
-    try:
-        yield group
-    finally:
-        await group.close()
 
 
 async def _burst(

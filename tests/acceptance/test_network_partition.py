@@ -26,9 +26,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,7 +35,6 @@ import pytest
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.storage import models as m
-from oste.storage.database import close_database, open_database
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import LOAD_TIMINGS, Workers, count_state, wait_for_owners
@@ -52,24 +50,6 @@ pytestmark = pytest.mark.timeout(180)
 def namespace() -> Iterator[NetworkNamespace]:
     with NetworkNamespace() as made:
         yield made
-
-
-@pytest.fixture
-async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
-    await open_database(postgres_url)
-    try:
-        yield Store(SystemClock())
-    finally:
-        await close_database()
-
-
-@pytest.fixture
-async def pg_workers(pg_store: Store, postgres_url: str, tmp_path: Path) -> AsyncIterator[Workers]:
-    group = Workers(postgres_url, tmp_path)
-    try:
-        yield group
-    finally:
-        await group.close()
 
 
 async def partition(
