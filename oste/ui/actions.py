@@ -62,36 +62,46 @@ async def company_settings(request: Request, viewer: Viewer, form: dict[str, str
     """Pause/resume a company or change its QoS level (the operator only, as in the API)."""
     found = await company_in_path(request, viewer)
     require_admin(viewer, "change a company")
-    changes: dict[str, object] = {}
-    if "paused" in form:
-        changes["paused"] = _paused(form)
-    if "qos_level" in form:
-        changes["qos_level"] = _int_field(form, "qos_level", 1, MAX_QOS)
+    changes = _settings(form)
     await ui(request).store.update_company(found, changes)
-    if "paused" in changes:
-        ui(request).notify_due(ui(request).store.clock.now())
-    await audited(
-        request, viewer, found, None, _audit_action(changes), "company", found.name, _fields(changes)
-    )
-    await flash(request, viewer.session, f"Company {found.name} {_describe(changes)}.")
-    return back_to(request, form)
+    return await _settings_changed(request, viewer, form, changes, found, None)
 
 
 @action
 async def solution_settings(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     company_, found = await solution_in_path(request, viewer)
+    changes = _settings(form)
+    await ui(request).store.update_solution(found, changes)
+    return await _settings_changed(request, viewer, form, changes, company_, found)
+
+
+def _settings(form: dict[str, str]) -> dict[str, object]:
+    """The pause flag and QoS level a company's or solution's settings form sets."""
     changes: dict[str, object] = {}
     if "paused" in form:
         changes["paused"] = _paused(form)
     if "qos_level" in form:
         changes["qos_level"] = _int_field(form, "qos_level", 1, MAX_QOS)
-    await ui(request).store.update_solution(found, changes)
+    return changes
+
+
+async def _settings_changed(
+    request: Request,
+    viewer: Viewer,
+    form: dict[str, str],
+    changes: dict[str, object],
+    company_: r.Company,
+    solution: r.Solution | None,
+) -> Response:
+    """After a company's (``solution`` None) or solution's settings changed: wake the poller on a
+    resume, audit, flash, and go back."""
     if "paused" in changes:
         ui(request).notify_due(ui(request).store.clock.now())
+    resource, name = ("solution", solution.name) if solution else ("company", company_.name)
     await audited(
-        request, viewer, company_, found, _audit_action(changes), "solution", found.name, _fields(changes)
+        request, viewer, company_, solution, _audit_action(changes), resource, name, _fields(changes)
     )
-    await flash(request, viewer.session, f"Solution {found.name} {_describe(changes)}.")
+    await flash(request, viewer.session, f"{resource.capitalize()} {name} {_describe(changes)}.")
     return back_to(request, form)
 
 
