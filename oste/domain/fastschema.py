@@ -17,9 +17,10 @@ Supported keywords: ``type``, ``properties``, ``additionalProperties`` (false or
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
+
+from oste.domain.regexes import compile_regex
 
 Check = Callable[[Any], bool]
 
@@ -47,7 +48,7 @@ def compile_check(schema: Any, assert_formats: bool = False) -> Check:
     """
     try:
         return _compile(schema, assert_formats)
-    except (Unsupported, re.error, TypeError, ValueError):
+    except (Unsupported, TypeError, ValueError):  # RegexRefused is a ValueError
         return _never
 
 
@@ -106,7 +107,7 @@ def _keyword(keyword: str, value: Any, assert_formats: bool) -> Check:
             return lambda v: type(v) is not str or len(v) >= bound
         return lambda v: type(v) is not str or len(v) <= bound
     if keyword == "pattern":
-        regex = re.compile(value)  # jsonschema uses re.search too
+        regex = compile_regex(value)  # RE2, as the validator: linear in the input whatever the pattern
         return lambda v: type(v) is not str or regex.search(v) is not None
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         return _bound(keyword, value)

@@ -8,35 +8,23 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from oste.domain.fastschema import Check, compile_check
+from oste.domain.parameter_schema import check_parameter_schema, join_path, parameter_validator
 from oste.domain.uris import PLACEHOLDER, check_target_uri, dot_segment
 from oste.errors import FieldError, InvalidInput
 
 if TYPE_CHECKING:  # jsonschema is imported where schemas are checked: the engine fills URIs only
-    from jsonschema.validators import Draft202012Validator
-    from referencing import Registry
+    from jsonschema.protocols import Validator
+
+__all__ = ["SLUG", "ParameterRules", "check_parameter_schema", "check_slug", "fill_uri", "join_path"]
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _PLACEHOLDER = PLACEHOLDER
-
-
-@cache
-def local_schemas_only() -> Registry:
-    """No schema is ever fetched: a ``$ref`` resolves inside its own schema or not at all (no SSRF)."""
-    from referencing import Registry
-
-    return Registry()
-
-
-def join_path(*parts: object) -> str:
-    """Join field path parts: ``join_path("activities", 3, "parameter")`` -> ``activities/3/parameter``."""
-    return "/".join(str(part) for part in parts if part != "")
 
 
 def check_slug(value: Any, field: str) -> str:
@@ -55,47 +43,6 @@ def uri_placeholders(pattern: Any, field: str = "uri_pattern") -> tuple[str, ...
     ``{Name}`` (a letter or ``_``, then letters, digits, ``_`` and ``-``) in the path or query only.
     """
     return check_target_uri(pattern, field)
-
-
-def check_parameter_schema(schema: Any, field: str = "parameter_schema") -> dict[str, Any] | None:
-    """A parameter schema must be a valid JSON Schema (draft 2020-12) object, or null for none."""
-    if schema is None:
-        return None
-    if not isinstance(schema, dict):
-        raise InvalidInput.field(field, "must be a JSON Schema object (draft 2020-12) or null")
-    from jsonschema import SchemaError
-    from jsonschema.validators import Draft202012Validator
-    from referencing.exceptions import Unresolvable
-    from referencing.jsonschema import DRAFT202012
-
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        where = join_path(field, *exc.path)
-        raise InvalidInput.field(where, f"is not a valid JSON Schema: {exc.message}") from None
-    resolver = local_schemas_only().resolver_with_root(DRAFT202012.create_resource(schema))
-    for path, ref in _references(schema):
-        try:
-            resolver.lookup(ref)
-        except Unresolvable:
-            raise InvalidInput.field(
-                join_path(field, *path),
-                f"{ref!r} does not point inside this schema; use local references such as #/$defs/Name",
-            ) from None
-    return schema
-
-
-def _references(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
-    """Every ``$ref`` / ``$dynamicRef`` in a schema, with its path."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-                yield (*path, key), value
-            else:
-                yield from _references(value, (*path, key))
-    elif isinstance(node, list):
-        for index, item in enumerate(node):
-            yield from _references(item, (*path, index))
 
 
 def fill_uri(pattern: str, parameter: dict[str, Any]) -> str:
@@ -164,16 +111,10 @@ class ParameterRules:
         )
 
     @cached_property
-    def _validator(self) -> Draft202012Validator | None:
+    def _validator(self) -> Validator | None:
         if self.parameter_schema is None:
             return None
-        from jsonschema.validators import Draft202012Validator
-
-        return Draft202012Validator(
-            self.parameter_schema,
-            format_checker=Draft202012Validator.FORMAT_CHECKER,
-            registry=local_schemas_only(),
-        )
+        return parameter_validator(self.parameter_schema)
 
     @cached_property
     def _accepts(self) -> Check:
