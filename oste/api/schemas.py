@@ -6,13 +6,16 @@ shape error at once with its field path; the domain rules (URI patterns, cron, t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from jsonschema.validators import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from jsonschema.validators import Draft202012Validator, extend
 
 from oste.domain.fastschema import compile_check
 from oste.domain.parameters import SLUG
 from oste.domain.records import VERBS
+from oste.domain.regexes import search
 from oste.errors import FieldError, InvalidInput
 
 SLUG_SCHEMA = {"type": "string", "pattern": f"^{SLUG.pattern}$", "description": "lower-case slug"}
@@ -535,7 +538,18 @@ RESPONSES: dict[str, dict[str, Any]] = {
     "Problem": PROBLEM,
 }
 
-_VALIDATORS = {id(schema): Draft202012Validator(schema) for schema in REQUESTS.values()}
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    """``pattern`` as JSON Schema means it (ECMA-262): ``$`` is the end of the string. Python's ``re``
+    also matches ``$`` before a final newline, which let ``"acme\\n"`` pass as a slug."""
+    if validator.is_type(instance, "string") and not search(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+RequestValidator = extend(Draft202012Validator, {"pattern": _pattern})
+"""Draft 2020-12 with ``pattern`` run on RE2, as the fast checks run it."""
+
+_VALIDATORS = {id(schema): RequestValidator(schema) for schema in REQUESTS.values()}
 _FAST_CHECKS = {id(schema): compile_check(schema) for schema in REQUESTS.values()}
 """Predicates that accept most valid bodies at once; jsonschema decides (and explains) the rest."""
 
@@ -545,7 +559,7 @@ def check_shape(schema: dict[str, Any], body: Any, prefix: tuple[Any, ...] = ())
     fast = _FAST_CHECKS.get(id(schema))
     if fast is not None and fast(body):
         return body
-    validator = _VALIDATORS.get(id(schema)) or Draft202012Validator(schema)
+    validator = _VALIDATORS.get(id(schema)) or RequestValidator(schema)
     errors = [
         FieldError("/".join(str(p) for p in (*prefix, *error.absolute_path)), _reason(error))
         for error in validator.iter_errors(body)
