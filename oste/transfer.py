@@ -27,6 +27,7 @@ from oste.api.requests import iso
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.errors import Conflict, FieldError, InvalidInput, NotFound
+from oste.operations import SYSTEM, OperationContext, Operations
 from oste.storage.database import close_database, open_database
 from oste.storage.store import MAX_PAGE, Store
 
@@ -86,6 +87,9 @@ class Importer:
         chunk_lines: int = CHUNK_LINES,
     ) -> None:
         self.store = store
+        self.solution = solution
+        self.activities = Operations(OperationContext(store)).activities
+        self._company: r.Company | None = None
         self.cache = TypeCache(store, solution)
         self.on_reject = on_reject
         self.on_progress = on_progress
@@ -157,14 +161,19 @@ class Importer:
     async def _create(self, plain: list[r.NewActivity]) -> None:
         """Store validated unkeyed lines in one statement (the API's batch create) and empty the list."""
         if plain:
-            await self.store.create_activities(plain)
+            await self.activities.create_many(SYSTEM, await self._owner(), self.solution, plain)
             self.result.created += len(plain)
             plain.clear()
+
+    async def _owner(self) -> r.Company:
+        if self._company is None:
+            self._company = await self.store.get_company_by_id(self.solution.company_id)
+        return self._company
 
     async def _store_keyed(self, number: int, text: bytes, item: r.NewActivity) -> None:
         """One line under its idempotency key: created, already there, or rejected (another body)."""
         try:
-            _, fresh = await self.store.create_activity_once(item)
+            _, fresh = await self.activities.create(SYSTEM, await self._owner(), self.solution, item)
         except InvalidInput as exc:
             reasons = [FieldError(KEY_FIELD, e.reason) for e in exc.errors] or [FieldError(KEY_FIELD, "")]
             self._reject(number, text, reasons)

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render, schemas
-from oste.api.context import ApiContext, body, ctx, solution_in_path
+from oste.api.context import body, ctx, self_audited, solution_in_path, solution_scope
 from oste.api.creation import TypeCache, check_idempotency_key, keyed, new_activity, validate_each, when
 from oste.api.requests import check_storable, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json
@@ -22,37 +22,31 @@ from oste.domain import records as r
 from oste.domain.bulk import BulkResult, UpdatePlan
 from oste.domain.parameters import ParameterRules, join_path
 from oste.domain.uris import check_target_uri
-from oste.errors import Conflict, InvalidInput
-from oste.storage.bulk import BulkChange
-from oste.storage.events import Change, announce, record_changes
+from oste.errors import InvalidInput
 from oste.storage.store import MAX_PAGE, Store
 
 
+@self_audited
 async def create(request: Request) -> Response:
-    _, solution = await solution_in_path(request)
+    actor, company, solution = await solution_scope(request)
     api = ctx(request)
     data = await body(request)
     cache = TypeCache(api.store, solution)
     now = api.store.clock.now()
     if isinstance(data, dict) and "activities" in data:
-        created = await _create_batch(api, cache, data, now)
-        await record_changes([(solution.id, Change(a.id, "created")) for a in created], now)
+        items = await _validated_batch(cache, data, now)
+        created = await api.operations.activities.create_many(actor, company, solution, items)
         return json({"activities": [render.activity(a) for a in created]}, 201)
     schemas.check_shape(schemas.ACTIVITY_CREATE, data)
     item = await new_activity(data, cache, now)
     key = request.headers.get("idempotency-key")
     if key is not None:
         item = keyed(item, check_idempotency_key(key), data)
-    activity, fresh = await api.store.create_activity_once(item)
-    if fresh:
-        await record_changes([(solution.id, Change(activity.id, "created"))], now)
-        api.notify_due(activity.next_attempt_at)
+    activity, fresh = await api.operations.activities.create(actor, company, solution, item)
     return json(render.activity(activity), 201 if fresh else 200)
 
 
-async def _create_batch(
-    api: ApiContext, cache: TypeCache, data: dict[str, Any], now: datetime
-) -> list[r.Activity]:
+async def _validated_batch(cache: TypeCache, data: dict[str, Any], now: datetime) -> list[r.NewActivity]:
     """All-or-nothing: every item is validated first; any error rejects the batch with per-item errors."""
     schemas.check_shape(schemas.ACTIVITY_BATCH, data)
     raws = data["activities"]
@@ -64,15 +58,17 @@ async def _create_batch(
         raise InvalidInput(
             f"{failing} of {len(data['activities'])} activities are invalid; nothing was created", errors
         )
-    created = await api.store.create_activities(items)
-    api.notify_due(min(a.next_attempt_at for a in created))
-    return created
+    return items
 
 
 async def activity_in_path(request: Request) -> tuple[r.Solution, r.Activity]:
     _, solution = await solution_in_path(request)
+    return solution, await _activity_of(request, solution)
+
+
+async def _activity_of(request: Request, solution: r.Solution) -> r.Activity:
     activity_id = parse_uuid(request.path_params["id"], "id", "activity")
-    return solution, await ctx(request).store.get_activity(solution, activity_id)
+    return await ctx(request).store.get_activity(solution, activity_id)
 
 
 def activity_filter(
@@ -133,8 +129,10 @@ async def get_activity(request: Request) -> Response:
     return json(render.activity(activity))
 
 
+@self_audited
 async def patch_activity(request: Request) -> Response:
-    solution, activity = await activity_in_path(request)
+    actor, company, solution = await solution_scope(request)
+    activity = await _activity_of(request, solution)
     api = ctx(request)
     data = schemas.check_shape(schemas.ACTIVITY_PATCH, await body(request))
     changes: dict[str, Any] = {k: data[k] for k in ("priority",) if k in data}
@@ -153,56 +151,55 @@ async def patch_activity(request: Request) -> Response:
     if changes.get("retries", 0) is None:
         kind = await api.store.get_activity_type(solution, activity.activity_type)
         changes["retries"] = kind.retries
-    updated = await api.store.update_scheduled_activity(activity, changes)
-    if due is not None:
-        api.notify_due(updated.next_attempt_at)
+    updated = await api.operations.activities.update(actor, company, solution, activity, changes, list(data))
     return json(render.activity(updated))
 
 
+@self_audited
 async def cancel_activity(request: Request) -> Response:
-    _, activity = await activity_in_path(request)
-    cancelled = await ctx(request).store.cancel_activity(activity)
-    await announce(cancelled.solution_id, cancelled.id, "cancelled", cancelled.updated_at)
+    actor, company, solution = await solution_scope(request)
+    activity = await _activity_of(request, solution)
+    cancelled = await ctx(request).operations.activities.cancel(actor, company, solution, activity)
     return json(render.activity(cancelled))
 
 
+@self_audited
 async def requeue_activity(request: Request) -> Response:
     """Dead or cancelled -> scheduled, due now, retries reset to the type's."""
-    solution, activity = await activity_in_path(request)
-    api = ctx(request)
-    if activity.state not in (r.ActivityState.DEAD, r.ActivityState.CANCELLED):
-        raise Conflict(f"activity is {activity.state}; only a dead or cancelled activity can be requeued")
-    await api.store.requeue_activities(solution, r.ActivityFilter(), activity.id)
-    requeued = await api.store.get_activity(solution, activity.id)
-    await announce(solution.id, requeued.id, "requeued", requeued.updated_at)
-    api.notify_due(requeued.next_attempt_at)
+    actor, company, solution = await solution_scope(request)
+    activity = await _activity_of(request, solution)
+    requeued = await ctx(request).operations.activities.requeue(actor, company, solution, activity)
     return json(render.activity(requeued))
 
 
+@self_audited
 async def run_now(request: Request) -> Response:
     """A scheduled activity becomes due at once (202); 409 in any other state."""
-    _, activity = await activity_in_path(request)
-    api = ctx(request)
-    due = await api.store.run_now(activity)
-    api.notify_due(due.next_attempt_at)
+    actor, company, solution = await solution_scope(request)
+    activity = await _activity_of(request, solution)
+    due = await ctx(request).operations.activities.run_now(actor, company, solution, activity)
     return json(render.activity(due), 202)
 
 
+@self_audited
 async def bulk(request: Request) -> Response:
     """Cancel, requeue or update every activity matching a filter, in chunks (or only count: dry run)."""
-    solution, api = (await solution_in_path(request))[1], ctx(request)
+    actor, company, solution = await solution_scope(request)
+    api = ctx(request)
     data = schemas.check_shape(schemas.ACTIVITY_BULK, await body(request))
     filters = activity_filter(data["filter"], await type_ids(api.store, solution), "filter")
     action = data["action"]
     if action != "update" and "set" in data:
         raise InvalidInput.field("set", f"is only for action update, not {action}")
     plan = bulk_plan(data.get("set"), api.store.clock.now()) if action == "update" else None
-    dry_run = bool(data.get("dry_run", False))
-    result = await BulkChange(api.store.clock).run(solution, filters, action, plan, dry_run)
-    if result.changed and action == "requeue":
-        api.notify_due(api.store.clock.now())
-    elif result.changed and plan is not None and "scheduled_for" in plan.values:
-        api.notify_due(plan.values["scheduled_for"])
+    described: dict[str, Any] = {"filter": data["filter"]}
+    if "set" in data:
+        described["set"] = sorted(data["set"])
+        if "uri" in data["set"]:
+            described["uri"] = data["set"]["uri"]
+    result = await api.operations.activities.bulk(
+        actor, company, solution, filters, action, plan, bool(data.get("dry_run", False)), described
+    )
     return json(render_bulk(result))
 
 

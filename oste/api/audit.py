@@ -89,7 +89,8 @@ def audited(routes: list[BaseRoute]) -> list[BaseRoute]:
     for route in routes:
         methods = getattr(route, "methods", None) or set()
         change = methods & {"POST", "PATCH", "DELETE"}
-        if isinstance(route, Route) and change and route.path.startswith("/v1/companies"):
+        own = getattr(getattr(route, "endpoint", None), "audits_itself", False)
+        if isinstance(route, Route) and change and route.path.startswith("/v1/companies") and not own:
             method = next(iter(change))
             try:
                 meaning = route_meaning(route.path, method)
@@ -127,7 +128,7 @@ def _entry(
     who: Principal | None = getattr(state, "principal", None)
     if who is None:
         return None
-    sent = getattr(state, "body", None)
+    sent: Any = getattr(state, "body", None)  # the request's parsed JSON body, when it had one
     batch = resource == "activity" and action == "create" and isinstance(sent, dict) and "activities" in sent
     # a batch's answer (up to 1000 activities) is not parsed again: its count is the request's
     answer = orjson.loads(response.body) if response.body and not batch else {}

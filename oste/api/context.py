@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 
 from oste.api.requests import Principal, authenticate, check_company_access, read_json, slug_in_path
 from oste.domain import records as r
+from oste.operations import Actor, OperationContext, Operations
 from oste.storage.store import Store
 
 
@@ -22,6 +24,11 @@ class ApiContext:
     admin_token: str
     max_body_bytes: int
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
+
+    @functools.cached_property
+    def operations(self) -> Operations:
+        """The operations every changing handler calls (built once)."""
+        return Operations(OperationContext(self.store, self.notify_due))
 
 
 def ctx(request: Request) -> ApiContext:
@@ -59,3 +66,23 @@ async def solution_in_path(request: Request) -> tuple[Principal, r.Solution]:
     solution = await ctx(request).store.get_solution(company, slug_in_path(request, "solution", "solution"))
     request.state.solution = solution
     return who, solution
+
+
+def actor_of(who: Principal) -> Actor:
+    """The operations' view of an API caller."""
+    return Actor(company=who.company, api_key_id=who.api_key_id, api_key_name=who.api_key_name)
+
+
+async def solution_scope(request: Request) -> tuple[Actor, r.Company, r.Solution]:
+    """The caller, and the company and solution named in the path (isolation as ``solution_in_path``)."""
+    who, solution = await solution_in_path(request)
+    return actor_of(who), request.state.company, solution
+
+
+E = TypeVar("E", bound=Callable[[Request], Awaitable[Any]])
+
+
+def self_audited(endpoint: E) -> E:
+    """Mark a handler whose operation records its own audit row (``oste.api.audit`` leaves it alone)."""
+    endpoint.audits_itself = True  # type: ignore[attr-defined]  # a marker read by oste.api.audit
+    return endpoint

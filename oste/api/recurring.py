@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render, schemas
-from oste.api.context import body, ctx, principal, solution_in_path
+from oste.api.context import body, ctx, principal, self_audited, solution_in_path, solution_scope
 from oste.api.creation import TypeCache
 from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json, no_content
@@ -31,7 +31,6 @@ from oste.domain.recurrence import (
 from oste.domain.schedule import Schedule, check_schedule_time, parse_schedule
 from oste.errors import InvalidInput
 from oste.storage.occurrences import RecurrenceStore, recurrence_of
-from oste.storage.recurring_ops import create_recurring
 
 NEXT_FIRE_TIMES_SHOWN = 5
 MAX_POLICY_DURATION = 366 * 86400.0
@@ -84,17 +83,9 @@ def store_of(request: Request) -> RecurrenceStore:
     return RecurrenceStore(ctx(request).store.clock)
 
 
-async def _materialised(request: Request, recurring_id: Any) -> None:
-    """Create the next occurrence now, and tell the engine when it is due."""
-    store = store_of(request)
-    await store.materialise(recurring_id)
-    current = await store.get(recurring_id)
-    if current.next_fire_at is not None and not current.paused:
-        ctx(request).notify_due(current.last_occurrence_at or current.next_fire_at)
-
-
+@self_audited
 async def create(request: Request) -> Response:
-    _, solution = await solution_in_path(request)
+    actor, company, solution = await solution_scope(request)
     api = ctx(request)
     data = schemas.check_shape(schemas.RECURRING_CREATE, await body(request))
     cache = TypeCache(api.store, solution)
@@ -115,9 +106,8 @@ async def create(request: Request) -> Response:
         "paused": data.get("paused", False),
         **policy,
     }
-    created = await create_recurring(api.store, kind, values, Recurrence(schedule, **_dst(policy)))
-    if created.next_fire_at is not None and not created.paused:
-        api.notify_due(created.last_occurrence_at or created.next_fire_at)
+    recurrence = Recurrence(schedule, **_dst(policy))
+    created = await api.operations.recurring.create(actor, company, solution, kind, values, recurrence)
     return json(await _rendered(request, solution, created.id), 201)
 
 
@@ -155,8 +145,12 @@ async def _upcoming(store: RecurrenceStore, recurring: r.RecurringActivity, now:
 
 async def recurring_in_path(request: Request) -> tuple[r.Solution, r.RecurringActivity]:
     _, solution = await solution_in_path(request)
+    return solution, await _recurring_of(request, solution)
+
+
+async def _recurring_of(request: Request, solution: r.Solution) -> r.RecurringActivity:
     recurring_id = parse_uuid(request.path_params["id"], "id", "recurring activity")
-    return solution, await ctx(request).store.get_recurring(solution, recurring_id)
+    return await ctx(request).store.get_recurring(solution, recurring_id)
 
 
 async def get_one(request: Request) -> Response:
@@ -171,8 +165,10 @@ async def list_all(request: Request) -> Response:
     return json(render.page(listing, render.recurring))
 
 
+@self_audited
 async def patch(request: Request) -> Response:
-    solution, recurring = await recurring_in_path(request)
+    actor, company, solution = await solution_scope(request)
+    recurring = await _recurring_of(request, solution)
     api = ctx(request)
     data = schemas.check_shape(schemas.RECURRING_PATCH, await body(request))
     cache = TypeCache(api.store, solution)
@@ -185,40 +181,42 @@ async def patch(request: Request) -> Response:
     schedule = schedule_of(data, recurring)
     policy = policy_values(data)
     merged = {**recurring.__dict__, **policy}
-    upcoming = Recurrence(schedule, **_dst(merged)).fire_times(api.store.clock.now(), 1)
+    recurrence = Recurrence(schedule, **_dst(merged))
     changes.update(
         schedule=data.get("schedule", recurring.schedule),
         timezone=schedule.timezone,
         start_at=schedule.start_at,
         end_at=schedule.end_at,
-        next_fire_at=upcoming[0] if upcoming else None,
         **policy,
     )
     if kind.id != recurring.activity_type_id:
         changes.update(activity_type_id=kind.id, partition=kind.partition)
-    store = store_of(request)
-    if set(data) - {"paused"}:
-        await store.replace_unfired(recurring, changes)
-    current = await api.store.get_recurring(solution, recurring.id)
-    if data.get("paused") is True:
-        await store.pause(current)
-    elif data.get("paused") is False:
-        await store.resume(current)
-    await _materialised(request, recurring.id)
+    await api.operations.recurring.reschedule(
+        actor,
+        company,
+        solution,
+        recurring,
+        changes if set(data) - {"paused"} else {},
+        recurrence,
+        list(data),
+        data.get("paused"),
+    )
     return json(await _rendered(request, solution, recurring.id))
 
 
+@self_audited
 async def pause(request: Request) -> Response:
-    solution, recurring = await recurring_in_path(request)
-    await store_of(request).pause(recurring)
+    actor, company, solution = await solution_scope(request)
+    recurring = await _recurring_of(request, solution)
+    await ctx(request).operations.recurring.set_paused(actor, company, solution, recurring, True)
     return json(await _rendered(request, solution, recurring.id))
 
 
+@self_audited
 async def resume(request: Request) -> Response:
-    solution, recurring = await recurring_in_path(request)
-    store = store_of(request)
-    await store.resume(recurring)
-    await _materialised(request, recurring.id)
+    actor, company, solution = await solution_scope(request)
+    recurring = await _recurring_of(request, solution)
+    await ctx(request).operations.recurring.set_paused(actor, company, solution, recurring, False)
     return json(await _rendered(request, solution, recurring.id))
 
 
@@ -228,19 +226,22 @@ async def delete(request: Request) -> Response:
     return no_content()
 
 
+@self_audited
 async def run_now(request: Request) -> Response:
     """Fire one occurrence now, keyed by now; the schedule does not move."""
-    solution, recurring = await recurring_in_path(request)
+    actor, company, solution = await solution_scope(request)
+    recurring = await _recurring_of(request, solution)
     api = ctx(request)
     kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
-    created = await store_of(request).run_now(recurring, kind)
-    api.notify_due(created.scheduled_for)
+    created = await api.operations.recurring.run_now(actor, company, solution, recurring, kind)
     return json(render.activity(created), 201)
 
 
+@self_audited
 async def backfill(request: Request) -> Response:
     """Create the occurrences of a past range now, under an overlap policy."""
-    solution, recurring = await recurring_in_path(request)
+    actor, company, solution = await solution_scope(request)
+    recurring = await _recurring_of(request, solution)
     api = ctx(request)
     data = schemas.check_shape(schemas.BACKFILL, await body(request))
     start = check_schedule_time(parse_time(data["from"], "from"), "from")
@@ -252,9 +253,9 @@ async def backfill(request: Request) -> Response:
         raise InvalidInput.field("to", "must not be in the future: backfill covers past occurrences")
     overlap = Overlap(check_choice(Overlap, data.get("overlap", "allow"), "overlap"))
     kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
-    created, queued, skipped = await store_of(request).backfill(recurring, kind, start, end, overlap)
-    if created:
-        api.notify_due(now)
+    created, queued, skipped = await api.operations.recurring.backfill(
+        actor, company, solution, recurring, kind, (start, end), overlap
+    )
     result = {
         "created": [render.activity(a) for a in created],
         "queued": queued,

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render, schemas
-from oste.api.context import body, company_in_path, ctx, principal, solution_in_path
+from oste.api.context import actor_of, body, company_in_path, ctx, principal, self_audited, solution_in_path
 from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
 from oste.domain.uris import check_target_uri
 from oste.errors import InvalidInput
@@ -51,11 +51,13 @@ async def get_company(request: Request) -> Response:
     return json(render.company(company))
 
 
+@self_audited
 async def patch_company(request: Request) -> Response:
     who, company = await company_in_path(request)
     require_admin(who)
     data = schemas.check_shape(schemas.COMPANY_PATCH, await body(request))
-    return json(render.company(await ctx(request).store.update_company(company, data)))
+    updated = await ctx(request).operations.settings.update_company(actor_of(who), company, data)
+    return json(render.company(updated))
 
 
 async def delete_company(request: Request) -> Response:
@@ -93,7 +95,7 @@ async def revoke_api_key(request: Request) -> Response:
 
 def solution_values(data: dict[str, Any], creating: bool) -> dict[str, Any]:
     """Validated column values of a solution from a create or patch body."""
-    values = {k: data[k] for k in ("name", "qos_level", "paused") if k in data}
+    values: dict[str, Any] = {k: data[k] for k in ("name", "qos_level", "paused") if k in data}
     for uri_field in ("success_uri", "dead_letter_uri"):
         if data.get(uri_field) is not None:
             check_target_uri(data[uri_field], uri_field, placeholders=False)
@@ -138,10 +140,14 @@ async def get_solution(request: Request) -> Response:
     return json(render.solution(solution, request.path_params["company"], who))
 
 
+@self_audited
 async def patch_solution(request: Request) -> Response:
     who, solution = await solution_in_path(request)
     data = schemas.check_shape(schemas.SOLUTION_PATCH, await body(request))
-    updated = await ctx(request).store.update_solution(solution, solution_values(data, creating=False))
+    changes = solution_values(data, creating=False)
+    updated = await ctx(request).operations.settings.update_solution(
+        actor_of(who), request.state.company, solution, changes, list(data)
+    )
     return json(render.solution(updated, request.path_params["company"], who))
 
 

@@ -15,12 +15,14 @@ from typing import Any
 
 import orjson
 from tortoise.exceptions import DBConnectionError, IntegrityError
+from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
 from oste.domain.ids import new_id
 from oste.errors import Conflict, Unavailable
 from oste.storage import models as m
 from oste.storage.dialects import ClaimStrategy, strategy_for
+from oste.storage.events import record_created, wants_created
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "uuid"),
@@ -135,11 +137,20 @@ async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list
     }
     created = [new_activity_record(item, now, partitions[item.activity_type.id]) for item in new]
     rows = [_row(a, item.request_hash) for a, item in zip(created, new, strict=True)]
-    conn = m.Activity._meta.db  # the current transaction's connection, if any
     try:
-        await _strategy(conn.capabilities.dialect).insert_rows(conn, "activity", COLUMNS, rows)
+        if await wants_created({a.solution_id for a in created}, now):
+            async with in_transaction():  # the rows and their created events, or neither
+                await _insert_rows(rows)
+                await record_created([(a.solution_id, a.id) for a in created], now)
+        else:
+            await _insert_rows(rows)
     except IntegrityError:
         raise Conflict("an activity with the same idempotency key or occurrence already exists") from None
     except DBConnectionError as exc:
         raise Unavailable(f"the database is unreachable: {exc}") from None
     return created
+
+
+async def _insert_rows(rows: list[tuple[Any, ...]]) -> None:
+    conn = m.Activity._meta.db  # the current transaction's connection, if any
+    await _strategy(conn.capabilities.dialect).insert_rows(conn, "activity", COLUMNS, rows)

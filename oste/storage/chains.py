@@ -34,6 +34,7 @@ from oste.domain.ids import new_id
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput
 from oste.storage.dialects import ClaimStrategy, Params
+from oste.storage.events import Change, record, record_created
 
 _INSERTED = (
     "id, company_id, solution_id, activity_type_id, partition, scheduled_for, next_attempt_at, "
@@ -53,7 +54,11 @@ class Cause:
 
 
 async def write_follow_ons(
-    conn: BaseDBAsyncClient, strategy: ClaimStrategy, completions: Sequence[Completion], now: datetime
+    conn: BaseDBAsyncClient,
+    strategy: ClaimStrategy,
+    completions: Sequence[Completion],
+    now: datetime,
+    subscribed: frozenset[uuid.UUID] | None = None,
 ) -> int:
     """Create the follow-on of every completion in ``completions`` that carries one (all of them were
     just written); returns how many were created. Runs inside the caller's transaction."""
@@ -62,14 +67,19 @@ async def write_follow_ons(
         for c in completions
         if c.follow_on is not None
     }
-    return await create_follow_ons(conn, strategy, causes, now)
+    return await create_follow_ons(conn, strategy, causes, now, subscribed)
 
 
 async def create_follow_ons(
-    conn: BaseDBAsyncClient, strategy: ClaimStrategy, wanted: dict[uuid.UUID, Cause], now: datetime
+    conn: BaseDBAsyncClient,
+    strategy: ClaimStrategy,
+    wanted: dict[uuid.UUID, Cause],
+    now: datetime,
+    subscribed: frozenset[uuid.UUID] | None = None,
 ) -> int:
     """Create one follow-on per activity in ``wanted`` (just ended: succeeded or dead) from its cause;
-    returns how many were created. Runs inside the caller's transaction."""
+    returns how many were created, with their ``created`` events for the ``subscribed`` solutions (read
+    when not given). Runs inside the caller's transaction."""
     if not wanted:
         return 0
     origins = await _origins(conn, strategy, list(wanted))
@@ -112,6 +122,17 @@ async def create_follow_ons(
         due = now + timedelta(seconds=follow.delay or 0.0)
         rows.append(_row(origin, kind, parameter, object_id, due, cause.attempt, now))
     created = await _insert(conn, strategy, rows) if rows else 0
+    if created:  # rows already there (a replayed completion) get no event: it joins the activity table
+        pairs = [(row[2], row[0]) for row in rows]
+        if subscribed is None:
+            await record_created(pairs, now, conn)
+        else:
+            changes = [
+                Change(activity_id, "created")
+                for solution_id, activity_id in pairs
+                if solution_id in subscribed
+            ]
+            await record(conn, strategy, changes, now)
     for activity_id, note in notes.items():
         p = Params(strategy)
         sql = f"UPDATE activity SET chain_note = {p.add(note[:1000])} WHERE id = {p.uid(activity_id)}"
@@ -160,7 +181,6 @@ async def _types(
         solution_id = strategy.uuid_of(row["solution_id"])
         type_id = strategy.uuid_of(row["id"])
         company_id = strategy.uuid_of(row["company_id"])
-        assert solution_id is not None and type_id is not None and company_id is not None
         rules = ParameterRules(
             row["uri_pattern"],
             strategy.json_of(row["parameter_schema"]),
@@ -188,9 +208,9 @@ async def _last_executions(
     )
     found: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for row in await conn.execute_query_dict(sql, p.values):
-        finished = strategy.time_of(row["finished_at"])
+        finished = strategy.optional_time_of(row["finished_at"])
         item = {**row, "finished_at": finished.isoformat() if finished else None}
-        found.setdefault(strategy.uuid_of(row["activity_id"]), []).append(item)  # type: ignore[arg-type]
+        found.setdefault(strategy.uuid_of(row["activity_id"]), []).append(item)
     return found
 
 

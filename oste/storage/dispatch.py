@@ -140,7 +140,7 @@ class DispatchStore:
         """The database server's current time (what due times and leases are measured against)."""
         async with self._db():
             rows = await self._conn().execute_query_dict(self.strategy.now_sql)
-        return self.strategy.time_of(rows[0]["now"])  # type: ignore[return-value]
+        return self.strategy.time_of(rows[0]["now"])
 
     # --- partitions -----------------------------------------------------------------------------
 
@@ -261,7 +261,7 @@ class DispatchStore:
             rows = await self._conn().execute_query_dict(sql, values)
         if not rows:
             return []
-        await publish(self.connection, (self.strategy.uuid_of(row["id"]) for row in rows))  # type: ignore[misc]
+        await publish(self.connection, (self.strategy.uuid_of(row["id"]) for row in rows))
         targets = await self._targets_of({self.strategy.uuid_of(row["activity_type_id"]) for row in rows})
         claims = [self._claim(row, owner, token, lease_until, targets) for row in rows]
         running = [(c.target.solution_id, Change(c.activity_id, "running", c.attempt)) for c in claims if c]
@@ -313,21 +313,21 @@ class DispatchStore:
         targets: dict[uuid.UUID, DispatchTarget],
     ) -> Claim | None:
         s = self.strategy
-        target = targets.get(s.uuid_of(row["activity_type_id"]))  # type: ignore[arg-type]
+        target = targets.get(s.uuid_of(row["activity_type_id"]))
         if target is None:  # the type was deleted meanwhile (its activities go with it)
             return None
         return Claim(
-            activity_id=s.uuid_of(row["id"]),  # type: ignore[arg-type]
+            activity_id=s.uuid_of(row["id"]),
             claim_token=token,
             owner=owner,
             attempt=int(row["attempts"]) + 1,
             retries=int(row["retries"]),
             partition=int(row["partition"]),
-            scheduled_for=s.time_of(row["scheduled_for"]),  # type: ignore[arg-type]
-            due_at=s.time_of(row["next_attempt_at"]),  # type: ignore[arg-type]
+            scheduled_for=s.time_of(row["scheduled_for"]),
+            due_at=s.time_of(row["next_attempt_at"]),
             parameter=s.json_of(row["parameter"]),
-            recurring_activity_id=s.uuid_of(row["recurring_activity_id"]),
-            occurrence_at=s.time_of(row["occurrence_at"]),
+            recurring_activity_id=s.optional_uuid_of(row["recurring_activity_id"]),
+            occurrence_at=s.optional_time_of(row["occurrence_at"]),
             lease_expires_at=lease_until,
             target=target,
             priority=int(row["priority"]),
@@ -520,7 +520,7 @@ def _after_completions(
         return None
 
     async def after(conn: Any, strategy: ClaimStrategy, written: Sequence[Completion], now: datetime) -> int:
-        created = await write_follow_ons(conn, strategy, written, now) if chains else 0
+        created = await write_follow_ons(conn, strategy, written, now, subscribed) if chains else 0
         if streamed:
             await record(conn, strategy, completion_changes(written, subscribed), now)
         return created

@@ -2,7 +2,7 @@
 
 **Only solutions with a subscriber pay.** A stream that connects marks its solution subscribed for
 ``EVENT_RETENTION`` (renewed while it stays connected); writers (claims, completions, the rescuer,
-the API's create, cancel and requeue) read the subscribed set at most once per
+every insert of activities, the operations' cancels and requeues) read the subscribed set at most once per
 ``SUBSCRIBERS_REFRESH`` seconds per process and write event rows only for those solutions. A
 deployment nobody streams writes no event row at all; a streamed solution writes one row per state
 change (in the same transaction as a completion, right after a claim or an API change).
@@ -138,6 +138,36 @@ async def record(
     )
     await conn.execute_query(sql, p.values)
     return len(changes)
+
+
+async def record_created(
+    created: Iterable[tuple[uuid.UUID, uuid.UUID]],
+    now: datetime,
+    conn: BaseDBAsyncClient | None = None,
+    connection: str = "default",
+) -> int:
+    """Record a ``created`` event for each new activity (pairs of solution id and activity id) of a
+    subscribed solution. Call it in the transaction that inserted them, after the insert: every path
+    that creates activities does (API, import, occurrences, backfills, run-now, follow-ons, handlers),
+    so a stream sees ``created`` whatever made the activity. Rows the insert skipped (an occurrence
+    that already existed) get no event: the statement joins the activity table.
+    """
+    subscribed = await subscribed_solutions(now, connection)
+    wanted = [
+        Change(activity_id, "created") for solution_id, activity_id in created if solution_id in subscribed
+    ]
+    if not wanted:
+        return 0
+    conn = conn or connections.get(connection)
+    return await record(conn, strategy_for(conn.capabilities.dialect), wanted, now)
+
+
+async def wants_created(
+    solution_ids: Iterable[uuid.UUID], now: datetime, connection: str = "default"
+) -> bool:
+    """Whether any of these solutions is streamed (so that creating in it records events)."""
+    subscribed = await subscribed_solutions(now, connection)
+    return not subscribed.isdisjoint(solution_ids)
 
 
 async def record_changes(

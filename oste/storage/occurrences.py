@@ -23,11 +23,12 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from tortoise.exceptions import IntegrityError
 from tortoise.expressions import F
+from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
@@ -48,6 +49,7 @@ from oste.domain.schedule import parse_schedule
 from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
 from oste.storage.database import outages_unavailable
+from oste.storage.events import record_created
 from oste.storage.store import recurring_record
 
 DEFAULT_LOOKAHEAD = 30.0
@@ -258,6 +260,7 @@ class RecurrenceStore:
             await self._advance(fresh, now)
             if rows:
                 await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
+                await record_created([(row.solution_id, row.id) for row in rows], now)
             cancelled = len(gone)
         return ExpandResult(len(plans), len(rows), cancelled, skipped, stale)
 
@@ -277,7 +280,7 @@ class RecurrenceStore:
             key = (
                 ra.revision,
                 p.planned_until,
-                min([*ahead, p.next_fire_at]) if p.next_fire_at else (ahead or [None])[0],
+                min([*ahead, p.next_fire_at]) if p.next_fire_at else (ahead[0] if ahead else None),
                 p.expand_at,
                 p.last_occurrence_at,
                 tuple(_iso(t) for t in p.backlog),
@@ -370,7 +373,7 @@ class RecurrenceStore:
         async with _db(), in_transaction():
             row = await self._lock(recurring.id)
             unfired = m.Activity.filter(recurring_activity_id=recurring.id, **_UNFIRED)
-            instants = await unfired.values_list("occurrence_at", flat=True)
+            instants = await _occurrence_instants(unfired)
             await unfired.delete()
             floor = min([now, *(t - _TICK for t in instants if t is not None)])
             if row.planned_until is not None:
@@ -389,7 +392,7 @@ class RecurrenceStore:
         async with _db(), in_transaction():
             row = await self._lock(recurring.id)
             unfired = m.Activity.filter(recurring_activity_id=recurring.id, **_UNFIRED)
-            instants = await unfired.values_list("occurrence_at", flat=True)
+            instants = await _occurrence_instants(unfired)
             cancelled = await unfired.update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
             floor = min([now, *(t - _TICK for t in instants if t is not None)])
             if row.planned_until is not None:
@@ -421,8 +424,9 @@ class RecurrenceStore:
         now = self.clock.now()
         row = _occurrence_row(recurring, Fire(now, now), kind.retries, kind.limited, now)
         try:
-            async with _db():
+            async with _db(), in_transaction():
                 await row.save(force_create=True)
+                await record_created([(row.solution_id, row.id)], now)
         except IntegrityError:
             raise Conflict("an occurrence at this very instant exists; try again") from None
         return _activity(row, kind.name)
@@ -475,8 +479,9 @@ class RecurrenceStore:
             _occurrence_row(recurring, Fire(t, now + i * _TICK), kind.retries, kind.limited, now)
             for i, t in enumerate(instants)
         ]
-        async with _db():
+        async with _db(), in_transaction():
             await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
+            await record_created([(row.solution_id, row.id) for row in rows], now)
         return [_activity(row, kind.name) for row in rows]
 
     async def _count_skipped(self, recurring_id: uuid.UUID, count: int) -> None:
@@ -556,6 +561,11 @@ def _activity(row: m.Activity, type_name: str) -> r.Activity:
         activity_type=type_name,
         state=r.ActivityState(row.state),
     )
+
+
+async def _occurrence_instants(query: QuerySet[m.Activity]) -> list[datetime | None]:
+    """The ``occurrence_at`` of the query's activities (Tortoise types a flat values_list as tuples)."""
+    return cast("list[datetime | None]", await query.values_list("occurrence_at", flat=True))
 
 
 def _iso(value: datetime) -> str:

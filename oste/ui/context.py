@@ -21,10 +21,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from oste.domain import records as r
-from oste.domain.audit import ADMIN, API_KEY, AuditEntry
-from oste.domain.ids import new_id
 from oste.errors import NotFound, OsteError
-from oste.storage.audit import AuditLog
+from oste.operations import UI, Actor, OperationContext, Operations
 from oste.storage.store import Store
 from oste.ui.sessions import COOKIE, SESSION_SECONDS, Session, Sessions
 
@@ -44,6 +42,11 @@ class UiContext:
     sessions: Sessions
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
 
+    @functools.cached_property
+    def operations(self) -> Operations:
+        """The operations every action calls (the API's handlers call the same ones)."""
+        return Operations(OperationContext(self.store, self.notify_due))
+
 
 @dataclass(frozen=True)
 class Viewer:
@@ -55,6 +58,14 @@ class Viewer:
     @property
     def is_admin(self) -> bool:
         return self.company is None
+
+    @property
+    def actor(self) -> Actor:
+        """The operations' view of who is signed in (the audit names the key and ``via: ui``)."""
+        record = self.session.record
+        if self.company is None:
+            return Actor(via=UI)
+        return Actor(self.company, record.api_key_id, record.api_key_name, via=UI)
 
 
 class Forbidden403(Exception):
@@ -249,39 +260,6 @@ async def company_in_path(request: Request, viewer: Viewer) -> r.Company:
 async def solution_in_path(request: Request, viewer: Viewer) -> tuple[r.Company, r.Solution]:
     company = await company_in_path(request, viewer)
     return company, await ui(request).store.get_solution(company, slug(request, "solution"))
-
-
-async def audited(
-    request: Request,
-    viewer: Viewer,
-    company: r.Company,
-    solution: r.Solution | None,
-    action_name: str,
-    resource: str,
-    resource_id: object,
-    details: dict[str, Any] | None = None,
-) -> None:
-    """Record a change made from the UI in the audit, as the API records its own (``via: ui`` in the
-    details). Never raises: the change is made; a row that cannot be written is logged."""
-    record = viewer.session.record
-    entry = AuditEntry(
-        id=new_id(),
-        company_id=company.id,
-        solution_id=solution.id if solution else None,
-        solution=solution.name if solution else None,
-        at=ui(request).store.clock.now(),
-        actor=ADMIN if viewer.is_admin else API_KEY,
-        api_key_id=None if viewer.is_admin else record.api_key_id,
-        api_key_name=None if viewer.is_admin else record.api_key_name,
-        action=action_name,
-        resource=resource,
-        resource_id=str(resource_id) if resource_id is not None else None,
-        details={"via": "ui", **(details or {})},
-    )
-    try:
-        await AuditLog(ui(request).store.clock).record(entry)
-    except Exception:
-        log.exception("could not record the audit row of the UI's %s %s", action_name, resource)
 
 
 def require_admin(viewer: Viewer, what: str) -> None:

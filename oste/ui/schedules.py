@@ -20,13 +20,11 @@ from oste.domain.recurrence import DstAmbiguous, DstNonexistent, Recurrence
 from oste.domain.schedule import FIELDS as CRON_FIELDS
 from oste.domain.schedule import parse_schedule
 from oste.errors import InvalidInput
-from oste.storage.recurring_ops import create_recurring, reschedule_recurring
 from oste.ui.browse import TYPES_SHOWN
 from oste.ui.context import (
     Refused,
     Viewer,
     action,
-    audited,
     flash,
     page,
     redirect,
@@ -181,9 +179,9 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     kind = await store.get_activity_type(solution, form.get("activity_type", ""))
     values, recurrence = _common(form, kind)
     values.update(start_at=None, end_at=None, retries=None, paused=False)
-    created = await create_recurring(store, kind, values, recurrence)
-    _notify(request, created)
-    await audited(request, viewer, company, solution, "create", "recurring_activity", created.id)
+    created = await ui(request).operations.recurring.create(
+        viewer.actor, company, solution, kind, values, recurrence
+    )
     await flash(request, viewer.session, "Recurring activity created.")
     return redirect(request, f"/companies/{company.name}/solutions/{solution.name}/recurring/{created.id}")
 
@@ -195,14 +193,8 @@ async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     recurring = await store.get_recurring(solution, uuid_in_path(request))
     kind = await store.get_activity_type(solution, recurring.activity_type)
     values, recurrence = _common(form, kind)
-    updated = await reschedule_recurring(store, recurring, values, recurrence)
-    _notify(request, updated)
-    fields = {"fields": sorted(values)}
-    await audited(request, viewer, company, solution, "update", "recurring_activity", recurring.id, fields)
+    await ui(request).operations.recurring.reschedule(
+        viewer.actor, company, solution, recurring, values, recurrence, list(values)
+    )
     await flash(request, viewer.session, "Schedule saved; occurrences not fired yet were replaced.")
     return redirect(request, f"/companies/{company.name}/solutions/{solution.name}/recurring/{recurring.id}")
-
-
-def _notify(request: Request, recurring: r.RecurringActivity) -> None:
-    if recurring.next_fire_at is not None and not recurring.paused:
-        ui(request).notify_due(recurring.last_occurrence_at or recurring.next_fire_at)

@@ -1,0 +1,178 @@
+"""Operations on point-in-time activities: create, update, cancel, requeue, run now, bulk changes.
+
+Each is one function for every face (API, UI, ``oste import``): it checks the caller's scope, makes the
+change with its condition in the statement (a state that forbids it is a ``Conflict`` from the store,
+never a check made before it), records the events and the audit row in the same transaction, and after
+the commit wakes the long-polls and the engine's poller. Every activity insert records its ``created``
+event in the insert's own transaction (``oste.storage.activity_inserts``), whatever path made it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from oste.domain import records as r
+from oste.domain.bulk import BulkResult, UpdatePlan
+from oste.errors import Conflict
+from oste.operations.actors import WRITE, Actor
+from oste.operations.context import OperationContext
+from oste.storage.bulk import BulkChange
+from oste.storage.changes import atomic, record_events, wake
+from oste.storage.events import Change
+from oste.storage.store import MAX_PAGE
+
+log = logging.getLogger("oste.operations")
+
+
+class ActivityOperations:
+    """What a user can ask of a solution's activities."""
+
+    def __init__(self, context: OperationContext) -> None:
+        self.context = context
+        self.store = context.store
+
+    async def create(
+        self, actor: Actor, company: r.Company, solution: r.Solution, item: r.NewActivity
+    ) -> tuple[r.Activity, bool]:
+        """Create one activity (once per idempotency key): (activity, created now)."""
+        actor.require(WRITE, "create activities")
+        async with atomic():
+            activity, fresh = await self.store.create_activity_once(item)
+            if fresh:
+                await self._audit(actor, company, solution, "create", activity.id)
+        if fresh:
+            self.context.notify_due(activity.next_attempt_at)
+        return activity, fresh
+
+    async def create_many(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        items: Sequence[r.NewActivity],
+        audit: bool = True,
+    ) -> list[r.Activity]:
+        """Create validated activities all-or-nothing (a batch, or a chunk of an import)."""
+        actor.require(WRITE, "create activities")
+        if not items:
+            return []
+        async with atomic():
+            created = await self.store.create_activities(list(items))
+            if audit:
+                await self._audit(actor, company, solution, "create", None, {"count": len(created)})
+        self.context.notify_due(min(a.next_attempt_at for a in created))
+        return created
+
+    async def update(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        activity: r.Activity,
+        changes: dict[str, Any],
+        fields: Sequence[str],
+    ) -> r.Activity:
+        """Change a scheduled activity (``Conflict`` once it is not scheduled); ``fields`` as asked."""
+        actor.require(WRITE, "change activities")
+        async with atomic():
+            updated = await self.store.update_scheduled_activity(activity, changes)
+            await self._audit(actor, company, solution, "update", activity.id, {"fields": sorted(fields)})
+        if "scheduled_for" in changes:
+            self.context.notify_due(updated.next_attempt_at)
+        return updated
+
+    async def cancel(
+        self, actor: Actor, company: r.Company, solution: r.Solution, activity: r.Activity
+    ) -> r.Activity:
+        """Cancel a scheduled or running activity (``Conflict`` once it finished)."""
+        actor.require(WRITE, "cancel activities")
+        async with atomic():
+            cancelled = await self.store.cancel_activity(activity)
+            await record_events(solution.id, [Change(cancelled.id, "cancelled")], cancelled.updated_at)
+            await self._audit(actor, company, solution, "cancel", activity.id)
+        await wake([cancelled.id])
+        return cancelled
+
+    async def requeue(
+        self, actor: Actor, company: r.Company, solution: r.Solution, activity: r.Activity
+    ) -> r.Activity:
+        """Dead or cancelled -> scheduled, retries reset to its type's (``Conflict`` in another state)."""
+        actor.require(WRITE, "requeue activities")
+        async with atomic():
+            if not await self.store.requeue_activities(solution, r.ActivityFilter(), activity.id):
+                current = await self.store.get_activity(solution, activity.id)
+                raise Conflict(
+                    f"activity is {current.state}; only a dead or cancelled activity can be requeued"
+                )
+            requeued = await self.store.get_activity(solution, activity.id)
+            await record_events(solution.id, [Change(requeued.id, "requeued")], requeued.updated_at)
+            await self._audit(actor, company, solution, "requeue", activity.id)
+        await wake([requeued.id])
+        self.context.notify_due(requeued.next_attempt_at)
+        return requeued
+
+    async def run_now(
+        self, actor: Actor, company: r.Company, solution: r.Solution, activity: r.Activity
+    ) -> r.Activity:
+        """A scheduled activity becomes due now (``Conflict`` in any other state)."""
+        actor.require(WRITE, "run activities now")
+        async with atomic():
+            due = await self.store.run_now(activity)
+            await self._audit(actor, company, solution, "run_now", activity.id)
+        self.context.notify_due(due.next_attempt_at)
+        return due
+
+    async def bulk(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        filters: r.ActivityFilter,
+        action: str,
+        plan: UpdatePlan | None = None,
+        dry_run: bool = False,
+        described: dict[str, Any] | None = None,
+    ) -> BulkResult:
+        """Cancel, requeue or update every matching activity, chunk by chunk (each chunk one
+        transaction with its events); ``dry_run`` only counts. ``described``: the filter (and the
+        fields set) as the caller wrote them, for the audit row written once the change is done."""
+        actor.require(WRITE, f"{action} activities")
+        result = await BulkChange(self.store.clock).run(solution, filters, action, plan, dry_run)
+        if dry_run:
+            return result
+        details = {
+            **(described or {}),
+            "matched": result.matched,
+            "changed": result.changed,
+            "skipped": [{"reason": s.reason, "count": s.count} for s in result.skipped.values()],
+        }
+        try:  # chunk by chunk, the change is made and its events recorded: a lost row is only logged
+            await self._audit(actor, company, solution, f"bulk_{action}", None, details)
+        except Exception:
+            log.exception("could not record the audit row of a bulk %s", action)
+        if result.changed and action == "requeue":
+            self.context.notify_due(self.store.clock.now())
+        elif result.changed and plan is not None and "scheduled_for" in plan.values:
+            self.context.notify_due(plan.values["scheduled_for"])
+        return result
+
+    async def type_ids(self, solution: r.Solution) -> dict[str, Any]:
+        """The solution's activity type ids by name (for filters)."""
+        page = await self.store.list_activity_types(solution, MAX_PAGE)
+        return {t.name: t.id for t in page.items}
+
+    async def _audit(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        action: str,
+        resource_id: object,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        entry = actor.entry(
+            company, solution, action, "activity", resource_id, details, self.store.clock.now()
+        )
+        await self.context.audit.record(entry)

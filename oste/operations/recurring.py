@@ -1,0 +1,165 @@
+"""Operations on recurring activities: create, reschedule, pause, resume, run now, backfill.
+
+Their store methods lock the recurring activity's row and change its occurrences in one transaction;
+the operation adds the audit row to it and, after the commit, tells the engine when the next occurrence
+is due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from oste.domain import records as r
+from oste.domain.recurrence import Overlap, Recurrence
+from oste.operations.actors import WRITE, Actor
+from oste.operations.context import OperationContext
+from oste.storage.changes import atomic
+from oste.storage.occurrences import RecurrenceStore
+
+
+class RecurringOperations:
+    """What a user can ask of a recurring activity."""
+
+    def __init__(self, context: OperationContext) -> None:
+        self.context = context
+        self.store = context.store
+
+    @property
+    def occurrences(self) -> RecurrenceStore:
+        return RecurrenceStore(self.store.clock)
+
+    async def create(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        kind: r.ActivityType,
+        values: dict[str, Any],
+        recurrence: Recurrence,
+    ) -> r.RecurringActivity:
+        """Store a recurring activity of ``kind`` (``values`` validated by the face: schedule, timezone,
+        bounds, parameter, object_id, retries, priority, paused, policies) and plan its next occurrence."""
+        actor.require(WRITE, "create recurring activities")
+        now = self.store.clock.now()
+        upcoming = recurrence.fire_times(now, 1)
+        stored = {
+            **values,
+            "next_fire_at": upcoming[0] if upcoming else None,
+            "planned_until": now,
+            "expand_at": now,
+        }
+        async with atomic():
+            created = await self.store.create_recurring(kind, stored)
+            await self._audit(actor, company, solution, "create", created.id)
+        return await self.planned(created.id)
+
+    async def reschedule(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        recurring: r.RecurringActivity,
+        changes: dict[str, Any],
+        recurrence: Recurrence,
+        fields: Sequence[str],
+        paused: bool | None = None,
+    ) -> r.RecurringActivity:
+        """Apply validated ``changes`` (none: the schedule stays) under the schedule ``recurrence``
+        describes, replacing the unfired occurrences, then pause or resume it when ``paused`` says so;
+        ``fields`` as the caller asked, for the audit."""
+        actor.require(WRITE, "change recurring activities")
+        occurrences = self.occurrences
+        async with atomic():
+            if changes:
+                upcoming = recurrence.fire_times(self.store.clock.now(), 1)
+                await occurrences.replace_unfired(
+                    recurring, {**changes, "next_fire_at": upcoming[0] if upcoming else None}
+                )
+            current = await self.store.get_recurring(solution, recurring.id)
+            if paused is True:
+                await occurrences.pause(current)
+            elif paused is False:
+                await occurrences.resume(current)
+            details = {"fields": sorted(fields)}
+            await self._audit(actor, company, solution, "update", recurring.id, details)
+        return await self.planned(recurring.id)
+
+    async def set_paused(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        recurring: r.RecurringActivity,
+        paused: bool,
+    ) -> r.RecurringActivity:
+        """Pause (its unfired occurrences are cancelled) or resume (they are planned again)."""
+        actor.require(WRITE, "pause or resume recurring activities")
+        occurrences = self.occurrences
+        async with atomic():
+            if paused:
+                await occurrences.pause(recurring)
+            else:
+                await occurrences.resume(recurring)
+            await self._audit(actor, company, solution, "pause" if paused else "resume", recurring.id)
+        return await self.planned(recurring.id)
+
+    async def planned(self, recurring_id: object) -> r.RecurringActivity:
+        """Create its next occurrence now (if it is due to have one) and wake the engine for it."""
+        occurrences = self.occurrences
+        await occurrences.materialise(recurring_id)
+        current = await occurrences.get(recurring_id)
+        if current.next_fire_at is not None and not current.paused:
+            self.context.notify_due(current.last_occurrence_at or current.next_fire_at)
+        return current
+
+    async def run_now(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        recurring: r.RecurringActivity,
+        kind: r.ActivityType,
+    ) -> r.Activity:
+        """One occurrence now, keyed by now; the schedule does not move."""
+        actor.require(WRITE, "run recurring activities now")
+        async with atomic():
+            created = await self.occurrences.run_now(recurring, kind)
+            await self._audit(actor, company, solution, "run_now", recurring.id)
+        self.context.notify_due(created.scheduled_for)
+        return created
+
+    async def backfill(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        recurring: r.RecurringActivity,
+        kind: r.ActivityType,
+        span: tuple[datetime, datetime],
+        overlap: Overlap,
+    ) -> tuple[list[r.Activity], int, int]:
+        """The occurrences of a past range, now, under an overlap policy: (created, queued, skipped)."""
+        actor.require(WRITE, "backfill recurring activities")
+        async with atomic():
+            created, queued, skipped = await self.occurrences.backfill(recurring, kind, *span, overlap)
+            details = {"created": len(created), "queued": queued}
+            await self._audit(actor, company, solution, "backfill", recurring.id, details)
+        if created:
+            self.context.notify_due(self.store.clock.now())
+        return created, queued, skipped
+
+    async def _audit(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        action: str,
+        recurring_id: object,
+        details: dict[str, object] | None = None,
+    ) -> None:
+        entry = actor.entry(
+            company, solution, action, "recurring_activity", recurring_id, details, self.store.clock.now()
+        )
+        await self.context.audit.record(entry)
