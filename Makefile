@@ -28,6 +28,7 @@ lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/pytest

@@ -93,7 +93,7 @@ def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
 
 def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> dict[str, Any]:
     """Validated column values of an activity type from a create (current=None) or patch body."""
-    values = {
+    values: dict[str, Any] = {
         k: data[k]
         for k in ("name", "verb", "retries", "max_concurrency", "rate_limit", "paused")
         if k in data
@@ -122,7 +122,7 @@ def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> 
             None if delay is None else parse_duration(delay, "on_success_delay", MAX_ON_SUCCESS_DELAY)
         )
     if current is None:
-        defaults = {
+        defaults: dict[str, Any] = {
             "parameter_schema": None,
             "retries": DEFAULT_RETRIES,
             "timeout": DEFAULT_TIMEOUT,

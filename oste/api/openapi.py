@@ -580,7 +580,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
 }
 """Every operation of the API, grouped by tag, in the order of the document."""
 
-_PATH_PARAMETERS = {
+_PATH_PARAMETERS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "company": ("company", "Name of the company", schemas.SLUG_SCHEMA),
     "solution": ("solution", "Name of the solution", schemas.SLUG_SCHEMA),
     "type": ("type", "Name of the activity type", schemas.SLUG_SCHEMA),
@@ -588,7 +588,7 @@ _PATH_PARAMETERS = {
     "activity_id": ("id", "Id of the activity", schemas.ID),
     "recurring_id": ("id", "Id of the recurring activity", schemas.ID),
 }
-_QUERY_PARAMETERS = {
+_QUERY_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
     "limit": (
         "Page size",
         {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
@@ -623,7 +623,7 @@ _QUERY_PARAMETERS = {
     ),
 }
 _QUERY_PARAMETERS.update(audit.QUERY_PARAMETERS)
-_HEADER_PARAMETERS = {
+_HEADER_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
     "Last-Event-ID": (
         "Resume a stream after this event id (`<txid>-<seq>`, as the last `id:` received); a malformed "
         "one is a 422 naming `Last-Event-ID`",

@@ -22,7 +22,7 @@ SLUG_SCHEMA = {"type": "string", "pattern": f"^{SLUG.pattern}$", "description": 
 DURATION = {"type": "string", "description": "ISO 8601 duration, e.g. PT30S or P7D", "example": "PT30S"}
 DATETIME = {"type": "string", "format": "date-time", "description": "RFC 3339 with offset"}
 NULLABLE_DATETIME = {"type": ["string", "null"], "format": "date-time"}
-URI = {
+URI: dict[str, Any] = {
     "type": "string",
     "description": "absolute http(s) URL with a host; refused: user information (user@), a fragment (#), "
     "%2F or dot segments (/./, /../) in the path, IPv6 zone ids, IPv4 hosts not written as four "
@@ -30,7 +30,7 @@ URI = {
     "minLength": 1,
     "maxLength": 2048,
 }
-SCHEDULE_TIME = {
+SCHEDULE_TIME: dict[str, Any] = {
     **NULLABLE_DATETIME,
     "description": "RFC 3339 with offset, between 1970-01-02T00:00:00Z and 9999-12-30T00:00:00Z",
 }
@@ -39,7 +39,7 @@ QOS = {"type": "integer", "minimum": 1, "maximum": 1000}
 PRIORITY = {"type": "integer", "minimum": -1000, "maximum": 1000, "default": 0}
 RETRIES = {"type": "integer", "minimum": 0, "maximum": 100}
 PARAMETER = {"type": "object", "description": "fills the URI pattern; the JSON body of POST/PUT/PATCH"}
-HEADER_VALUE = {
+HEADER_VALUE: dict[str, Any] = {
     "oneOf": [
         {"type": "string", "maxLength": 8192},
         {
@@ -476,7 +476,7 @@ BACKFILL_RESULT = _obj(
     },
     ("created", "queued", "skipped"),
 )
-PROBLEM = {
+PROBLEM: dict[str, Any] = {
     "type": "object",
     "properties": {
         "type": {"type": "string"},

@@ -38,7 +38,7 @@ LOG_TAIL = 2000
 
 def is_postgres(url: str | None) -> bool:
     """True for a PostgreSQL URL (``postgres://``, ``postgresql://`` or ``asyncpg://``)."""
-    return bool(url) and urlsplit(url).scheme in ("postgres", "postgresql", "asyncpg")  # type: ignore[arg-type]
+    return url is not None and urlsplit(url).scheme in ("postgres", "postgresql", "asyncpg")
 
 
 def _admin_dsn(url: str) -> str:
@@ -294,9 +294,9 @@ DATABASE_SERVER_NAMES = ("postgres", "postmaster")
 def database_server_pids(url: str | None) -> list[int]:
     """The processes of the PostgreSQL server ``url`` points at, when it runs on this machine (its
     postmaster, background processes and every backend); none for SQLite, which runs inside OSTE."""
-    if not is_postgres(url):
+    if url is None or not is_postgres(url):
         return []
-    host = urlsplit(url).hostname or "localhost"  # type: ignore[arg-type]
+    host = urlsplit(url).hostname or "localhost"
     if host not in LOCAL_HOSTS and not host.startswith("/"):
         return []
     return [

@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import httptools
@@ -77,7 +77,7 @@ class ReceiverProtocol(asyncio.Protocol):
         self.scheduled = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream protocol's is a Transport
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -189,7 +189,7 @@ class ReceiverProcess:
         return await self._call("GET", "/_stats")
 
     async def records(self) -> list[tuple[str, str, float]]:
-        return [tuple(item) for item in await self._call("GET", "/_records")]  # type: ignore[misc]
+        return [tuple(item) for item in await self._call("GET", "/_records")]
 
     async def logs(self) -> dict[str, int]:
         """Log-roller batches received at ``/logs/…`` and their body bytes."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -121,7 +122,7 @@ async def _time_routes(
     bar = harness.view.phase(f"timing {len(routes)} routes, {label}", len(routes))
     rows = []
     for name, path in routes.items():
-        rows.append(await timed(name, lambda path=path: app.http.get(path), harness.options.requests))
+        rows.append(await timed(name, functools.partial(app.http.get, path), harness.options.requests))
         bar.advance()
     return rows
 
@@ -147,7 +148,7 @@ async def ui(harness: Harness) -> Result:
             bar = harness.view.phase(f"timing {len(pages)} pages", len(pages))
             rows = []
             for name, path in pages.items():
-                rows.append(await timed(name, lambda path=path: browser.get(path), opts.requests))
+                rows.append(await timed(name, functools.partial(browser.get, path), opts.requests))
                 bar.advance()
         finally:
             await browser.aclose()

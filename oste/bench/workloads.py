@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from oste.bench import probe, served
@@ -149,7 +150,7 @@ async def _stored_burst(
     return delivery, usage, seconds, claims
 
 
-async def _gather_limited(jobs: list[Callable[[], Awaitable[None]]], at_once: int) -> None:
+async def _gather_limited(jobs: Sequence[Callable[[], Awaitable[None]]], at_once: int) -> None:
     queue = list(reversed(jobs))
 
     async def worker() -> None:
@@ -171,7 +172,10 @@ async def cron(harness: Harness) -> Result:
             raise ValueError(f"{opts.cron!r} does not fire within {duration:g} s: give a longer --duration")
         plan = {key_of(n, t): t for n in range(k) for t in times}
         bar = harness.view.phase("OSTE: creating recurring activities", k)
-        jobs = [lambda n=n: client.create_recurring(n, opts.cron, start, end, bar.advance) for n in range(k)]
+        jobs = [
+            functools.partial(client.create_recurring, n, opts.cron, start, end, bar.advance)
+            for n in range(k)
+        ]
         await _gather_limited(jobs, opts.batch_concurrency * 2)
         if time.time() > start:
             deployment.notes.append(f"creating the recurring activities ran {time.time() - start:.1f} s late")

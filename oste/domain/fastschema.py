@@ -118,7 +118,7 @@ def _keyword(keyword: str, value: Any, assert_formats: bool) -> Check:
         return lambda v: type(v) is str and v in options
     if keyword in ("minProperties", "maxProperties", "minItems", "maxItems"):
         bound = _count(value)
-        kind: type = dict if keyword.endswith("Properties") else list
+        kind: type[dict[Any, Any]] | type[list[Any]] = dict if keyword.endswith("Properties") else list
         if keyword.startswith("min"):
             return lambda v: type(v) is not kind or len(v) >= bound
         return lambda v: type(v) is not kind or len(v) <= bound

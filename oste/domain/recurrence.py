@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.cron import CronTrigger
@@ -117,7 +118,7 @@ POLICY_FIELDS = (
 )
 
 
-def policy_of(values: dict[str, object]) -> Policy:
+def policy_of(values: Mapping[str, Any]) -> Policy:
     """A Policy from stored values (strings for the enums); missing keys take the defaults."""
     default = Policy()
     return Policy(
@@ -126,14 +127,14 @@ def policy_of(values: dict[str, object]) -> Policy:
         catchup=Catchup(values.get("catchup") or default.catchup),
         catchup_window=_float_or_none(values.get("catchup_window")),
         overlap=Overlap(values.get("overlap") or default.overlap),
-        max_jitter=float(values.get("max_jitter") or 0.0),  # type: ignore[arg-type]
-        spread=float(values.get("spread") or 0.0),  # type: ignore[arg-type]
-        max_runs=int(values["max_runs"]) if values.get("max_runs") is not None else None,  # type: ignore[call-overload]
+        max_jitter=float(values.get("max_jitter") or 0.0),
+        spread=float(values.get("spread") or 0.0),
+        max_runs=int(values["max_runs"]) if values.get("max_runs") is not None else None,
     )
 
 
-def _float_or_none(value: object) -> float | None:
-    return float(value) if value is not None else None  # type: ignore[arg-type]
+def _float_or_none(value: float | str | None) -> float | None:
+    return float(value) if value is not None else None
 
 
 def check_choice(enum: type[StrEnum], value: object, field_name: str) -> str:

@@ -91,7 +91,9 @@ class Expander:
             if len(due) < self.config.batch_size:
                 break
             await asyncio.sleep(0)  # let the poller and executor on this loop fire between batches
-        outcome = ExpandRunResult(*totals, seconds=time.perf_counter() - started)
+        planned, created, cancelled, skipped, stale = totals
+        seconds = time.perf_counter() - started
+        outcome = ExpandRunResult(planned, created, cancelled, skipped, stale, seconds)
         if outcome.created or outcome.skipped:
             log.debug("expanded %d recurring activities: %s", outcome.planned, outcome)
         return outcome

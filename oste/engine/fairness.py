@@ -205,7 +205,7 @@ class FairQueue:
 
     def ready_in(self, now: float) -> float | None:
         """Seconds until some queued claim may go (0: now); None when every one waits on a slot."""
-        waits = []
+        waits: list[float] = []
         for company in self._companies.values():
             for solution in company.solutions.values():
                 if solution.free:
@@ -215,7 +215,7 @@ class FairQueue:
 
     def take_all(self) -> list[Claim]:
         """Remove and return every queued claim (claims in flight stay counted until ``done``)."""
-        claims = []
+        claims: list[Claim] = []
         for company in self._companies.values():
             for solution in company.solutions.values():
                 claims.extend(entry[3] for entry in solution.free)

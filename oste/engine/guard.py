@@ -27,7 +27,9 @@ class GuardedResolver(AbstractResolver):
         self.policy = policy
         self.inner = inner or ThreadedResolver()
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         results = await self.inner.resolve(host, port, family)
         allowed = [r for r in results if self.policy.refusal(host, r["host"]) is None]
         if not allowed:

@@ -81,17 +81,24 @@ class ClaimStrategy:
         raise NotImplementedError
 
     @staticmethod
-    def uuid_of(value: Any) -> uuid.UUID | None:
-        if value is None or isinstance(value, uuid.UUID):
-            return value
-        return uuid.UUID(str(value))
+    def uuid_of(value: Any) -> uuid.UUID:
+        """A raw query's UUID from a NOT NULL column: a UUID on PostgreSQL, text on SQLite."""
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+    @classmethod
+    def optional_uuid_of(cls, value: Any) -> uuid.UUID | None:
+        """``uuid_of`` for a nullable column."""
+        return None if value is None else cls.uuid_of(value)
 
     @staticmethod
-    def time_of(value: Any) -> datetime | None:
-        """Raw query datetimes: aware datetimes on PostgreSQL, ISO strings on SQLite."""
-        if value is None or isinstance(value, datetime):
-            return value
-        return datetime.fromisoformat(value)
+    def time_of(value: Any) -> datetime:
+        """A raw query's datetime from a NOT NULL column: aware on PostgreSQL, ISO text on SQLite."""
+        return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+    @classmethod
+    def optional_time_of(cls, value: Any) -> datetime | None:
+        """``time_of`` for a nullable column."""
+        return None if value is None else cls.time_of(value)
 
     @staticmethod
     def json_of(value: Any) -> Any:
@@ -223,13 +230,13 @@ class PostgresClaimStrategy(ClaimStrategy):
         values = _pg_completion_columns(completions, now)
         if follow_ons is None:
             rows = await connections.get(connection).execute_query_dict(_PG_COMPLETE, values)
-            return {self.uuid_of(row["activity_id"]) for row in rows}  # type: ignore[misc]
+            return {self.uuid_of(row["activity_id"]) for row in rows}
         async with in_transaction(connection) as conn:
             rows = await conn.execute_query_dict(_PG_COMPLETE, values)
             ids = {self.uuid_of(row["activity_id"]) for row in rows}
             if ids:
                 await follow_ons(conn, self, [c for c in completions if c.activity_id in ids], now)
-        return ids  # type: ignore[return-value]
+        return ids
 
     def json_param(self, params: Params, text: str) -> str:
         return f"{params.add(text)}::text::jsonb"
@@ -311,7 +318,7 @@ class SqliteClaimStrategy(ClaimStrategy):
             for c in completions
         ]
         found = await conn.execute_query_dict(sql, [orjson.dumps(batch).decode(), now])
-        return {self.uuid_of(row["id"]) for row in found}  # type: ignore[misc]
+        return {self.uuid_of(row["id"]) for row in found}
 
     async def insert_rows(
         self,

@@ -7,6 +7,7 @@ finished_at). The three phase indexes are partial, so a claim or completion writ
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from tortoise import fields
@@ -48,6 +49,7 @@ class ApiKey(Model):
     company: fields.ForeignKeyRelation[Company] = fields.ForeignKeyField(
         "oste.Company", related_name="api_keys", on_delete=fields.CASCADE
     )
+    company_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
     name = fields.CharField(max_length=63)
     prefix = fields.CharField(max_length=16)
     key_hash = fields.CharField(max_length=64, unique=True)
@@ -64,6 +66,7 @@ class Solution(Model):
     company: fields.ForeignKeyRelation[Company] = fields.ForeignKeyField(
         "oste.Company", related_name="solutions", on_delete=fields.CASCADE
     )
+    company_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
     name = fields.CharField(max_length=63)
     qos_level = fields.IntField(default=1)
     success_uri = fields.TextField(null=True)
@@ -86,19 +89,20 @@ class ActivityType(Model):
     solution: fields.ForeignKeyRelation[Solution] = fields.ForeignKeyField(
         "oste.Solution", related_name="activity_types", on_delete=fields.CASCADE
     )
+    solution_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
     name = fields.CharField(max_length=63)
     verb = fields.CharField(max_length=8)
     uri_pattern = fields.TextField()
-    parameter_schema = fields.JSONField(null=True)
+    parameter_schema: fields.JSONField[dict[str, Any] | None] = fields.JSONField(null=True)
     retries = fields.IntField()
     timeout = fields.FloatField()
-    object_id_ref = fields.JSONField()
-    headers = fields.JSONField()
+    object_id_ref: fields.JSONField[list[str]] = fields.JSONField()
+    headers: fields.JSONField[dict[str, Any]] = fields.JSONField()
     max_concurrency = fields.IntField(null=True)
     rate_limit = fields.FloatField(null=True)
     backoff_base = fields.FloatField()
     backoff_max = fields.FloatField()
-    success_statuses = fields.JSONField(null=True)
+    success_statuses: fields.JSONField[list[int] | None] = fields.JSONField(null=True)
     paused = fields.BooleanField(default=False)
     on_success = fields.CharField(max_length=63, null=True)
     on_success_delay = fields.FloatField(null=True)
@@ -118,12 +122,13 @@ class RecurringActivity(Model):
     activity_type: fields.ForeignKeyRelation[ActivityType] = fields.ForeignKeyField(
         "oste.ActivityType", related_name="recurring_activities", on_delete=fields.CASCADE
     )
+    activity_type_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
     partition = fields.SmallIntField()
-    schedule = fields.JSONField()
+    schedule: fields.JSONField[dict[str, str]] = fields.JSONField()
     timezone = fields.CharField(max_length=64)
     start_at = fields.DatetimeField(null=True)
     end_at = fields.DatetimeField(null=True)
-    parameter = fields.JSONField()
+    parameter: fields.JSONField[dict[str, Any]] = fields.JSONField()
     retries = fields.IntField(null=True)
     priority = fields.IntField(default=0)
     object_id = fields.CharField(max_length=255, null=True)
@@ -142,7 +147,7 @@ class RecurringActivity(Model):
     last_occurrence_at = fields.DatetimeField(null=True)
     planned_until = fields.DatetimeField(null=True)
     expand_at = fields.DatetimeField(null=True)
-    backlog = fields.JSONField(default=list, db_default="[]")
+    backlog: fields.JSONField[list[str]] = fields.JSONField(default=list, db_default="[]")
     revision = fields.IntField(default=0, db_default=0)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
@@ -162,10 +167,11 @@ class Activity(Model):
     activity_type: fields.ForeignKeyRelation[ActivityType] = fields.ForeignKeyField(
         "oste.ActivityType", related_name="activities", on_delete=fields.CASCADE, db_index=False
     )
+    activity_type_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
     partition = fields.SmallIntField()
     scheduled_for = fields.DatetimeField()
     next_attempt_at = fields.DatetimeField()
-    parameter = fields.JSONField()
+    parameter: fields.JSONField[dict[str, Any]] = fields.JSONField()
     retries = fields.IntField()
     priority = fields.IntField(default=0)
     object_id = fields.CharField(max_length=255, null=True)
@@ -213,6 +219,7 @@ class Execution(Model):
     activity: fields.ForeignKeyRelation[Activity] = fields.ForeignKeyField(
         "oste.Activity", related_name="executions", on_delete=fields.CASCADE
     )
+    activity_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
     attempt = fields.IntField()
     started_at = fields.DatetimeField()
     finished_at = fields.DatetimeField()
@@ -245,7 +252,7 @@ class Audit(Model):
     action = fields.CharField(max_length=32)
     resource = fields.CharField(max_length=32)
     resource_id = fields.CharField(max_length=255, null=True)
-    details = fields.JSONField(null=True)
+    details: fields.JSONField[dict[str, Any] | None] = fields.JSONField(null=True)
 
     class Meta:
         table = "audit"
@@ -293,7 +300,7 @@ class LogRoller(Model):
     owner = fields.CharField(max_length=64, null=True)
     lease_expires_at = fields.DatetimeField(null=True)
     batch_id = fields.UUIDField(null=True)
-    batch_ids = fields.JSONField(null=True)
+    batch_ids: fields.JSONField[list[str] | None] = fields.JSONField(null=True)
     batch_attempts = fields.IntField(default=0)
     next_attempt_at = fields.DatetimeField(null=True)
     batches_shipped = fields.IntField(default=0)
@@ -320,7 +327,7 @@ class UiSession(Model):
     api_key_id = fields.UUIDField(null=True)
     """The company API key that signed in (the audit names it); None for the operator."""
     api_key_name = fields.CharField(max_length=63, null=True)
-    flashes = fields.JSONField(default=list)
+    flashes: fields.JSONField[list[list[str]]] = fields.JSONField(default=list)
     used_at = fields.DatetimeField()
 
     class Meta:

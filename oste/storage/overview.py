@@ -67,7 +67,7 @@ class Overview:
     now: datetime
     queue_by_company: list[tuple[str, int, int]]
     """(company, due now, scheduled) per company, busiest first (``Bounded`` counts)."""
-    busiest_types: list[tuple[str, str, str, int]]
+    busiest_types: list[tuple[str, str, str, Bounded]]
     """(company, solution, type, scheduled) of the types with most scheduled activities."""
     dead_by_solution: list[tuple[str, str, int]]
     nodes: list[tuple[NodeInfo, list[int]]]
@@ -159,7 +159,7 @@ class OverviewStore:
         return sorted(rows, key=lambda row: (-row[2], row[0]))
 
     @staticmethod
-    def _busiest(per_type: list[tuple[str, str, str, Bounded]]) -> list[tuple[str, str, str, int]]:
+    def _busiest(per_type: list[tuple[str, str, str, Bounded]]) -> list[tuple[str, str, str, Bounded]]:
         busy = [row for row in per_type if row[3]]
         return sorted(busy, key=lambda row: (-row[3], row[0], row[1], row[2]))[:BUSIEST_SHOWN]
 

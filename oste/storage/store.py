@@ -19,7 +19,7 @@ import dataclasses
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tortoise.exceptions import IntegrityError
 from tortoise.expressions import F, Subquery
@@ -34,7 +34,10 @@ from oste.storage import models as m
 from oste.storage.activity_inserts import insert_activities
 from oste.storage.database import raises_unavailable
 
-R = TypeVar("R")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+R = TypeVar("R", bound="DataclassInstance")
 MAX_PAGE = 1000
 
 
@@ -42,7 +45,7 @@ def to_record(cls: type[R], row: Any, **overrides: Any) -> R:
     """Copy the record's fields from an ORM row (or a dict), overriding some."""
     get = row.get if isinstance(row, dict) else lambda name: getattr(row, name)
     values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         values[f.name] = overrides[f.name] if f.name in overrides else get(f.name)
     return cls(**values)
 
@@ -615,7 +618,8 @@ class Store:
         )
 
     async def _with_type_name(self, row: m.Activity) -> r.Activity:
-        name = await m.ActivityType.filter(id=row.activity_type_id).first().values_list("name", flat=True)
+        query = m.ActivityType.filter(id=row.activity_type_id).first().values_list("name", flat=True)
+        name = cast("str | None", await query)  # Tortoise types a flat values_list as a tuple
         return self._activity(row, name or "")
 
     @staticmethod

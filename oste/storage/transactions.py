@@ -22,8 +22,8 @@ from tortoise.connection import get_connections
 def guard_transaction_entry() -> None:
     """Make the SQLite and pooled PostgreSQL transaction contexts give back their lock or connection
     when entering them fails (idempotent)."""
-    SqliteTransactionContext.__aenter__ = _enter_sqlite  # type: ignore[method-assign]
-    TransactionContextPooled.__aenter__ = _enter_pooled  # type: ignore[method-assign]
+    SqliteTransactionContext.__aenter__ = _enter_sqlite  # type: ignore[method-assign]  # patched on purpose
+    TransactionContextPooled.__aenter__ = _enter_pooled  # type: ignore[method-assign]  # patched on purpose
 
 
 async def _enter_sqlite(self: SqliteTransactionContext) -> Any:

@@ -60,7 +60,7 @@ def stacked_bars(
     plot_h = HEIGHT - BOTTOM - TOP
     slot = (WIDTH - LEFT) / max(len(minutes), 1)
     for index, (minute, count) in enumerate(zip(minutes, counts, strict=True)):
-        base = TOP + plot_h
+        base: float = TOP + plot_h
         for outcome in order:
             colour = OUTCOME_COLOURS.get(outcome, "#57606a")
             n = count.get(outcome, 0)
