@@ -14,7 +14,7 @@ import orjson
 from starlette.requests import Request
 
 from oste.api.problems import HttpProblem
-from oste.domain.durations import parse_duration_seconds
+from oste.domain.durations import DurationTooLong, parse_duration_seconds
 from oste.domain.parameters import SLUG
 from oste.domain.records import Company
 from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, Unauthorized
@@ -208,8 +208,13 @@ def parse_time(value: Any, field: str) -> datetime:
 
 
 def parse_duration(value: Any, field: str, maximum: float | None = None) -> float:
+    """An ISO 8601 duration in seconds, at most ``maximum``; InvalidInput naming ``field`` otherwise
+    (also when it is longer than OSTE can represent at all)."""
     try:
         seconds = parse_duration_seconds(value)
+    except DurationTooLong as exc:
+        reason = str(exc) if maximum is None else f"must be at most {timedelta(seconds=maximum)}"
+        raise InvalidInput.field(field, reason) from None
     except ValueError as exc:
         raise InvalidInput.field(field, str(exc)) from None
     if maximum is not None and seconds > maximum:
