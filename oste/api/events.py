@@ -33,7 +33,9 @@ POLL_INTERVAL = 0.2
 """Seconds between reads of new events while a stream is idle."""
 RENEW_EVERY = 60.0
 """Seconds between renewals of the solution's subscription (and pruning of old events)."""
-_EVENT_ID = re.compile(r"(\d{1,19})-(\d{1,19})")
+_EVENT_ID = re.compile(r"([0-9]{1,19})-([0-9]{1,19})")
+LARGEST_POSITION = 2**63 - 1
+"""Both numbers of an event id are signed 64-bit integers (bigint) in the database."""
 STATE_OF_EVENT = {
     "created": "scheduled",
     "running": "running",
@@ -46,16 +48,22 @@ STATE_OF_EVENT = {
 """The activity's state after each event."""
 
 
-def parse_last_event_id(value: str | None) -> tuple[int, int] | None:
-    """A ``Last-Event-ID`` (``<txid>-<seq>``), or None when absent; 422 naming it when malformed."""
+def parse_last_event_id(value: str | None, field: str = "Last-Event-ID") -> tuple[int, int] | None:
+    """A ``Last-Event-ID`` (``<txid>-<seq>``), or None when absent; 422 naming ``field`` (the header, or
+    the ``last_event_id`` query parameter) when malformed or past what an event id can be."""
     if value is None or value == "":
         return None
     found = _EVENT_ID.fullmatch(value.strip())
     if not found:
         raise InvalidInput.field(
-            "Last-Event-ID", "must be the id of an event of this stream: two numbers joined by '-'"
+            field, "must be the id of an event of this stream: two numbers joined by '-'"
         )
-    return int(found.group(1)), int(found.group(2))
+    position = int(found.group(1)), int(found.group(2))
+    if max(position) > LARGEST_POSITION:
+        raise InvalidInput.field(
+            field, f"is not the id of an event of this stream: its numbers are at most {LARGEST_POSITION}"
+        )
+    return position
 
 
 def format_event(event: ev.Event, type_name: str) -> bytes:
@@ -77,9 +85,10 @@ def format_event(event: ev.Event, type_name: str) -> bytes:
 async def stream_events(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     store = ctx(request).store
-    after = parse_last_event_id(
-        request.headers.get("last-event-id", request.query_params.get("last_event_id"))
-    )
+    if "last-event-id" in request.headers:
+        after = parse_last_event_id(request.headers["last-event-id"])
+    else:
+        after = parse_last_event_id(request.query_params.get("last_event_id"), "last_event_id")
     names = await _type_names(store, solution)
     type_id = None
     if "activity_type" in request.query_params:
