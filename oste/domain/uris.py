@@ -19,8 +19,9 @@ from oste.errors import InvalidInput
 
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 """A ``{Name}`` placeholder; the group is the name."""
-PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-"""A plain identifier: a letter or ``_`` first, then letters, digits, ``_`` or ``-``."""
+PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)*")
+"""A plain name: words of ASCII letters, digits and ``_`` joined by single ``-``, the first word starting
+with a letter or ``_`` (``SongId``, ``song-id``, ``_v2``; not ``k-``, ``k--v`` or ``1k``)."""
 SCHEMES = ("http", "https")
 
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
@@ -92,8 +93,9 @@ def _placeholder_names(value: str, field: str, allowed: bool) -> tuple[str, ...]
         if not PLACEHOLDER_NAME.fullmatch(name):
             raise InvalidInput.field(
                 field,
-                f"placeholder {{{name}}} must be a name of letters, digits, '_' or '-' that starts with a "
-                "letter or '_', e.g. {SongId}",
+                f"placeholder {{{name}}} must be a name of letters, digits and '_' that starts with a "
+                "letter or '_', its words joined by single '-' (not at either end), e.g. {SongId} or "
+                "{song-id}",
             )
     return tuple(dict.fromkeys(names))
 
