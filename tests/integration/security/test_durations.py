@@ -2,6 +2,9 @@
 
 ``P1000000000D`` (and ``PT99999999999999999999S``…) overflowed Python's ``timedelta`` inside the ISO 8601
 parser: an uncaught ``OverflowError``, a 500 with two tracebacks in the log, for every duration field.
+
+Refusals are sent with the admin token: ``rejected`` compares every row, and a company key's use
+may update its ``last_used_at``.
 """
 
 from __future__ import annotations
@@ -24,16 +27,16 @@ async def _activity_path(api: Api, tenant: Tenant) -> str:
 async def test_a_huge_delay_is_a_422_naming_it(api: Api, duration: str) -> None:
     tenant = await api.tenant()
     body = tenant.activity(delay=duration)
-    problem = await rejected(api, "POST", tenant.activities, 422, "delay", json=body, token=tenant.key)
+    problem = await rejected(api, "POST", tenant.activities, 422, "delay", json=body)
     assert "at most" in problem["detail"], problem
     batch = {"activities": [tenant.activity(), body]}
     field = "activities/1/delay"
-    await rejected(api, "POST", tenant.activities, 422, field, json=batch, token=tenant.key)
+    await rejected(api, "POST", tenant.activities, 422, field, json=batch)
     path = await _activity_path(api, tenant)
-    await rejected(api, "PATCH", path, 422, "delay", json={"delay": duration}, token=tenant.key)
+    await rejected(api, "PATCH", path, 422, "delay", json={"delay": duration})
     bulk = {"filter": {"state": "scheduled"}, "action": "update", "set": {"delay": duration}}
     bulk_path = f"{tenant.activities}/bulk"
-    await rejected(api, "POST", bulk_path, 422, "set/delay", json=bulk, token=tenant.key)
+    await rejected(api, "POST", bulk_path, 422, "set/delay", json=bulk)
 
 
 async def test_a_huge_wait_is_a_422_naming_it(api: Api) -> None:
@@ -58,10 +61,10 @@ async def test_huge_type_durations_are_422s_naming_them(api: Api, field: str, va
     body: dict[str, Any] = {"name": "slow", "verb": "POST", "uri_pattern": "https://receiver.example/a"}
     if field == "on_success_delay":
         body["on_success"] = tenant.activity_type
-    await rejected(api, "POST", tenant.types, 422, field, json={**body, field: value}, token=tenant.key)
+    await rejected(api, "POST", tenant.types, 422, field, json={**body, field: value})
     patch = {field: value, **({"on_success": tenant.activity_type} if field == "on_success_delay" else {})}
     type_path = f"{tenant.types}/{tenant.activity_type}"
-    await rejected(api, "PATCH", type_path, 422, field, json=patch, token=tenant.key)
+    await rejected(api, "PATCH", type_path, 422, field, json=patch)
 
 
 @pytest.mark.parametrize("field", ["success_period", "dead_letter_period"])
@@ -69,8 +72,8 @@ async def test_huge_solution_periods_are_422s_naming_them(api: Api, field: str) 
     tenant = await api.tenant()
     solutions = f"/v1/companies/{tenant.company}/solutions"
     body = {"name": "periodic", field: "P1000000000D"}
-    await rejected(api, "POST", solutions, 422, field, json=body, token=tenant.key)
-    await rejected(api, "PATCH", tenant.path, 422, field, json={field: "P1000000000D"}, token=tenant.key)
+    await rejected(api, "POST", solutions, 422, field, json=body)
+    await rejected(api, "PATCH", tenant.path, 422, field, json={field: "P1000000000D"})
 
 
 @pytest.mark.parametrize("field", ["catchup_window", "spread", "max_jitter"])

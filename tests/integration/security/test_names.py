@@ -3,6 +3,9 @@
 Python's ``re`` lets ``$`` match before a final newline, so ``^[a-z0-9][a-z0-9-]{0,62}$`` accepted
 ``"acme\\n"`` in the request schemas, and the record it made could not be read, changed or deleted
 through any path (``/v1/companies/acme%0A`` is not a slug: 404).
+
+Refusals are sent with the admin token: ``rejected`` compares every row, and a company key's use
+may update its ``last_used_at``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ async def test_a_company_name_with_a_newline_is_refused(api: Api, name: str) -> 
 async def test_solution_and_type_names_with_a_newline_are_refused(api: Api, name: str) -> None:
     tenant = await api.tenant()
     solutions = f"/v1/companies/{tenant.company}/solutions"
-    await rejected(api, "POST", solutions, 422, "name", json={"name": name}, token=tenant.key)
+    await rejected(api, "POST", solutions, 422, "name", json={"name": name})
     kind = {"name": name, "verb": "POST", "uri_pattern": "https://receiver.example/a"}
-    await rejected(api, "POST", tenant.types, 422, "name", json=kind, token=tenant.key)
+    await rejected(api, "POST", tenant.types, 422, "name", json=kind)
 
 
 async def test_names_that_refer_to_types_are_full_string_slugs_too(api: Api) -> None:
@@ -34,12 +37,12 @@ async def test_names_that_refer_to_types_are_full_string_slugs_too(api: Api) -> 
     kind = {"name": unique("t"), "verb": "POST", "uri_pattern": "https://receiver.example/a"}
     for field in ("on_success", "on_dead_letter"):
         body = {**kind, field: near}
-        await rejected(api, "POST", tenant.types, 422, field, json=body, token=tenant.key)
+        await rejected(api, "POST", tenant.types, 422, field, json=body)
     activity = tenant.activity(activity_type=near)
-    await rejected(api, "POST", tenant.activities, 422, "activity_type", json=activity, token=tenant.key)
+    await rejected(api, "POST", tenant.activities, 422, "activity_type", json=activity)
     batch = {"activities": [tenant.activity(), activity]}
     field = "activities/1/activity_type"
-    await rejected(api, "POST", tenant.activities, 422, field, json=batch, token=tenant.key)
+    await rejected(api, "POST", tenant.activities, 422, field, json=batch)
 
 
 async def test_a_slug_is_still_accepted(api: Api) -> None:
