@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from oste.domain.clock import Clock, SystemClock
 from oste.engine import Engine
+from oste.errors import ConfigurationError
 from oste.settings import Settings
 from oste.storage.database import close_database, describe, open_database
 from oste.storage.store import Store
@@ -29,18 +30,34 @@ if TYPE_CHECKING:
 log = logging.getLogger("oste")
 ADMIN_TOKEN_FILE = "admin-token"
 SHUTDOWN_GRACE_SECONDS = 30.0
+MIN_ADMIN_TOKEN_LENGTH = 32
+"""Shortest admin token a process starts with (`oste serve`, `api` and `worker`): the admin token
+reaches every tenant, so it must be too long to guess. Generated ones are 54 characters."""
+MAKE_ADMIN_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def check_admin_token(token: str, source: str = "OSTE_ADMIN_TOKEN") -> str:
+    """The token, if it is at least MIN_ADMIN_TOKEN_LENGTH characters; else ConfigurationError saying
+    how to make one (``source`` names where it came from)."""
+    if len(token) < MIN_ADMIN_TOKEN_LENGTH:
+        raise ConfigurationError(
+            f"{source} must be at least {MIN_ADMIN_TOKEN_LENGTH} characters, got {len(token)}: a short "
+            f"token can be guessed. Make one with: {MAKE_ADMIN_TOKEN}"
+        )
+    return token
 
 
 def resolve_admin_token(settings: Settings) -> tuple[str, bool]:
     """The admin token: OSTE_ADMIN_TOKEN, else the one in the data directory (generated once).
 
-    Returns (token, generated_now). Raises ConfigurationError-worthy OSErrors to the caller.
+    Returns (token, generated_now). Raises ConfigurationError for a token shorter than
+    MIN_ADMIN_TOKEN_LENGTH, and passes OSErrors (an unwritable data directory) to the caller.
     """
     if settings.admin_token:
-        return settings.admin_token, False
+        return check_admin_token(settings.admin_token), False
     path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
     if path.exists():
-        return path.read_text().strip(), False
+        return check_admin_token(path.read_text().strip(), f"the admin token in {path}"), False
     path.parent.mkdir(parents=True, exist_ok=True)
     token = "oste_admin_" + secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -176,7 +193,12 @@ async def serve_worker_probes(settings: Settings, port: int, clock: Clock) -> Ca
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
-    """`oste worker`: the engine alone until ``stop`` is set, then a graceful drain and exit."""
+    """`oste worker`: the engine alone until ``stop`` is set, then a graceful drain and exit.
+
+    A worker uses no admin token, but one set too short is refused here as `oste api` refuses it: the
+    processes of a deployment share their settings."""
+    if settings.admin_token:
+        check_admin_token(settings.admin_token)
     with collecting_eagerly():
         await open_database(settings.database_url)
     engine = Engine(settings)

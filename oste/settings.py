@@ -45,8 +45,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "admin_token",
         "OSTE_ADMIN_TOKEN",
         "(generated)",
-        "Bearer token of the operator. If unset, one is generated into `<data dir>/admin-token` "
-        "at first start and printed once.",
+        "Bearer token of the operator, at least 32 characters (`oste serve`, `api` and `worker` refuse a "
+        "shorter one). If unset, one is generated into `<data dir>/admin-token` at first start and "
+        "printed once.",
     ),
     SettingSpec(
         "allowed_targets",

@@ -40,7 +40,7 @@ def serve(workdir: Path, ready_within: float = 30.0, **settings: str) -> Iterato
     """Run `oste serve` in ``workdir`` (its SQLite file lands there) with a known admin token and the
     given ``OSTE_*`` settings; wait for /readyz; terminate it (SIGTERM, then SIGKILL) at the end."""
     port = free_port()
-    token = "adm_" + secrets.token_urlsafe(16)
+    token = "adm_" + secrets.token_urlsafe(32)  # the admin token must be 32+ characters
     env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
     env.update({"OSTE_PORT": str(port), "OSTE_HOST": "127.0.0.1", "OSTE_ADMIN_TOKEN": token, **settings})
     log = open(workdir / "oste-serve.log", "w+")  # noqa: SIM115 - closed below, read on failure

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(90)
 def oste_api(database_url: str, workdir: Path) -> Iterator[tuple[str, str]]:
     """`oste api` on a free port over ``database_url``; yields (base URL, admin token)."""
     port = free_port()
-    token = "adm_" + secrets.token_urlsafe(16)
+    token = "adm_" + secrets.token_urlsafe(32)  # the admin token must be 32+ characters
     env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
     env.update(
         OSTE_DATABASE_URL=database_url,
