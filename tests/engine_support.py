@@ -1,4 +1,5 @@
-"""Shared helpers of the engine tests: factories over the Store, and a real receiver on loopback."""
+"""Shared helpers of the engine tests: a real receiver on loopback, engine settings for tests, and
+readers of what the engine did (factories are in ``tests.factories``)."""
 
 from __future__ import annotations
 
@@ -31,91 +32,6 @@ from oste.settings import Settings
 from oste.storage.store import Store
 
 LOOPBACK = ("127.0.0.1",)
-
-
-async def make_type(
-    store: Store,
-    uri_pattern: str,
-    *,
-    company: str = "acme",
-    solution: str = "songs",
-    name: str = "republish",
-    verb: str = "POST",
-    retries: int = 3,
-    request_timeout: float = 5.0,
-    backoff_base: float = 0.05,
-    backoff_max: float = 0.2,
-    headers: dict[str, r.Header] | None = None,
-    success_statuses: tuple[int, ...] | None = None,
-    max_concurrency: int | None = None,
-    rate_limit: float | None = None,
-) -> r.ActivityType:
-    """An activity type (creating its company and solution on first use)."""
-    try:
-        owner = await store.get_company(company)
-    except Exception:
-        owner = await store.create_company(company)
-    try:
-        sol = await store.get_solution(owner, solution)
-    except Exception:
-        sol = await store.create_solution(owner, solution_values(solution))
-    values = {
-        "name": name,
-        "verb": verb,
-        "uri_pattern": uri_pattern,
-        "parameter_schema": None,
-        "retries": retries,
-        "timeout": request_timeout,
-        "object_id_ref": (),
-        "headers": headers or {},
-        "max_concurrency": max_concurrency,
-        "rate_limit": rate_limit,
-        "backoff_base": backoff_base,
-        "backoff_max": backoff_max,
-        "success_statuses": success_statuses,
-        "paused": False,
-    }
-    return await store.create_activity_type(sol, values)
-
-
-def solution_values(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "qos_level": 1,
-        "success_uri": None,
-        "success_period": 86400.0,
-        "dead_letter_uri": None,
-        "dead_letter_period": 86400.0,
-        "paused": False,
-    }
-
-
-async def make_activities(
-    store: Store,
-    kind: r.ActivityType,
-    when: datetime,
-    count: int = 1,
-    parameter: dict[str, Any] | Callable[[int], dict[str, Any]] | None = None,
-    retries: int | None = None,
-    **extra: Any,
-) -> list[r.Activity]:
-    """``count`` activities of ``kind`` due at ``when`` (parameter may be a function of the index)."""
-    items = []
-    for index in range(count):
-        value = parameter(index) if callable(parameter) else dict(parameter or {"n": index})
-        items.append(
-            r.NewActivity(
-                activity_type=kind,
-                scheduled_for=when,
-                parameter=value,
-                retries=kind.retries if retries is None else retries,
-                **extra,
-            )
-        )
-    created: list[r.Activity] = []
-    for start in range(0, len(items), 1000):
-        created.extend(await store.create_activities(items[start : start + 1000]))
-    return created
 
 
 @dataclass

@@ -7,11 +7,13 @@ with ``ParameterRules`` exactly as the API derives it). Override any field by ke
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from oste.domain import records as r
 from oste.domain.parameters import ParameterRules
+from oste.errors import NotFound
 from oste.storage.store import Store
 
 T0 = datetime(2030, 1, 7, 12, 0, tzinfo=UTC)
@@ -65,22 +67,36 @@ def activity_type_values(**overrides: Any) -> dict[str, Any]:
     return values | overrides
 
 
+def fresh_parameter(activity_type: r.ActivityType) -> dict[str, Any]:
+    """A fresh number for each field the type needs: its URI placeholders, object id fields and the
+    fields its schema requires (``{"SongId": n}`` for ``activity_type_values``' type)."""
+    required = (activity_type.parameter_schema or {}).get("required", [])
+    names = dict.fromkeys((*_rules(activity_type).placeholders, *activity_type.object_id_ref, *required))
+    return {name: next(_serial) for name in names}
+
+
 def new_activity(
     activity_type: r.ActivityType, scheduled_for: datetime = T0, **overrides: Any
 ) -> r.NewActivity:
-    """A NewActivity of the type; the parameter defaults to a fresh ``{"SongId": n}``."""
-    parameter = overrides.pop("parameter") if "parameter" in overrides else {"SongId": next(_serial)}
-    rules = ParameterRules(
-        activity_type.uri_pattern, activity_type.parameter_schema, activity_type.object_id_ref
-    )
+    """A NewActivity of the type, its parameter checked and its object id derived as the API does.
+
+    The parameter defaults to ``fresh_parameter(activity_type)``.
+    """
+    parameter = overrides.pop("parameter") if "parameter" in overrides else fresh_parameter(activity_type)
     values: dict[str, Any] = {
         "activity_type": activity_type,
         "scheduled_for": scheduled_for,
         "parameter": parameter,
         "retries": activity_type.retries,
-        "object_id": rules.check(parameter),
+        "object_id": _rules(activity_type).check(parameter),
     }
     return r.NewActivity(**(values | overrides))
+
+
+def _rules(activity_type: r.ActivityType) -> ParameterRules:
+    return ParameterRules(
+        activity_type.uri_pattern, activity_type.parameter_schema, activity_type.object_id_ref
+    )
 
 
 def recurring_values(**overrides: Any) -> dict[str, Any]:
@@ -116,15 +132,78 @@ async def make_activity_type(
     return await store.create_activity_type(solution, activity_type_values(**overrides))
 
 
+async def make_type(
+    store: Store,
+    uri_pattern: str,
+    *,
+    company: str = "acme",
+    solution: str = "songs",
+    name: str = "republish",
+    verb: str = "POST",
+    retries: int = 3,
+    request_timeout: float = 5.0,
+    backoff_base: float = 0.05,
+    backoff_max: float = 0.2,
+    headers: dict[str, r.Header] | None = None,
+    success_statuses: tuple[int, ...] | None = None,
+    max_concurrency: int | None = None,
+    rate_limit: float | None = None,
+) -> r.ActivityType:
+    """An activity type for the engine's tests: any parameter, short backoffs, in a named company and
+    solution (created on first use, keeping their logs a day)."""
+    try:
+        owner = await store.get_company(company)
+    except NotFound:
+        owner = await store.create_company(company)
+    try:
+        sol = await store.get_solution(owner, solution)
+    except NotFound:
+        day = timedelta(days=1).total_seconds()
+        sol = await store.create_solution(
+            owner, solution_values(name=solution, success_period=day, dead_letter_period=day)
+        )
+    values = activity_type_values(
+        name=name,
+        verb=verb,
+        uri_pattern=uri_pattern,
+        parameter_schema=None,
+        retries=retries,
+        timeout=request_timeout,
+        object_id_ref=(),
+        headers=headers or {},
+        max_concurrency=max_concurrency,
+        rate_limit=rate_limit,
+        backoff_base=backoff_base,
+        backoff_max=backoff_max,
+        success_statuses=success_statuses,
+    )
+    return await store.create_activity_type(sol, values)
+
+
 async def make_activities(
     store: Store,
     activity_type: r.ActivityType,
-    count: int = 1,
     scheduled_for: datetime = T0,
+    *,
+    count: int = 1,
+    parameter: dict[str, Any] | Callable[[int], dict[str, Any]] | None = None,
     **overrides: Any,
 ) -> list[r.Activity]:
-    batch = [new_activity(activity_type, scheduled_for, **overrides) for _ in range(count)]
-    return await store.create_activities(batch)
+    """``count`` activities of the type due at ``scheduled_for``, created in batches of 1,000.
+
+    ``parameter`` is one parameter for all (copied), or a function of the activity's index; by default
+    each gets a ``fresh_parameter``. Any other NewActivity field is an override (``retries=``,
+    ``priority=``, ``object_id=``…).
+    """
+    batch = []
+    for index in range(count):
+        if parameter is not None:
+            overrides["parameter"] = parameter(index) if callable(parameter) else dict(parameter)
+        batch.append(new_activity(activity_type, scheduled_for, **overrides))
+    created: list[r.Activity] = []
+    for start in range(0, len(batch), 1000):
+        created.extend(await store.create_activities(batch[start : start + 1000]))
+    return created
 
 
 async def make_recurring(

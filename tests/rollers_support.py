@@ -18,7 +18,8 @@ from oste.domain.clock import ManualClock, SystemClock
 from oste.engine import Engine
 from oste.engine.rollers import RollerConfig
 from oste.storage.store import Store
-from tests.engine_support import LOOPBACK, fast_config, make_activities, test_settings
+from tests.engine_support import LOOPBACK, fast_config, test_settings
+from tests.factories import make_activities
 
 
 @dataclass
@@ -94,7 +95,7 @@ async def ended_activities(
     store: Store, database_url: str, kind: r.ActivityType, count: int, **options: Any
 ) -> list[r.Activity]:
     """``count`` activities of ``kind`` due now, fired by a real engine until each has ended."""
-    created = await make_activities(store, kind, SystemClock().now(), count, **options)
+    created = await make_activities(store, kind, SystemClock().now(), count=count, **options)
     engine = Engine(test_settings(database_url), config=fast_config())
     for _ in range(20):
         if (await engine.drain()).fired == 0:

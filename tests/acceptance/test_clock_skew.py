@@ -30,7 +30,8 @@ from oste.domain.dispatch import idempotency_key
 from oste.storage import models as m
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import CRASH_TIMINGS, Workers, count_state
-from tests.engine_support import Receiver, eventually, make_activities, make_type
+from tests.engine_support import Receiver, eventually
+from tests.factories import make_activities, make_type
 from tests.fault_receiver import InFlight, delayed, hang, percentile, schedule_oracle, store_oracle
 from tests.faults import unsupported
 from tests.integration.api.conftest import db_rows
@@ -97,7 +98,7 @@ async def test_skewed_workers_fire_and_lease_by_the_database_clock(
 
     # Claims held open (the receiver does not answer) across three lease periods.
     kind = await make_type(store, receiver.url + "/held/{n}", name="held", retries=0, request_timeout=60)
-    holding = await make_activities(store, kind, SystemClock().now(), 16)
+    holding = await make_activities(store, kind, SystemClock().now(), count=16)
     await receiver.wait_for(16, within=20)
     started = time.monotonic()
     margins: list[float] = []
@@ -112,7 +113,7 @@ async def test_skewed_workers_fire_and_lease_by_the_database_clock(
     # A burst due two seconds from now, by the database's clock.
     burst = await make_type(store, receiver.url + "/burst/{n}", name="burst", retries=2)
     due = SystemClock().now() + timedelta(seconds=2)
-    made = await make_activities(store, burst, due, 300)
+    made = await make_activities(store, burst, due, count=300)
     expected = {str(a.id): idempotency_key(a.id, a.recurring_activity_id, a.occurrence_at) for a in made}
     expected |= {str(a.id): idempotency_key(a.id, a.recurring_activity_id, a.occurrence_at) for a in holding}
 

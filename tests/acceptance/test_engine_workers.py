@@ -25,15 +25,8 @@ from oste.domain.clock import SystemClock
 from oste.storage import models as m
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
-from tests.engine_support import (
-    Receiver,
-    eventually,
-    executions_of,
-    make_activities,
-    make_type,
-    reload,
-    settled,
-)
+from tests.engine_support import Receiver, eventually, executions_of, reload, settled
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(120)
 OSTE = str(Path(sys.executable).parent / "oste")
@@ -179,7 +172,7 @@ async def test_sigkill_mid_request_refires_with_the_same_key(
 
     receiver.behaviour = first_one_hangs
     kind = await make_type(store, receiver.url + "/song/{n}", retries=3, backoff_base=0.05, backoff_max=0.1)
-    activities = await make_activities(store, kind, SystemClock().now(), 20)
+    activities = await make_activities(store, kind, SystemClock().now(), count=20)
     alpha = await workers.start("alpha")
     hits = await receiver.wait_for(20, within=20)
     victim = next(a for a in activities if str(a.id) == hits[0].headers["OSTE-Activity-Id"])
@@ -240,7 +233,7 @@ async def test_three_workers_share_5000_activities_and_survivors_take_over(
     when = SystemClock().now() + timedelta(seconds=1)
     for index, kind in enumerate(kinds):
         count = 5000 // len(kinds) + (1 if index < 5000 % len(kinds) else 0)
-        await make_activities(store, kind, when, count)
+        await make_activities(store, kind, when, count=count)
     await receiver.wait_for(5000, within=60)
 
     async def all_done() -> bool:
@@ -261,7 +254,7 @@ async def test_three_workers_share_5000_activities_and_survivors_take_over(
     await two.exit_code()
     await wait_for_owners(dispatch, {one.node_id: 64})
 
-    more = await make_activities(store, kinds[0], SystemClock().now(), 50)
+    more = await make_activities(store, kinds[0], SystemClock().now(), count=50)
     await receiver.wait_for(5050, within=30)
     for activity in more[:5]:
         [run] = await executions_of(store, await settled(store, activity))
@@ -278,7 +271,7 @@ async def test_a_burst_of_one_type_is_fired_by_both_workers_from_the_first_secon
     await wait_for_owners(DispatchStore(SystemClock()), shares)
 
     when = SystemClock().now() + timedelta(seconds=1.5)
-    await make_activities(store, kind, when, 3000)
+    await make_activities(store, kind, when, count=3000)
     await receiver.wait_for(3000, within=60)
 
     async def all_done() -> bool:

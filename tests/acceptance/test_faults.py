@@ -23,7 +23,8 @@ from oste.domain.clock import SystemClock
 from oste.domain.dispatch import idempotency_key
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import CRASH_TIMINGS, LOAD_TIMINGS, Workers, count_state
-from tests.engine_support import Receiver, eventually, executions_of, make_activities, make_type
+from tests.engine_support import Receiver, eventually, executions_of
+from tests.factories import make_activities, make_type
 from tests.fault_receiver import InFlight, delayed, hang, percentile, schedule_oracle, store_oracle, table
 from tests.faults import FaultyProxy
 from tests.integration.api.conftest import db_rows
@@ -37,7 +38,7 @@ async def _burst(
     kind = await make_type(
         store, receiver.url + "/song/{n}", name=name, retries=5, backoff_base=0.2, backoff_max=1.0
     )
-    made = await make_activities(store, kind, SystemClock().now() + timedelta(seconds=lead), count)
+    made = await make_activities(store, kind, SystemClock().now() + timedelta(seconds=lead), count=count)
     return {str(a.id): idempotency_key(a.id, a.recurring_activity_id, a.occurrence_at) for a in made}
 
 

@@ -14,7 +14,8 @@ from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import Workers
-from tests.engine_support import Receiver, executions_of, make_activities, make_type, settled
+from tests.engine_support import Receiver, executions_of, settled
+from tests.factories import make_activities, make_type
 from tests.fault_receiver import by_path, gzip_bomb, huge, redirect_loop, reset, trickle
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]

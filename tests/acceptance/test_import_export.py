@@ -66,9 +66,9 @@ async def test_export_then_import_round_trips_across_pages(database_url: str, tm
     await open_database(database_url, apply_migrations=False)
     try:
         store = Store(SystemClock())
-        await make_activities(store, song, 1200, T0, priority=3)
+        await make_activities(store, song, T0, count=1200, priority=3)
         later = T0 + timedelta(hours=1)
-        await make_activities(store, album, 300, later, parameter={"SongId": 9, "Title": "é"})
+        await make_activities(store, album, later, count=300, parameter={"SongId": 9, "Title": "é"})
         keyed = await store.create_activities(
             [
                 r.NewActivity(song, T0, {"SongId": 1}, retries=0, idempotency_key="k-1"),

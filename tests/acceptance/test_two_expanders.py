@@ -16,7 +16,7 @@ import pytest
 from oste.domain.clock import SystemClock
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
-from tests.engine_support import make_type
+from tests.factories import make_type
 
 pytestmark = pytest.mark.timeout(180)
 RECURRING = 1000

@@ -8,7 +8,7 @@ from oste.domain import records as r
 from oste.domain.bulk import UpdatePlan
 from oste.storage.bulk import BulkChange
 from oste.storage.store import Store
-from tests.engine_support import make_activities, make_type
+from tests.factories import make_activities, make_type
 
 S = r.ActivityState
 
@@ -17,8 +17,8 @@ async def test_requeue_in_small_chunks_keeps_a_future_time_and_makes_the_rest_du
     kind = await make_type(store, "https://x.example/{n}", retries=4)
     solution = await store.get_solution(await store.get_company("acme"), "songs")
     now = store.clock.now()
-    past = await make_activities(store, kind, now - timedelta(hours=1), 3)
-    future = await make_activities(store, kind, now + timedelta(hours=5), 2)
+    past = await make_activities(store, kind, now - timedelta(hours=1), count=3)
+    future = await make_activities(store, kind, now + timedelta(hours=5), count=2)
     for a in [*past, *future]:
         await store.cancel_activity(a)
     result = await BulkChange(store.clock, chunk=2).run(solution, r.ActivityFilter(), "requeue")
@@ -37,7 +37,9 @@ async def test_an_update_writes_its_values_and_resets_retries_to_the_types(store
     kind = await make_type(store, "https://x.example/{n}", retries=2)
     solution = await store.get_solution(await store.get_company("acme"), "songs")
     when = store.clock.now() + timedelta(days=1)
-    activities = await make_activities(store, kind, store.clock.now() + timedelta(hours=1), 3, retries=9)
+    activities = await make_activities(
+        store, kind, store.clock.now() + timedelta(hours=1), count=3, retries=9
+    )
     plan = UpdatePlan({"priority": 7, "retries": None, "scheduled_for": when, "parameter": {"x": "y"}})
     result = await BulkChange(store.clock, chunk=2).run(solution, r.ActivityFilter(), "update", plan)
     assert (result.matched, result.changed) == (3, 3)

@@ -17,7 +17,8 @@ from oste.domain.partitions import ALL_PARTITIONS
 from oste.storage import models as m
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
-from tests.engine_support import make_activities, make_type, reload
+from tests.engine_support import reload
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -73,7 +74,7 @@ async def test_a_response_that_is_not_a_json_object_leaves_the_parameter_alone(
 ) -> None:
     await chained(store, "second")
     first = await chained(store, "first", on_success="second")
-    activities = await make_activities(store, first, T0, 3, parameter=lambda i: {"n": i})
+    activities = await make_activities(store, first, T0, count=3, parameter=lambda i: {"n": i})
     claims = {c.activity_id: c for c in await dispatch.claim_due("n1", ALL_PARTITIONS, 3, 10, T0)}
     excerpts = ["[1, 2]", '{"cut": "at the excerpt si', None]
     await dispatch.complete(
@@ -158,7 +159,7 @@ async def test_rescuer_dead_letters_reach_the_handler_once(
 
 async def test_types_without_chaining_write_nothing_more(store: Store, dispatch: DispatchStore) -> None:
     plain = await chained(store, "plain")
-    await make_activities(store, plain, T0, 2)
+    await make_activities(store, plain, T0, count=2)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 2, 10, T0)
     assert (await dispatch.complete([answered(c, T0, "{}") for c in claims])).applied == 2
     assert await m.Activity.filter(caused_by__isnull=False).count() == 0

@@ -16,7 +16,8 @@ from oste.domain.dispatch import AttemptReport, Claim, Completion
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
-from tests.engine_support import executions_of, make_activities, make_type, reload
+from tests.engine_support import executions_of, reload
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -46,9 +47,9 @@ async def test_claims_due_only_in_due_order_with_their_target(store: Store, disp
     kind = await make_type(
         store, URL, headers={"X-K": r.Header("v", secret=True)}, success_statuses=(200, 202)
     )
-    await make_activities(store, kind, T0 + timedelta(seconds=3), 2)
-    await make_activities(store, kind, T0 - timedelta(seconds=3), 2)
-    await make_activities(store, kind, T0 + timedelta(seconds=60), 1)
+    await make_activities(store, kind, T0 + timedelta(seconds=3), count=2)
+    await make_activities(store, kind, T0 - timedelta(seconds=3), count=2, parameter=lambda i: {"n": i})
+    await make_activities(store, kind, T0 + timedelta(seconds=60))
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0 + timedelta(seconds=5))
     assert len(claims) == 4
     assert [c.due_at for c in claims] == sorted(c.due_at for c in claims)
@@ -66,7 +67,7 @@ async def test_claims_due_only_in_due_order_with_their_target(store: Store, disp
 
 async def test_claims_only_from_the_given_partitions(store: Store, dispatch: DispatchStore) -> None:
     kind = await make_type(store, URL, max_concurrency=5)  # limited: all in the type's partition
-    created = await make_activities(store, kind, T0, 3)
+    created = await make_activities(store, kind, T0, count=3)
     assert {a.partition for a in created} == {kind.partition}
     others = [p for p in ALL_PARTITIONS if p != kind.partition]
     assert await dispatch.claim_due("n1", others, 10, 30, T0) == []
@@ -77,7 +78,7 @@ async def test_a_type_without_limits_spreads_over_every_partition(
     store: Store, dispatch: DispatchStore
 ) -> None:
     kind = await make_type(store, URL)
-    created = await make_activities(store, kind, T0, 640)
+    created = await make_activities(store, kind, T0, count=640)
     spread = {a.partition for a in created}
     assert len(spread) > 48  # 640 ids over 64 partitions: every one but a few by chance
     stored = {a.id: a.partition for a in created}
@@ -92,7 +93,7 @@ async def test_a_type_that_gains_limits_gathers_its_activities_into_its_partitio
     store: Store, dispatch: DispatchStore
 ) -> None:
     kind = await make_type(store, URL)
-    created = await make_activities(store, kind, T0, 64)
+    created = await make_activities(store, kind, T0, count=64)
     assert len({a.partition for a in created}) > 1
     capped = await store.update_activity_type(kind, {"max_concurrency": 1})
     others = [p for p in ALL_PARTITIONS if p != kind.partition]
@@ -100,7 +101,7 @@ async def test_a_type_that_gains_limits_gathers_its_activities_into_its_partitio
     assert len(await dispatch.claim_due("n1", [kind.partition], 100, 30, T0)) == 64
     # Losing the limits again leaves them where they are; new ones spread.
     free = await store.update_activity_type(capped, {"max_concurrency": None})
-    assert len({a.partition for a in await make_activities(store, free, T0, 64)}) > 1
+    assert len({a.partition for a in await make_activities(store, free, T0, count=64)}) > 1
 
 
 async def test_a_node_helps_with_overdue_work_of_types_without_limits_elsewhere(
@@ -111,8 +112,8 @@ async def test_a_node_helps_with_overdue_work_of_types_without_limits_elsewhere(
     paced = await make_type(store, URL, name="paced", rate_limit=5.0)
     created = []
     for kind in (free, capped, paced):
-        created += await make_activities(store, kind, T0 - timedelta(seconds=5), 3)
-    created += await make_activities(store, free, T0, 2)  # due, but not yet overdue
+        created += await make_activities(store, kind, T0 - timedelta(seconds=5), count=3)
+    created += await make_activities(store, free, T0, count=2)  # due, but not yet overdue
     theirs = {a.partition for a in created}
     mine = [p for p in ALL_PARTITIONS if p not in theirs]
     before = T0 - timedelta(seconds=1)
@@ -130,7 +131,7 @@ async def test_a_node_helps_with_overdue_work_of_types_without_limits_elsewhere(
 async def test_concurrent_claimers_get_disjoint_work(store: Store, dispatch: DispatchStore) -> None:
     kinds = [await make_type(store, URL, name=f"t{i}") for i in range(4)]
     for kind in kinds:
-        await make_activities(store, kind, T0, 150)
+        await make_activities(store, kind, T0, count=150)
 
     async def claimer(owner: str) -> list[Claim]:
         got: list[Claim] = []
@@ -148,7 +149,7 @@ async def test_complete_writes_state_and_executions(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
     kind = await make_type(store, URL, retries=2)
-    activities = await make_activities(store, kind, T0, 2)
+    activities = await make_activities(store, kind, T0, count=2)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
     clock.advance(1)
     result = await dispatch.complete([ok(claims[0], clock.now()), error(claims[1], clock.now())])
@@ -228,7 +229,7 @@ async def test_lease_extension_keeps_a_claim(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
     kind = await make_type(store, URL)
-    await make_activities(store, kind, T0, 3)
+    await make_activities(store, kind, T0, count=3)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 3, 10, T0)
     clock.advance(8)
     assert (

@@ -22,7 +22,7 @@ from oste.storage.config import POSTGRES_SESSION
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
 from tests.conftest import migrated
-from tests.engine_support import make_type
+from tests.factories import make_type
 
 pytestmark = pytest.mark.timeout(60)
 

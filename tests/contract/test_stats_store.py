@@ -12,7 +12,7 @@ from oste.domain.stats import Rollup, minute_of
 from oste.storage import stats as stats_module
 from oste.storage.stats import StatsService, StatsStore
 from oste.storage.store import Store
-from tests.engine_support import make_activities, make_type
+from tests.factories import make_activities, make_type
 
 
 async def test_rollups_add_up_per_key_and_old_ones_are_pruned(store: Store) -> None:

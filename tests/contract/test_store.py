@@ -114,7 +114,7 @@ async def tenant_tree(store: Store) -> dict[str, Any]:
     _, secret = await store.create_api_key(company, "ci")
     solution = await make_solution(store, company)
     kind = await make_activity_type(store, solution)
-    activities = await make_activities(store, kind, 3)
+    activities = await make_activities(store, kind, count=3)
     await set_state(activities[0], r.ActivityState.SUCCEEDED)
     await m.Execution.create(
         id=uuid.uuid4(),
@@ -567,7 +567,7 @@ async def test_an_activity_type_with_a_recurring_activity_is_not_deleted_without
 
 async def test_an_activity_type_with_only_finished_activities_is_deleted_with_them(store: Store) -> None:
     kind = await make_activity_type(store)
-    activities = await make_activities(store, kind, 3)
+    activities = await make_activities(store, kind, count=3)
     for activity, state in zip(
         activities, [r.ActivityState.SUCCEEDED, r.ActivityState.DEAD, r.ActivityState.CANCELLED], strict=True
     ):
@@ -580,9 +580,9 @@ async def test_an_activity_type_with_only_finished_activities_is_deleted_with_th
 async def test_deleting_an_activity_type_with_cascade_removes_its_activities_only(store: Store) -> None:
     solution = await make_solution(store)
     doomed, kept = await make_activity_type(store, solution), await make_activity_type(store, solution)
-    await make_activities(store, doomed, 2)
+    await make_activities(store, doomed, count=2)
     await make_recurring(store, doomed)
-    kept_activities = await make_activities(store, kept, 2)
+    kept_activities = await make_activities(store, kept, count=2)
     await store.delete_activity_type(doomed, cascade=True)
     with pytest.raises(NotFound):
         await store.get_activity_type(solution, doomed.name)

@@ -92,8 +92,8 @@ async def test_an_empty_batch_creates_nothing(store: Store, solution: r.Solution
 
 async def test_activities_without_idempotency_keys_never_clash(store: Store, kind: r.ActivityType) -> None:
     same = {"SongId": 1}
-    created = await make_activities(store, kind, 3, parameter=same)
-    created += await make_activities(store, kind, 3, parameter=same)
+    created = await make_activities(store, kind, count=3, parameter=same)
+    created += await make_activities(store, kind, count=3, parameter=same)
     assert len(set(ids(created))) == 6
 
 
@@ -233,8 +233,8 @@ async def test_list_filters(store: Store, kind: r.ActivityType, solution: r.Solu
             new_activity(kind, T0 + 2 * HOUR, parameter={"SongId": 2}),
         ]
     )
-    (a3,) = await make_activities(store, other_kind, scheduled_for=T0 + 3 * HOUR, parameter={"SongId": 1})
-    (a4,) = await make_activities(store, kind, scheduled_for=T0 + 4 * HOUR, parameter={"SongId": 1})
+    (a3,) = await make_activities(store, other_kind, T0 + 3 * HOUR, parameter={"SongId": 1})
+    (a4,) = await make_activities(store, kind, T0 + 4 * HOUR, parameter={"SongId": 1})
     await store.cancel_activity(a4)
     (r1,) = await store.create_activities(
         [
@@ -366,7 +366,7 @@ async def test_a_finished_activity_cannot_be_cancelled(
 
 
 async def test_executions_are_listed_per_activity_across_pages(store: Store, kind: r.ActivityType) -> None:
-    first, second = await make_activities(store, kind, 2)
+    first, second = await make_activities(store, kind, count=2)
     assert await store.list_executions(first, 10) == r.Page([], None)
     for attempt in (1, 2, 3):
         for activity in (first, second):
@@ -395,8 +395,8 @@ async def test_executions_are_listed_per_activity_across_pages(store: Store, kin
 async def test_cancel_activities_cancels_matching_scheduled_ones_only(
     store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
 ) -> None:
-    scheduled = await make_activities(store, kind, 3, parameter={"SongId": 1})
-    running, done = await make_activities(store, kind, 2, parameter={"SongId": 1})
+    scheduled = await make_activities(store, kind, count=3, parameter={"SongId": 1})
+    running, done = await make_activities(store, kind, count=2, parameter={"SongId": 1})
     (other,) = await make_activities(store, kind, parameter={"SongId": 2})
     await set_running(running, T0 + HOUR)
     await set_state(done, S.SUCCEEDED)
@@ -427,7 +427,7 @@ async def test_requeue_puts_dead_and_cancelled_activities_back(
 
 
 async def test_requeue_one_activity_by_id(store: Store, kind: r.ActivityType, solution: r.Solution) -> None:
-    first, second = await make_activities(store, kind, 2)
+    first, second = await make_activities(store, kind, count=2)
     await set_state(first, S.DEAD)
     await set_state(second, S.DEAD)
     assert await store.requeue_activities(solution, r.ActivityFilter(), first.id) == 1
@@ -438,7 +438,7 @@ async def test_requeue_one_activity_by_id(store: Store, kind: r.ActivityType, so
 async def test_scheduled_activities_and_their_bulk_update(
     store: Store, kind: r.ActivityType, solution: r.Solution
 ) -> None:
-    activities = await make_activities(store, kind, 4)
+    activities = await make_activities(store, kind, count=4)
     await set_state(activities[1], S.CANCELLED)
     picked = await store.scheduled_activities(solution, r.ActivityFilter(), 2)
     assert ids(picked) == ids([activities[0], activities[2]])

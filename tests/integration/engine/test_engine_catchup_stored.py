@@ -20,7 +20,8 @@ from oste.engine import Engine
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.storage.occurrences import RecurrenceStore
 from oste.storage.store import Store
-from tests.engine_support import Receiver, fast_config, make_type, test_settings
+from tests.engine_support import Receiver, fast_config, test_settings
+from tests.factories import make_type
 
 pytestmark = pytest.mark.timeout(90)
 T0 = datetime(2030, 1, 7, 12, 0, 0, tzinfo=UTC)

@@ -15,7 +15,8 @@ from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.storage import models as m
 from oste.storage.store import Store
-from tests.engine_support import Receiver, eventually, fast_config, make_activities, make_type, test_settings
+from tests.engine_support import Receiver, eventually, fast_config, test_settings
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,8 @@ from oste.engine import Engine
 from oste.engine.clocksync import ClockSync
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
-from tests.engine_support import Receiver, fast_config, make_activities, make_type, settled, test_settings
+from tests.engine_support import Receiver, fast_config, settled, test_settings
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,7 +56,7 @@ async def test_a_node_with_a_skewed_clock_fires_on_time(
 ) -> None:
     kind = await make_type(store, receiver.url + "/t/{n}")
     due = SystemClock().now() + timedelta(seconds=1.5)
-    [activity] = await make_activities(store, kind, due, 1)
+    [activity] = await make_activities(store, kind, due)
     [hit] = await receiver.wait_for(1, within=20)
     early = due.timestamp() - hit.at
     assert early <= 0.05, f"fired {early:.2f} s before it was due"

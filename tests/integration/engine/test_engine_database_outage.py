@@ -15,7 +15,8 @@ from oste.engine import Engine
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
 from tests.conftest import fresh_postgres_database
-from tests.engine_support import Receiver, fast_config, make_activities, make_type, test_settings
+from tests.engine_support import Receiver, fast_config, test_settings
+from tests.factories import make_activities, make_type
 from tests.faults import FaultyProxy
 
 pytestmark = pytest.mark.timeout(90)
@@ -33,11 +34,11 @@ async def test_worker_engine_survives_a_cut_and_fires_what_fell_due(
             store = Store(SystemClock())
             kind = await make_type(store, receiver.url + "/hit/{n}")
             await engine.start()
-            await make_activities(store, kind, SystemClock().now(), 3, lambda i: {"n": i})
+            await make_activities(store, kind, SystemClock().now(), count=3, parameter=lambda i: {"n": i})
             await receiver.wait_for(3, within=10)
 
             due = SystemClock().now() + timedelta(seconds=0.5)
-            late = await make_activities(store, kind, due, 5, lambda i: {"n": 100 + i})
+            late = await make_activities(store, kind, due, count=5, parameter=lambda i: {"n": 100 + i})
             caplog.clear()
             caplog.set_level(logging.INFO)
             proxy.cut()

@@ -14,17 +14,8 @@ from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.engine.config import ExecutorConfig
 from oste.storage.store import Store
-from tests.engine_support import (
-    LOOPBACK,
-    Receiver,
-    eventually,
-    fast_config,
-    make_activities,
-    make_type,
-    settled,
-    stall,
-    test_settings,
-)
+from tests.engine_support import LOOPBACK, Receiver, eventually, fast_config, settled, stall, test_settings
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 SLOTS = 4
@@ -55,9 +46,9 @@ async def test_a_slow_tenant_with_a_backlog_does_not_starve_another(
     hog = await make_type(store, receiver.url + "/hog/{n}", company="hog")
     calm = await make_type(store, receiver.url + "/calm/{n}", company="calm")
     now = SystemClock().now()
-    await make_activities(store, hog, now, 700)  # more than a node's waiting room holds
+    await make_activities(store, hog, now, count=700)  # more than a node's waiting room holds
     await receiver.wait_for(SLOTS, within=10)  # the hog holds every slot, its backlog is queued
-    mine = await make_activities(store, calm, SystemClock().now(), 6)
+    mine = await make_activities(store, calm, SystemClock().now(), count=6)
     for activity in mine:
         assert (await settled(store, activity, within=10)).state == r.ActivityState.SUCCEEDED
     hog_hits = sum(1 for hit in receiver.hits if hit.path.startswith("/hog/"))
@@ -83,7 +74,7 @@ async def test_max_concurrency_caps_requests_in_flight_of_a_type(
 
     receiver.behaviour = counting
     kind = await make_type(store, receiver.url + "/c/{n}", max_concurrency=2)
-    activities = await make_activities(store, kind, SystemClock().now(), 12)
+    activities = await make_activities(store, kind, SystemClock().now(), count=12)
     for activity in activities:
         assert (await settled(store, activity)).state == r.ActivityState.SUCCEEDED
     assert peak == 2
@@ -93,7 +84,7 @@ async def test_rate_limit_paces_the_starts_of_a_type(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
     kind = await make_type(store, receiver.url + "/r/{n}", rate_limit=5.0)
-    await make_activities(store, kind, SystemClock().now() + timedelta(milliseconds=300), 15)
+    await make_activities(store, kind, SystemClock().now() + timedelta(milliseconds=300), count=15)
     hits = await receiver.wait_for(15, within=15)
     first = hits[0].at
     for index, hit in enumerate(hits):
@@ -114,7 +105,7 @@ async def test_due_activities_go_highest_priority_first(
     kind = await store.update_activity_type(kind, {"paused": True})
     due = SystemClock().now()
     for n, priority in enumerate((1, 5, 3, 9, 7, 2)):
-        await make_activities(store, kind, due, 1, parameter={"n": n}, priority=priority)
+        await make_activities(store, kind, due, parameter={"n": n}, priority=priority)
     await store.update_activity_type(kind, {"paused": False})  # all six are due at once now
     hits = await receiver.wait_for(6, within=15)
     # n of the priorities 9, 7, 5, 3, 2, 1: the first to go is the highest, not the first created

@@ -20,13 +20,12 @@ from oste.storage.store import Store
 from tests.engine_support import (
     Receiver,
     fast_config,
-    make_activities,
-    make_type,
     reload,
     settled,
     test_settings,
     verify_standard_webhook,
 )
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 ON_TIME = 0.25
@@ -55,7 +54,9 @@ async def test_fires_each_activity_at_its_instant(store: Store, receiver: Receiv
     base = SystemClock().now() + timedelta(seconds=1.2)
     created = []
     for i in range(20):
-        created += await make_activities(store, kind, base + timedelta(milliseconds=50 * i), 1, {"n": i})
+        created += await make_activities(
+            store, kind, base + timedelta(milliseconds=50 * i), parameter={"n": i}
+        )
     hits = await receiver.wait_for(20, within=15)
     due = {str(a.id): a.scheduled_for.timestamp() for a in created}
     lags = [hit.at - due[hit.headers["OSTE-Activity-Id"]] for hit in hits]
@@ -80,7 +81,7 @@ async def test_request_shape(store: Store, receiver: Receiver, engines) -> None:
     headers = {"X-Api-Key": r.Header("s3cret", secret=True), "X-Team": r.Header("blue")}
     kind = await make_type(store, receiver.url + "/song/{SongId}/republish?lang={Lang}", headers=headers)
     parameter = {"SongId": "a b/c ü", "Lang": "fr&en", "extra": {"nested": [1, 2]}}
-    [activity] = await make_activities(store, kind, SystemClock().now(), 1, parameter)
+    [activity] = await make_activities(store, kind, SystemClock().now(), parameter=parameter)
     [hit] = await receiver.wait_for(1)
     assert hit.method == "POST"
     assert hit.raw_path == "/song/a%20b%2Fc%20%C3%BC/republish?lang=fr%26en"
@@ -107,7 +108,7 @@ async def test_request_shape(store: Store, receiver: Receiver, engines) -> None:
 async def test_verbs_and_bodies(store: Store, receiver: Receiver, engines, verb: str) -> None:
     await engines()
     kind = await make_type(store, receiver.url + "/v/{n}", verb=verb)
-    [activity] = await make_activities(store, kind, SystemClock().now(), 1, {"n": 7})
+    [activity] = await make_activities(store, kind, SystemClock().now(), parameter={"n": 7})
     [hit] = await receiver.wait_for(1)
     assert hit.method == verb
     if verb in ("GET", "DELETE"):
@@ -120,8 +121,8 @@ async def test_verbs_and_bodies(store: Store, receiver: Receiver, engines, verb:
 async def test_drain_fires_everything_due_now(store: Store, receiver: Receiver, database_url: str) -> None:
     kind = await make_type(store, receiver.url + "/d/{n}")
     now = SystemClock().now()
-    await make_activities(store, kind, now - timedelta(seconds=5), 30)
-    [later] = await make_activities(store, kind, now + timedelta(hours=1), 1)
+    await make_activities(store, kind, now - timedelta(seconds=5), count=30)
+    [later] = await make_activities(store, kind, now + timedelta(hours=1))
     engine = Engine(test_settings(database_url), config=fast_config())
     result = await engine.drain()
     assert result.fired == 30 and result.outcomes == {"ok": 30}
@@ -150,8 +151,8 @@ async def test_a_node_fires_what_a_silent_node_is_late_with_before_its_partition
     free = await make_type(store, receiver.url + "/free/{n}", name="free")
     capped = await make_type(store, receiver.url + "/capped/{n}", name="capped", max_concurrency=1)
     overdue = SystemClock().now() - timedelta(seconds=3)
-    await make_activities(store, free, overdue, 5)
-    waiting = await make_activities(store, capped, overdue, 2)
+    await make_activities(store, free, overdue, count=5, parameter=lambda i: {"n": i})
+    waiting = await make_activities(store, capped, overdue, count=2)
     engine = await engines()
     hits = await receiver.wait_for(5, within=10)
     assert engine.partitions() == ()  # the silent node still holds every partition

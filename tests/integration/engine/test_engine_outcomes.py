@@ -17,14 +17,13 @@ from tests.engine_support import (
     fast_config,
     free_port,
     in_turn,
-    make_activities,
-    make_type,
     reload,
     respond,
     settled,
     stall,
     test_settings,
 )
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 

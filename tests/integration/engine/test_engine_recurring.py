@@ -19,14 +19,8 @@ from oste.engine import Engine
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.storage.occurrences import RecurrenceStore
 from oste.storage.store import Store
-from tests.engine_support import (
-    Receiver,
-    fast_config,
-    in_turn,
-    make_type,
-    respond,
-    test_settings,
-)
+from tests.engine_support import Receiver, fast_config, in_turn, respond, test_settings
+from tests.factories import make_type
 
 pytestmark = pytest.mark.timeout(90)
 T0 = datetime(2030, 1, 7, 12, 0, 30, tzinfo=UTC)

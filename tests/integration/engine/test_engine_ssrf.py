@@ -12,15 +12,8 @@ from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.engine.config import ExecutorConfig
 from oste.storage.store import Store
-from tests.engine_support import (
-    Receiver,
-    executions_of,
-    fast_config,
-    make_activities,
-    make_type,
-    reload,
-    test_settings,
-)
+from tests.engine_support import Receiver, executions_of, fast_config, reload, test_settings
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -28,13 +28,11 @@ from tests.engine_support import (
     eventually,
     fast_config,
     free_port,
-    make_activities,
-    make_type,
     respond,
-    solution_values,
     test_settings,
     verify_standard_webhook,
 )
+from tests.factories import make_activities, make_type, solution_values
 from tests.rollers_support import LogReceiver, ended_activities, later_clock, remaining, roller_config
 
 pytestmark = pytest.mark.timeout(180)
@@ -329,15 +327,15 @@ async def test_a_running_engine_rolls_every_roller_interval(
     """What `oste serve` and `oste worker` run: the engine starts both rollers on OSTE_ROLLER_INTERVAL."""
     kind = await make_type(store, receiver.url + "/song/{n}")
     solution = await store.update_solution(
-        await store.create_solution(await store.get_company("acme"), solution_values("tiny")),
+        await store.create_solution(await store.get_company("acme"), solution_values(name="tiny")),
         {"success_uri": log_receiver.url, "success_period": 0.5},
     )
     await store.update_solution(
         await songs(store), {"success_period": 3600.0, "success_uri": log_receiver.url}
     )
     tiny = await make_type(store, receiver.url + "/tiny/{n}", solution="tiny")
-    made = await make_activities(store, tiny, SystemClock().now(), 20)
-    kept = await make_activities(store, kind, SystemClock().now(), 5)
+    made = await make_activities(store, tiny, SystemClock().now(), count=20)
+    kept = await make_activities(store, kind, SystemClock().now(), count=5)
     settings = dataclasses.replace(test_settings(database_url), roller_interval=0.3)
     engine = Engine(settings, config=fast_config())
     await engine.start()

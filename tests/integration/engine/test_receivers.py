@@ -24,15 +24,8 @@ from oste.domain.ids import new_signing_secret
 from oste.engine import Engine
 from oste.storage.store import Store
 from oste.webhooks import WebhookVerificationError, verify
-from tests.engine_support import (
-    Hit,
-    Receiver,
-    fast_config,
-    make_activities,
-    make_type,
-    settled,
-    test_settings,
-)
+from tests.engine_support import Hit, Receiver, fast_config, settled, test_settings
+from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
 RECEIVERS_MD = Path(__file__).parents[3] / "docs" / "receivers.md"
@@ -53,7 +46,7 @@ async def fire(store: Store, database_url: str) -> AsyncIterator[Callable[[str],
 
     async def fire_at(url: str) -> r.Activity:
         kind = await make_type(store, url, name=f"t{os.urandom(3).hex()}", retries=0)
-        [activity] = await make_activities(store, kind, SystemClock().now(), 1, {"SongId": "a1"})
+        [activity] = await make_activities(store, kind, SystemClock().now(), parameter={"SongId": "a1"})
         return await settled(store, activity, within=15)
 
     try:
