@@ -3,7 +3,7 @@ and PostgreSQL: created in the completion's transaction, exactly once, bounded b
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,21 +18,10 @@ from oste.storage import models as m
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 from tests.engine_support import reload
-from tests.factories import make_activities, make_type
+from tests.factories import T0, make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
-T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 URL = "https://receiver.example/{kind}"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
-
-
-@pytest.fixture
-def dispatch(store: Store, clock: ManualClock) -> DispatchStore:
-    return DispatchStore(clock)
 
 
 def answered(

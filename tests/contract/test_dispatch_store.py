@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -17,21 +17,10 @@ from oste.domain.partitions import ALL_PARTITIONS
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 from tests.engine_support import executions_of, reload
-from tests.factories import make_activities, make_type
+from tests.factories import T0, make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
-T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 URL = "https://receiver.example/x/{n}"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
-
-
-@pytest.fixture
-def dispatch(store: Store, clock: ManualClock) -> DispatchStore:
-    return DispatchStore(clock)
 
 
 def ok(claim: Claim, at: datetime, node: str = "n1") -> Completion:

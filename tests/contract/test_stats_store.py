@@ -4,7 +4,7 @@ are pruned, and limited types' due activities count as throttled."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -17,7 +17,7 @@ from tests.factories import make_activities, make_type
 
 async def test_rollups_add_up_per_key_and_old_ones_are_pruned(store: Store) -> None:
     kind = await make_type(store, "https://r.example/{SongId}")
-    now = datetime.now(UTC)
+    now = store.clock.now()
     minute = minute_of(now)
 
     def rollup(at: int, outcome: int, lag: float) -> Rollup:
@@ -43,7 +43,7 @@ async def test_queue_counts_stop_at_the_cap_and_limited_types_count_as_throttled
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kind = await make_type(store, "https://r.example/{SongId}", max_concurrency=1)
-    now = datetime.now(UTC)
+    now = store.clock.now()
     await make_activities(store, kind, now - timedelta(seconds=5), count=3)
     await make_activities(store, kind, now + timedelta(hours=1), count=3)
     company = await store.get_company("acme")

@@ -29,18 +29,6 @@ from tests.factories import (
     solution_values,
 )
 
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
-
-
-@pytest.fixture
-def store(store: Store, clock: ManualClock) -> Store:
-    """The conftest's Store (fresh database, both backends), reading a clock the test moves."""
-    return Store(clock)
-
-
 # --- companies ------------------------------------------------------------------------------------
 
 

@@ -32,17 +32,6 @@ S = r.ActivityState
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
-
-
-@pytest.fixture
-def store(store: Store, clock: ManualClock) -> Store:
-    """The conftest's Store (fresh database, both backends), reading a clock the test moves."""
-    return Store(clock)
-
-
-@pytest.fixture
 async def kind(store: Store) -> r.ActivityType:
     """An activity type in a fresh company and solution."""
     return await make_activity_type(store)
