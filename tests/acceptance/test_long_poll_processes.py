@@ -1,5 +1,9 @@
 """Long-poll across processes on PostgreSQL: `oste api` holds the request, a separate `oste worker`
-changes the state, and LISTEN/NOTIFY wakes the waiting request at once."""
+changes the state, and LISTEN/NOTIFY wakes the waiting request at once.
+
+The change hub that counts waiters lives in the `oste api` process, out of the test's reach; what
+shows from outside is its LISTEN session, which the process opens when a long-poll subscribes and
+before the long-poll reads the row. A change made once that session is listed wakes the long-poll."""
 
 from __future__ import annotations
 
@@ -12,15 +16,19 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 from aiohttp import web
 
 from oste.storage.database import close_database, open_database
+from oste.storage.notices import CHANNEL
 from tests.acceptance.test_engine_workers import OSTE, Workers
 from tests.engine_support import Receiver, free_port
 
 pytestmark = pytest.mark.timeout(90)
+SUBSCRIBE_DEADLINE = 10.0
+"""Seconds a long-poll has to start listening."""
 
 
 @contextlib.contextmanager
@@ -61,6 +69,25 @@ def oste_api(database_url: str, workdir: Path) -> Iterator[tuple[str, str]]:
         log.close()
 
 
+async def listening(http: httpx.AsyncClient, path: str, database_url: str) -> asyncio.Task[httpx.Response]:
+    """Start ``GET path`` (a long-poll) and return its task once a new session LISTENs for changes."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        query = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1"
+        pattern = f"LISTEN%{CHANNEL}%"
+        before = {row["pid"] for row in await conn.fetch(query, pattern)}
+        poll = asyncio.create_task(http.get(path))
+        deadline = time.monotonic() + SUBSCRIBE_DEADLINE
+        while not {row["pid"] for row in await conn.fetch(query, pattern)} - before:
+            if poll.done():
+                raise AssertionError(f"the long-poll answered before it listened: {(await poll).text}")
+            assert time.monotonic() < deadline, f"no LISTEN session within {SUBSCRIBE_DEADLINE} s"
+            await asyncio.sleep(0.02)
+        return poll
+    finally:
+        await conn.close()
+
+
 @pytest.fixture
 async def api_process(postgres_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     await open_database(postgres_url)  # migrated before either process starts
@@ -83,7 +110,7 @@ async def worker_processes(postgres_url: str, tmp_path: Path) -> AsyncIterator[W
 
 
 async def test_long_poll_is_woken_by_a_worker_in_another_process(
-    api_process: httpx.AsyncClient, worker_processes: Workers, receiver: Receiver
+    api_process: httpx.AsyncClient, worker_processes: Workers, receiver: Receiver, postgres_url: str
 ) -> None:
     release = asyncio.Event()
 
@@ -101,9 +128,7 @@ async def test_long_poll_is_woken_by_a_worker_in_another_process(
     created = await http.post(base + "/activities", json={"activity_type": "publish", "parameter": {}})
     path = f"{base}/activities/{created.json()['id']}"
 
-    poll = asyncio.create_task(http.get(path, params={"wait": "PT45S", "state": "scheduled"}))
-    await asyncio.sleep(0.5)
-    assert not poll.done()
+    poll = await listening(http, path + "?wait=PT45S&state=scheduled", postgres_url)
     await worker_processes.start("alpha")  # the worker claims it: scheduled -> running, in another process
     await receiver.wait_for(1, within=30)
     claimed_at = time.monotonic()
@@ -111,8 +136,7 @@ async def test_long_poll_is_woken_by_a_worker_in_another_process(
     assert running.status_code == 200 and running.json()["state"] == "running", running.text
     assert time.monotonic() - claimed_at < 5
 
-    poll = asyncio.create_task(http.get(path, params={"wait": "PT45S"}))
-    await asyncio.sleep(0.5)
+    poll = await listening(http, path + "?wait=PT45S", postgres_url)
     assert not poll.done()
     released_at = time.monotonic()
     release.set()

@@ -28,10 +28,13 @@ from hypercorn.config import Config
 
 from oste.server import create_app
 from oste.settings import Settings
+from oste.storage.notices import hub_for
 
 ADMIN_TOKEN = "test-admin-" + uuid.uuid4().hex
 READY_DEADLINE = 30.0
 SHUTDOWN_DEADLINE = 15.0
+WAKE_DEADLINE = 10.0
+"""Seconds a long-poll has to subscribe, and a woken one to answer: far below the PT60S it asks for."""
 PROBLEM_JSON = "application/problem+json"
 
 _names = itertools.count(1)
@@ -177,8 +180,9 @@ class Api:
         return (await self.post("/v1/companies", body, expect=201)).json()
 
     async def api_key(self, company: str, name: str = "test") -> str:
-        """A new API key of the company: the secret itself."""
-        created = await self.post(f"/v1/companies/{company}/api-keys", {"name": name}, expect=201)
+        """A new API key of the company holding every scope: the secret itself."""
+        body = {"name": name, "scopes": ["read", "write", "keys"]}  # every power a company key can hold
+        created = await self.post(f"/v1/companies/{company}/api-keys", body, expect=201)
         return created.json()["key"]
 
     async def solution(self, company: str, token: str | None = None, **fields: Any) -> dict[str, Any]:
@@ -264,6 +268,38 @@ def server_with(tmp_path: Path, sqlite_url: str) -> Callable[..., AbstractAsyncC
         return api_client(settings)
 
     return start
+
+
+# --- long-polls ------------------------------------------------------------------------------------------
+
+
+async def long_poll(api: Api, path: str, state: str | None = None) -> asyncio.Task[httpx.Response]:
+    """Start ``GET path?wait=PT60S[&state=…]`` and return its task once the long-poll waits.
+
+    The server runs in this process, so the change hub's count of subscribed waiters says when the
+    long-poll listens (no sleeping and hoping): a change made after this returns must wake it. Read its
+    answer with ``woken``, which allows far less than the 60 s asked for.
+    """
+    params = {"wait": "PT60S"} | ({"state": state} if state else {})
+    before = hub_for("default").waiting
+    poll = asyncio.create_task(api.get(path, params=params, expect=200))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAKE_DEADLINE
+    while hub_for("default").waiting <= before:
+        if poll.done():
+            raise AssertionError(f"the long-poll answered before it waited: {(await poll).text}")
+        assert loop.time() < deadline, f"the long-poll did not subscribe within {WAKE_DEADLINE} s"
+        await asyncio.sleep(0.01)
+    return poll
+
+
+async def woken(poll: asyncio.Task[httpx.Response]) -> dict[str, Any]:
+    """The answer of a ``long_poll``, which must come within ``WAKE_DEADLINE``: only a wake-up brings it
+    before the 60 s deadline it asked for."""
+    try:
+        return dict((await asyncio.wait_for(poll, WAKE_DEADLINE)).json())
+    except TimeoutError:
+        raise AssertionError(f"the long-poll was not woken within {WAKE_DEADLINE} s") from None
 
 
 # --- assertions -----------------------------------------------------------------------------------------
