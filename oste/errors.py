@@ -90,3 +90,17 @@ class Unavailable(OsteError):
     def __init__(self, detail: str, retry_after: int = 5) -> None:
         super().__init__(detail)
         self.retry_after = retry_after
+
+
+class TooMany(OsteError):
+    """Over a quota or a rate: the caller must wait or ask the operator for more (429).
+
+    ``retry_after`` (seconds), when set, is sent as ``Retry-After``.
+    """
+
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, detail: str, extensions: dict[str, Any] | None = None, retry_after: int | None = None):
+        super().__init__(detail, extensions)
+        self.retry_after = retry_after

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from oste.domain.clock import Clock, SystemClock
 from oste.engine import Engine
 from oste.errors import ConfigurationError
+from oste.operations.throttle import SignInThrottle
 from oste.settings import Settings
 from oste.storage.database import close_database, describe, open_database
 from oste.storage.store import Store
@@ -105,13 +106,15 @@ def create_app(
     apply_migrations: bool = True,
     run_engine: bool = False,
     freeze_after_start: bool = False,
+    throttle: SignInThrottle | None = None,
 ) -> Starlette:
     """The ASGI app: the API over the store, and with ``run_engine`` the dispatch engine beside it.
 
     Its lifespan opens (and migrates) the database, starts the engine, and on shutdown stops the
     engine gracefully (in-flight requests finish, unstarted claims are released) before closing.
     ``freeze_after_start`` (the CLI's processes) opens the database ``collecting_eagerly`` and calls
-    ``freeze_startup_objects`` once started.
+    ``freeze_startup_objects`` once started. The API and the UI share one ``throttle`` of wrong tokens
+    (a fresh one unless given: tests pass one on a clock of their own).
     """
     from starlette.applications import Starlette
 
@@ -121,6 +124,7 @@ def create_app(
     from oste.ui import mount as ui_routes
 
     clock = clock or SystemClock()
+    throttle = throttle or SignInThrottle()
     store = Store(clock)
     engine = Engine(settings, clock) if run_engine else None
     prepare_data_dir(settings)
@@ -144,10 +148,14 @@ def create_app(
                 await engine.stop(grace=SHUTDOWN_GRACE_SECONDS)
             await close_database()
 
-    routes = [*api_routes(), *ui_routes(store, admin_token, notify_due)]
+    routes = [*api_routes(), *ui_routes(store, admin_token, notify_due, throttle=throttle)]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.api = ApiContext(
-        store=store, admin_token=admin_token, max_body_bytes=settings.max_body_bytes, notify_due=notify_due
+        store=store,
+        admin_token=admin_token,
+        max_body_bytes=settings.max_body_bytes,
+        notify_due=notify_due,
+        throttle=throttle,
     )
     app.state.engine = engine
     if settings.api_rate_limit > 0:

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from oste.api.requests import Principal, authenticate, check_company_access, read_json, slug_in_path
 from oste.domain import records as r
 from oste.operations import Actor, OperationContext, Operations
+from oste.operations.throttle import SignInThrottle
 from oste.storage.store import Store
 
 
@@ -24,6 +25,8 @@ class ApiContext:
     admin_token: str
     max_body_bytes: int
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
+    throttle: SignInThrottle = field(default_factory=SignInThrottle)
+    """Wrong tokens per client address (shared with the UI's sign-in form)."""
 
     @functools.cached_property
     def operations(self) -> Operations:
@@ -37,7 +40,7 @@ def ctx(request: Request) -> ApiContext:
 
 async def principal(request: Request) -> Principal:
     c = ctx(request)
-    who = await authenticate(request, c.store, c.admin_token)
+    who = await authenticate(request, c.store, c.admin_token, c.throttle)
     request.state.principal = who  # the audit names the caller
     return who
 

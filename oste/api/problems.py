@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
-from oste.errors import InvalidInput, OsteError, Unavailable
+from oste.errors import InvalidInput, OsteError, TooMany, Unavailable
 from oste.storage.database import STORAGE_EXCEPTIONS, outage
 
 log = logging.getLogger("oste.api")
@@ -65,7 +65,7 @@ async def oste_error(request: Request, exc: Exception) -> Response:
             {"field": e.field, "pointer": "/" + e.field if e.field else "", "reason": e.reason}
             for e in exc.errors
         ]
-    if isinstance(exc, Unavailable):
+    if isinstance(exc, (Unavailable, TooMany)) and exc.retry_after is not None:
         extra["retry_after"] = exc.retry_after
     if exc.status >= 500:
         log.warning("%s %s: %d %s", request.method, request.url.path, exc.status, exc.detail)

@@ -17,7 +17,8 @@ from oste.api.problems import HttpProblem
 from oste.domain.durations import DurationTooLong, parse_duration_seconds
 from oste.domain.parameters import SLUG
 from oste.domain.records import Company
-from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, Unauthorized
+from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
+from oste.operations.throttle import SignInThrottle
 from oste.storage.store import MAX_PAGE, Store
 
 DRAIN_LIMIT = 16 * 1024 * 1024
@@ -135,20 +136,48 @@ async def _discard(stream: AsyncIterator[bytes]) -> None:
             return
 
 
-async def authenticate(request: Request, store: Store, admin_token: str) -> Principal:
-    """Resolve the bearer token to a Principal; 401 when missing or unknown."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+async def authenticate(
+    request: Request, store: Store, admin_token: str, throttle: SignInThrottle | None = None
+) -> Principal:
+    """Resolve the bearer token to a Principal; 401 when missing or unknown, 429 (before the token is
+    checked) when the client's address sent too many wrong ones (``throttle`` counts them)."""
+    token = bearer_token(request)
+    if not token:
         raise Unauthorized("send 'Authorization: Bearer <token>' with the admin token or a company API key")
+    address = client_address(request)
+    refuse_if_throttled(throttle, address)
     if hmac.compare_digest(token.encode(), admin_token.encode()):
         return Principal()
     found = await store.api_key_of(token) if token.startswith("oste_") else None
     if found is None:
+        if throttle is not None:
+            throttle.failed(address)
         raise Unauthorized("the bearer token is not the admin token nor a valid (unrevoked) API key")
     company, key = found
     return Principal(company, key.id, key.name)
+
+
+def bearer_token(request: Request) -> str:
+    """The token of ``Authorization: Bearer <token>``; "" when there is none."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def client_address(request: Request) -> str | None:
+    """The caller's address, as the connection (or a trusted proxy's header, if configured) gives it."""
+    return request.client.host if request.client else None
+
+
+def refuse_if_throttled(throttle: SignInThrottle | None, address: str | None) -> None:
+    """429 with Retry-After while ``address`` has sent too many wrong tokens: checked before its token."""
+    seconds = throttle.retry_after(address) if throttle is not None else 0
+    if seconds and throttle is not None:
+        raise TooMany(
+            f"too many wrong tokens from {address or 'this address'} (it may send {throttle.burst}, then "
+            f"one every {throttle.refill_seconds:g} s): every token it sends, a valid one too, is refused "
+            f"without being checked for {seconds} s; retry after {seconds} s",
+            retry_after=seconds,
+        )
 
 
 def slug_in_path(request: Request, name: str, what: str) -> str:

@@ -18,6 +18,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from oste.errors import NotFound, OsteError
+from oste.operations.throttle import SignInThrottle
 from oste.storage.store import Store
 from oste.ui import actions, auth, browse, dashboard, schedules
 from oste.ui.context import Forbidden403, Refused, UiContext, render
@@ -89,6 +90,7 @@ def ui_app(
     admin_token: str,
     notify_due: Callable[[datetime], None] | None = None,
     sessions: Sessions | None = None,
+    throttle: SignInThrottle | None = None,
 ) -> Starlette:
     """The UI as an app of its own, to be mounted at ``/ui`` (its errors are pages, not problem+json)."""
     from starlette.exceptions import HTTPException
@@ -108,16 +110,21 @@ def ui_app(
         admin_token=admin_token,
         sessions=sessions or Sessions(store.clock, cookie_key(admin_token)),
         notify_due=notify_due or (lambda when: None),
+        throttle=throttle or SignInThrottle(),
     )
     return app
 
 
 def mount(
-    store: Store, admin_token: str, notify_due: Callable[[datetime], None] | None = None
+    store: Store,
+    admin_token: str,
+    notify_due: Callable[[datetime], None] | None = None,
+    throttle: SignInThrottle | None = None,
 ) -> list[Route | Mount]:
     """The routes the server adds beside the API's: ``/ui`` (redirecting to ``/ui/``) and the app."""
 
     async def to_slash(request: Request) -> Response:
         return RedirectResponse("/ui/", status_code=307)
 
-    return [Route("/ui", to_slash), Mount("/ui", app=ui_app(store, admin_token, notify_due))]
+    app = ui_app(store, admin_token, notify_due, throttle=throttle)
+    return [Route("/ui", to_slash), Mount("/ui", app=app)]

@@ -19,7 +19,7 @@ from oste.ui.context import (
     ui,
     viewer_of,
 )
-from oste.ui.sessions import COOKIE
+from oste.ui.sessions import COOKIE, Session
 
 
 async def sign_in_form(request: Request) -> Response:
@@ -43,6 +43,9 @@ async def sign_in(request: Request) -> Response:
         raise Forbidden403("this sign-in form has expired; reload the page and sign in again")
     check_csrf(session, form)
     context = ui(request)
+    address = request.client.host if request.client else None
+    if seconds := context.throttle.retry_after(address):  # before the token is even looked at
+        return await _throttled(request, session, form.get("next", ""), seconds)
     token = form.get("token", "").strip()
     company_id, api_key = None, None
     if token and hmac.compare_digest(token.encode(), context.admin_token.encode()):
@@ -51,6 +54,7 @@ async def sign_in(request: Request) -> Response:
         company, key = found
         company_id, api_key = company.id, (key.id, key.name)
     else:
+        context.throttle.failed(address)
         request.state.session = session
         return await render(
             request, "sign_in.html", 401, next=form.get("next", ""), error="That token is not valid."
@@ -59,6 +63,18 @@ async def sign_in(request: Request) -> Response:
     next_path = form.get("next", "")
     response = RedirectResponse(next_path if _is_ui_path(next_path) else root_of(request) + "/", 303)
     set_cookie(request, response, signed)
+    return response
+
+
+async def _throttled(request: Request, session: Session, next_path: str, seconds: int) -> Response:
+    """The sign-in form again, 429 with Retry-After: this address sent too many wrong tokens."""
+    request.state.session = session
+    error = (
+        f"Too many wrong tokens were sent from your address. Every token from it, a valid one too, is "
+        f"refused for {seconds} seconds: try again after that."
+    )
+    response = await render(request, "sign_in.html", 429, next=next_path, error=error)
+    response.headers["Retry-After"] = str(seconds)
     return response
 
 

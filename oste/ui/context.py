@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from oste.domain import records as r
 from oste.errors import NotFound, OsteError
 from oste.operations import UI, Actor, OperationContext, Operations
+from oste.operations.throttle import SignInThrottle
 from oste.storage.store import Store
 from oste.ui.sessions import COOKIE, SESSION_SECONDS, Session, Sessions
 
@@ -41,6 +42,8 @@ class UiContext:
     admin_token: str
     sessions: Sessions
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
+    throttle: SignInThrottle = field(default_factory=SignInThrottle)
+    """Wrong tokens per client address (shared with the API's bearer check)."""
 
     @functools.cached_property
     def operations(self) -> Operations:

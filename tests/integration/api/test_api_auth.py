@@ -9,11 +9,24 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.api.conftest import Api, Tenant, assert_problem, db_rows, rejected
+from oste.operations.throttle import SignInThrottle
+from oste.settings import Settings
+from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem, db_rows, rejected
+
+
+@pytest.fixture
+async def api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    """The suite's server, with room for many wrong tokens from this one client: these tests send a
+    revoked key to every route, which the brute-force throttle would soon answer with 429 before
+    looking (tests/integration/security/test_brute_force.py tests that)."""
+    settings = Settings(data_dir=tmp_path, database_url=database_url)
+    async with api_client(settings, throttle=SignInThrottle(burst=10_000)) as client:
+        yield client
 
 
 @dataclass(frozen=True)
