@@ -17,12 +17,17 @@ from oste.api.problems import HttpProblem
 from oste.domain.durations import DurationTooLong, parse_duration_seconds
 from oste.domain.parameters import SLUG
 from oste.domain.records import Company
+from oste.domain.schedule import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME
 from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
 from oste.operations.throttle import SignInThrottle
 from oste.storage.store import MAX_PAGE, Store
 
 DRAIN_LIMIT = 16 * 1024 * 1024
 """How much of an oversized body is read and dropped so that the 413 reaches the client."""
+EARLIEST_TIME = EARLIEST_SCHEDULE_TIME
+"""The earliest time a request may give (``scheduled_for``, filters, schedule bounds): 1970-01-02Z."""
+LATEST_TIME = LATEST_SCHEDULE_TIME
+"""The latest time a request may give: 9999-12-30Z."""
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects a request body may have."""
 NO_NUL = "must not contain NUL (U+0000) characters"
@@ -217,7 +222,12 @@ def query_flag(request: Request, name: str) -> bool:
 
 
 def parse_time(value: Any, field: str) -> datetime:
-    """An RFC 3339 timestamp with an offset, as UTC."""
+    """An RFC 3339 timestamp with an offset, as UTC, between ``EARLIEST_TIME`` and ``LATEST_TIME``.
+
+    The bounds keep every time OSTE takes where it can compute and store it: PostgreSQL's driver writes
+    0001-01-01T00:00:00Z as ``-infinity`` (read back as a time without offset that the engine cannot
+    compare), and a date in year 1 put 6.4e10 s into everyone's lag figures.
+    """
     if not isinstance(value, str):
         raise InvalidInput.field(
             field, "must be an RFC 3339 timestamp with offset, e.g. 2026-01-31T09:00:00Z"
@@ -231,9 +241,16 @@ def parse_time(value: Any, field: str) -> datetime:
     if parsed.tzinfo is None:
         raise InvalidInput.field(field, "needs a UTC offset (Z or +01:00): a time without one is ambiguous")
     try:
-        return parsed.astimezone(UTC)
+        utc = parsed.astimezone(UTC)
     except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first representable instant
-        raise InvalidInput.field(field, "is out of range: years 0001-9999 in UTC") from None
+        utc = None
+    if utc is None or not EARLIEST_TIME <= utc <= LATEST_TIME:
+        raise InvalidInput.field(
+            field,
+            f"must be between {EARLIEST_TIME:%Y-%m-%dT%H:%M:%SZ} and {LATEST_TIME:%Y-%m-%dT%H:%M:%SZ}: "
+            "OSTE stores and computes times within these years",
+        )
+    return utc
 
 
 def parse_duration(value: Any, field: str, maximum: float | None = None) -> float:

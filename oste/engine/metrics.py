@@ -18,6 +18,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -58,7 +59,8 @@ DEAD_LETTERS = Counter(
 )
 FIRE_LAG = Histogram(
     "oste_fire_lag_seconds",
-    "Fire lag of delivery attempts: request start minus the instant the attempt was due.",
+    "Fire lag of delivery attempts: request start minus the instant the attempt was due, or the "
+    "activity was created when that is later.",
     buckets=LAG_BUCKETS,
 )
 REQUEST_DURATION = Histogram(
@@ -227,7 +229,7 @@ class DeliveryRecorder:
             report = completion.report
             target = claim.target
             index = _OUTCOME_INDEX[report.outcome]
-            lag = (report.started_at - claim.due_at).total_seconds()
+            lag = fire_lag(claim, report.started_at)
             children = self._children[target.activity_type_id]
             children[index].inc()
             if completion.state is DEAD:
@@ -241,6 +243,19 @@ class DeliveryRecorder:
             rollup.add(index, lag)
             if logging_on:
                 log_delivery(claim, completion, lag)
+
+
+def fire_lag(claim: Claim, started_at: datetime) -> float:
+    """Seconds from the instant the attempt was due to ``started_at`` — counted from the activity's
+    creation when that is later: nothing can be late before it exists. So an activity created with a
+    ``scheduled_for`` long past (``0001-01-01``, a backfill of last year) counts as due when created, and
+    no tenant moves the deployment's lag figures. The creation instant is the one in the activity's
+    id (UUIDv7, milliseconds)."""
+    due = claim.due_at.timestamp()
+    activity_id = claim.activity_id
+    if activity_id.version == 7:
+        due = max(due, (activity_id.int >> 80) / 1000.0)
+    return started_at.timestamp() - due
 
 
 def log_delivery(claim: Claim, completion: Completion, lag: float) -> None:
