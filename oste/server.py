@@ -120,6 +120,7 @@ def create_app(
 
     from oste.api import EXCEPTION_HANDLERS, ApiContext, api_routes
     from oste.api.metrics import RequestMetrics
+    from oste.api.proxies import TrustedProxies
     from oste.api.ratelimit import RateLimit
     from oste.ui import mount as ui_routes
 
@@ -161,6 +162,8 @@ def create_app(
     if settings.api_rate_limit > 0:
         app.add_middleware(RateLimit, rate=settings.api_rate_limit)
     app.add_middleware(RequestMetrics)
+    if settings.forwarded_allow_ips:  # outermost: everything inside sees the client's scheme and address
+        app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     return app
 
 

@@ -57,6 +57,14 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "loopback or link-local (the SSRF guard refuses those otherwise).",
     ),
     SettingSpec(
+        "forwarded_allow_ips",
+        "OSTE_FORWARDED_ALLOW_IPS",
+        "(none)",
+        "Comma-separated addresses or CIDRs of the reverse proxies in front of the API: only from these "
+        "peers are `Forwarded` or `X-Forwarded-Proto`/`X-Forwarded-For` believed (the client's scheme and "
+        "address: the UI's cookie is `Secure` behind a TLS proxy); unset, those headers are ignored.",
+    ),
+    SettingSpec(
         "roller_interval",
         "OSTE_ROLLER_INTERVAL",
         "PT1H",
@@ -162,6 +170,7 @@ class Settings:
     database_url: str = ""
     admin_token: str | None = None
     allowed_targets: tuple[str, ...] = ()
+    forwarded_allow_ips: tuple[str, ...] = ()
     roller_interval: float = 3600.0
     roller_batch_records: int = 1000
     roller_batch_bytes: int = 5 * 1024 * 1024
@@ -285,6 +294,19 @@ def _targets(value: Any) -> tuple[str, ...]:
     return targets
 
 
+def _networks(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    networks = tuple(item.strip() for item in items if item.strip())
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"has {network!r}, which is not an IP address or CIDR; use e.g. 10.0.0.5,10.1.0.0/16"
+            ) from None
+    return networks
+
+
 def _interval(value: Any) -> float:
     try:
         seconds = float(value)
@@ -316,6 +338,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "port": _port,
     "data_dir": lambda value: Path(value),
     "allowed_targets": _targets,
+    "forwarded_allow_ips": _networks,
     "roller_interval": _interval,
     "roller_batch_records": _int_in(1, 100_000),
     "roller_batch_bytes": _int_in(1024, 1024**3),
