@@ -175,6 +175,11 @@ async def run_http(settings: Settings, engine: bool) -> None:
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config as HypercornConfig
 
+    if settings.metrics_port == settings.port:
+        raise ConfigurationError(
+            f"OSTE_METRICS_PORT must differ from OSTE_PORT (both {settings.port}): the metrics port answers "
+            "without credentials, the API port needs them"
+        )
     token, generated = resolve_admin_token(settings)
     if generated:
         print(

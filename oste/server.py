@@ -114,7 +114,8 @@ def create_app(
     engine gracefully (in-flight requests finish, unstarted claims are released) before closing.
     ``freeze_after_start`` (the CLI's processes) opens the database ``collecting_eagerly`` and calls
     ``freeze_startup_objects`` once started. The API and the UI share one ``throttle`` of wrong tokens
-    (a fresh one unless given: tests pass one on a clock of their own).
+    (a fresh one unless given: tests pass one on a clock of their own). With OSTE_METRICS_PORT the
+    lifespan also serves ``serve_metrics_port`` while the database is open.
     """
     from starlette.applications import Starlette
 
@@ -138,7 +139,10 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         with collecting_eagerly() if freeze_after_start else contextlib.nullcontext():
             await open_database(settings.database_url, apply_migrations)
+        stop_metrics_port = None
         try:
+            if settings.metrics_port is not None:
+                stop_metrics_port = await serve_metrics_port(settings, settings.metrics_port, clock)
             if engine is not None:
                 await engine.start()
             if freeze_after_start:
@@ -147,6 +151,8 @@ def create_app(
         finally:
             if engine is not None:
                 await engine.stop(grace=SHUTDOWN_GRACE_SECONDS)
+            if stop_metrics_port is not None:
+                await stop_metrics_port()
             await close_database()
 
     routes = [*api_routes(), *ui_routes(store, admin_token, notify_due, throttle=throttle)]
@@ -157,6 +163,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         notify_due=notify_due,
         throttle=throttle,
+        metrics_token=settings.metrics_token,
     )
     app.state.engine = engine
     if settings.api_rate_limit > 0:
@@ -167,10 +174,11 @@ def create_app(
     return app
 
 
-async def serve_worker_probes(settings: Settings, port: int, clock: Clock) -> Callable[[], Awaitable[None]]:
-    """`oste worker` with OSTE_METRICS_PORT: /metrics (this process's series and the queue depth),
-    /healthz (the process answers) and /readyz (the database answers) on ``settings.host:port``, with
-    aiohttp (a worker carries no ASGI stack). Returns the coroutine function that stops it."""
+async def serve_metrics_port(settings: Settings, port: int, clock: Clock) -> Callable[[], Awaitable[None]]:
+    """OSTE_METRICS_PORT, in every process kind: /metrics (this process's series and the queue depth),
+    /healthz (the process answers) and /readyz (the database answers) on ``settings.host:port``, without
+    credentials (keep the port off the public network: the metrics name every tenant), with aiohttp (a
+    worker carries no ASGI stack). Returns the coroutine function that stops it."""
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -199,7 +207,7 @@ async def serve_worker_probes(settings: Settings, port: int, clock: Clock) -> Ca
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.host, port).start()
-    log.info("worker probes and metrics on http://%s:%s", settings.host, port)
+    log.info("metrics and probes on http://%s:%s (no credentials)", settings.host, port)
     return runner.cleanup
 
 
@@ -216,7 +224,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     stop_probes = None
     try:
         if settings.metrics_port is not None:
-            stop_probes = await serve_worker_probes(settings, settings.metrics_port, engine.clock)
+            stop_probes = await serve_metrics_port(settings, settings.metrics_port, engine.clock)
         await engine.start()
         freeze_startup_objects()
         node = engine.node.id if engine.node else "?"

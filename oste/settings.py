@@ -115,8 +115,16 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "metrics_port",
         "OSTE_METRICS_PORT",
         "(none)",
-        "`oste worker` only: serve /metrics, /healthz and /readyz on this port (1-65535); unset, a worker "
-        "opens no port.",
+        "Serve /metrics, /healthz and /readyz without credentials on this port (1-65535) of OSTE_HOST, "
+        "for Prometheus and probes: `oste serve`, `oste api` (beside OSTE_PORT) and `oste worker`. Unset, "
+        "no such port (a worker then opens none).",
+    ),
+    SettingSpec(
+        "metrics_token",
+        "OSTE_METRICS_TOKEN",
+        "(none)",
+        "Bearer token, at least 32 characters, that may read /metrics on the API port (the admin token "
+        "may too; without either it answers 401). Give it to Prometheus, or scrape OSTE_METRICS_PORT.",
     ),
     SettingSpec(
         "claim_lease",
@@ -181,6 +189,7 @@ class Settings:
     log_level: str = "INFO"
     log_format: str | None = None
     metrics_port: int | None = None
+    metrics_token: str | None = None
     claim_lease: float = 30.0
     poll_interval: float = 0.5
     rescue_interval: float = 5.0
@@ -232,6 +241,7 @@ class Settings:
         if not settings.node_name:
             settings = dataclasses.replace(settings, node_name=os.uname().nodename)
         _check_timings(settings)
+        _check_metrics_token(settings)
         return settings
 
 
@@ -251,6 +261,21 @@ def _check_timings(settings: Settings) -> None:
             f"OSTE_NODE_TIMEOUT ({settings.node_timeout:g} s) must be at least twice "
             f"OSTE_HEARTBEAT_INTERVAL ({settings.heartbeat_interval:g} s), or live nodes would be "
             "taken for dead; raise the timeout or shorten the heartbeat"
+        )
+
+
+MIN_METRICS_TOKEN_LENGTH = 32
+"""Shortest OSTE_METRICS_TOKEN accepted: the metrics name every tenant, so the token must not be
+guessable (the admin token has the same floor)."""
+
+
+def _check_metrics_token(settings: Settings) -> None:
+    """A metrics token too short to be safe; the message does not repeat the secret."""
+    token = settings.metrics_token
+    if token is not None and len(token) < MIN_METRICS_TOKEN_LENGTH:
+        raise ConfigurationError(
+            f"OSTE_METRICS_TOKEN must be at least {MIN_METRICS_TOKEN_LENGTH} characters, got {len(token)}. "
+            "Make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
         )
 
 

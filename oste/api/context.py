@@ -27,6 +27,8 @@ class ApiContext:
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
     throttle: SignInThrottle = field(default_factory=SignInThrottle)
     """Wrong tokens per client address (shared with the UI's sign-in form)."""
+    metrics_token: str | None = None
+    """OSTE_METRICS_TOKEN: reads /metrics on this port (so does the admin token)."""
 
     @functools.cached_property
     def operations(self) -> Operations:

@@ -110,7 +110,18 @@ TABLE: dict[str, tuple[Op, ...]] = {
                 }
             },
         ),
-        Op("GET", "/metrics", "metrics", "Prometheus metrics", _TEXT, media="text/plain", public=True),
+        Op(
+            "GET",
+            "/metrics",
+            "metrics",
+            "Prometheus metrics",
+            _TEXT,
+            media="text/plain",
+            description="This process's series and the deployment's queue depth, in Prometheus text "
+            "format. They name every tenant, so this port answers only the admin token or "
+            "`OSTE_METRICS_TOKEN` (401 otherwise, API keys included); `OSTE_METRICS_PORT`, when set, "
+            "serves them without credentials on a port of its own.",
+        ),
         Op("GET", "/openapi.json", "openapi", "This OpenAPI 3.1 document", "OpenApiDocument", public=True),
         Op("GET", "/docs", "docs", "Swagger UI for this API", _TEXT, media="text/html", public=True),
     ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 
 import orjson
 import swagger_ui_bundle
@@ -15,7 +16,8 @@ from starlette.staticfiles import StaticFiles
 from oste.api.context import ctx
 from oste.api.openapi import build_spec
 from oste.api.problems import problem
-from oste.errors import Unavailable
+from oste.api.requests import bearer_token, client_address, refuse_if_throttled
+from oste.errors import Unauthorized, Unavailable
 from oste.storage.stats import refresh_queue_depth
 
 DOCS_PAGE = """<!doctype html>
@@ -44,10 +46,32 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """Prometheus text format: this process's series, and the deployment's queue depth read now."""
+    """Prometheus text format: this process's series, and the deployment's queue depth read now.
+
+    They name every tenant, so on the API port they answer only the admin token or OSTE_METRICS_TOKEN
+    (wrong tokens count in the brute-force throttle); OSTE_METRICS_PORT serves them without credentials.
+    """
+    authorise_scrape(request)
     with contextlib.suppress(Unavailable):  # a database outage: the rest is still worth scraping
         await refresh_queue_depth(ctx(request).store.clock)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def authorise_scrape(request: Request) -> None:
+    """401 unless the bearer token is the admin token or OSTE_METRICS_TOKEN; 429 from a throttled address."""
+    c = ctx(request)
+    token = bearer_token(request)
+    if not token:
+        raise Unauthorized(
+            "/metrics names every tenant: send 'Authorization: Bearer <token>' with OSTE_METRICS_TOKEN or "
+            "the admin token, or scrape OSTE_METRICS_PORT, which needs none"
+        )
+    address = client_address(request)
+    refuse_if_throttled(c.throttle, address)
+    allowed = [t for t in (c.admin_token, c.metrics_token) if t]
+    if not any(hmac.compare_digest(token.encode(), t.encode()) for t in allowed):
+        c.throttle.failed(address)
+        raise Unauthorized("/metrics answers OSTE_METRICS_TOKEN or the admin token only (not API keys)")
 
 
 async def openapi_json(request: Request) -> Response:

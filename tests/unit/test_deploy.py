@@ -134,6 +134,23 @@ def test_the_worker_is_probed_on_its_metrics_port() -> None:
     assert {"name": "OSTE_HOST", "value": "0.0.0.0"} in container["env"]
 
 
+def test_metrics_are_scraped_on_the_metrics_port_which_no_service_exposes() -> None:
+    # /metrics names every tenant: on the API port it needs the admin token or OSTE_METRICS_TOKEN; the
+    # pods serve it without credentials on OSTE_METRICS_PORT, which Prometheus scrapes pod by pod and
+    # which the Service (the public way in) does not expose.
+    (config,) = [m for m in manifests() if m["kind"] == "ConfigMap"]
+    port = int(config["data"]["OSTE_METRICS_PORT"])
+    for name, deployment in of_kind("Deployment").items():
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true", name
+        assert int(annotations["prometheus.io/port"]) == port
+        assert annotations["prometheus.io/path"] == "/metrics"
+        (container,) = pod_specs()[name]["containers"]
+        assert {"name": "metrics", "containerPort": port} in container["ports"], name
+    for service in of_kind("Service").values():
+        assert {p["targetPort"] for p in service["spec"]["ports"]}.isdisjoint({"metrics", port})
+
+
 def env_names_in_manifests() -> set[str]:
     names: set[str] = set()
     for manifest in manifests():

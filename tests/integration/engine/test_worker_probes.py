@@ -6,7 +6,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from oste.domain.clock import SystemClock
-from oste.server import serve_worker_probes
+from oste.server import serve_metrics_port
 from oste.settings import Settings
 from oste.storage.database import close_database, open_database
 from tests.engine_support import free_port
@@ -16,7 +16,7 @@ async def test_a_worker_serves_probes_and_metrics_on_its_metrics_port(sqlite_url
     port = free_port()
     settings = Settings(database_url=sqlite_url, metrics_port=port)
     await open_database(sqlite_url)
-    stop = await serve_worker_probes(settings, port, SystemClock())
+    stop = await serve_metrics_port(settings, port, SystemClock())
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
             assert (await http.get("/healthz")).json() == {"status": "ok"}
