@@ -1,4 +1,7 @@
-"""The claim strategy per SQL dialect: the only place where SQLite and PostgreSQL differ.
+"""The strategy per SQL dialect: where SQLite and PostgreSQL differ in the statements OSTE writes in SQL.
+
+(``storage.events`` and ``storage.stats`` still hold a few dialect branches of their own: the event
+stream's transaction horizon and the statistics' bucket arithmetic; moving them here is open work.)
 
 ``DispatchStore`` picks one strategy when it is created (from the connection's dialect) and builds
 every dispatch statement through it: placeholders, row locking, list parameters, value encoding, and

@@ -381,22 +381,6 @@ async def test_executions_are_listed_per_activity_across_pages(store: Store, kin
 # --- bulk operations ------------------------------------------------------------------------------
 
 
-async def test_cancel_activities_cancels_matching_scheduled_ones_only(
-    store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
-) -> None:
-    scheduled = await make_activities(store, kind, count=3, parameter={"SongId": 1})
-    running, done = await make_activities(store, kind, count=2, parameter={"SongId": 1})
-    (other,) = await make_activities(store, kind, parameter={"SongId": 2})
-    await set_running(running, T0 + HOUR)
-    await set_state(done, S.SUCCEEDED)
-    clock.advance(1)
-    assert await store.cancel_activities(solution, r.ActivityFilter(object_id="1")) == 3
-    states = {a.id: a.state for a in (await store.list_activities(solution, r.ActivityFilter(), 10)).items}
-    assert [states[a.id] for a in scheduled] == [S.CANCELLED] * 3
-    assert (states[running.id], states[done.id], states[other.id]) == (S.RUNNING, S.SUCCEEDED, S.SCHEDULED)
-    assert (await store.get_activity(solution, scheduled[0].id)).finished_at == clock.now()
-
-
 async def test_requeue_puts_dead_and_cancelled_activities_back(
     store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
 ) -> None:
@@ -407,7 +391,7 @@ async def test_requeue_puts_dead_and_cancelled_activities_back(
     await store.cancel_activity(ahead)
     await set_state(done, S.SUCCEEDED, finished_at=T0)
     clock.advance(3600)
-    assert await store.requeue_activities(solution, r.ActivityFilter()) == 2
+    assert [await store.requeue_activity(solution, a.id) for a in (dead, ahead, done)] == [True, True, False]
     dead_now, ahead_now, done_now = [await store.get_activity(solution, a.id) for a in (dead, ahead, done)]
     assert (dead_now.state, dead_now.retries, dead_now.finished_at) == (S.SCHEDULED, kind.retries, None)
     assert dead_now.next_attempt_at == clock.now(), "a requeued activity that was due is due now"
@@ -419,24 +403,10 @@ async def test_requeue_one_activity_by_id(store: Store, kind: r.ActivityType, so
     first, second = await make_activities(store, kind, count=2)
     await set_state(first, S.DEAD)
     await set_state(second, S.DEAD)
-    assert await store.requeue_activities(solution, r.ActivityFilter(), first.id) == 1
+    assert await store.requeue_activity(solution, first.id)
     assert (await store.get_activity(solution, first.id)).state is S.SCHEDULED
     assert (await store.get_activity(solution, second.id)).state is S.DEAD
-
-
-async def test_scheduled_activities_and_their_bulk_update(
-    store: Store, kind: r.ActivityType, solution: r.Solution
-) -> None:
-    activities = await make_activities(store, kind, count=4)
-    await set_state(activities[1], S.CANCELLED)
-    picked = await store.scheduled_activities(solution, r.ActivityFilter(), 2)
-    assert ids(picked) == ids([activities[0], activities[2]])
-    await set_running(activities[2], T0 + HOUR)
-    updates = [(a, {"priority": 9, "scheduled_for": T0 + 2 * HOUR}) for a in picked]
-    assert await store.update_scheduled_activities(updates) == 1, "the one that started running is skipped"
-    changed = await store.get_activity(solution, activities[0].id)
-    assert (changed.priority, changed.next_attempt_at) == (9, T0 + 2 * HOUR)
-    assert (await store.get_activity(solution, activities[2].id)).priority == 0
+    assert not await store.requeue_activity(solution, first.id), "a scheduled one is not requeued again"
 
 
 # --- recurring activities -------------------------------------------------------------------------
