@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oste.domain.clock import Clock, SystemClock
+from oste.domain.tenancy import QuotaDefaults
 from oste.engine import Engine
 from oste.errors import ConfigurationError
 from oste.operations.throttle import SignInThrottle
@@ -35,6 +36,16 @@ MIN_ADMIN_TOKEN_LENGTH = 32
 """Shortest admin token a process starts with (`oste serve`, `api` and `worker`): the admin token
 reaches every tenant, so it must be too long to guess. Generated ones are 54 characters."""
 MAKE_ADMIN_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def quota_defaults_of(settings: Settings) -> QuotaDefaults:
+    """The quotas of a company that sets none, from ``OSTE_QUOTA_*``."""
+    return QuotaDefaults(
+        max_scheduled_activities=settings.quota_max_scheduled_activities,
+        max_activity_types=settings.quota_max_activity_types,
+        max_recurring_activities=settings.quota_max_recurring_activities,
+        requests_per_second=settings.quota_requests_per_second,
+    )
 
 
 def check_admin_token(token: str, source: str = "OSTE_ADMIN_TOKEN") -> str:
@@ -155,13 +166,16 @@ def create_app(
                 await stop_metrics_port()
             await close_database()
 
-    routes = [*api_routes(), *ui_routes(store, admin_token, notify_due, throttle=throttle)]
+    quota_defaults = quota_defaults_of(settings)
+    ui = ui_routes(store, admin_token, notify_due, quota_defaults, settings.ui_session_max_age, throttle)
+    routes = [*api_routes(), *ui]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.api = ApiContext(
         store=store,
         admin_token=admin_token,
         max_body_bytes=settings.max_body_bytes,
         notify_due=notify_due,
+        quota_defaults=quota_defaults,
         throttle=throttle,
         metrics_token=settings.metrics_token,
     )

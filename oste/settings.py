@@ -99,6 +99,39 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "in bursts of as many; more answer 429 with Retry-After. 0 turns the limit off.",
     ),
     SettingSpec(
+        "quota_max_scheduled_activities",
+        "OSTE_QUOTA_MAX_SCHEDULED_ACTIVITIES",
+        "1000000",
+        "Default of a company's quota `max_scheduled_activities` (scheduled and running activities it "
+        "may hold); `none` for unlimited. The operator sets a company's own with PATCH `quotas`.",
+    ),
+    SettingSpec(
+        "quota_max_activity_types",
+        "OSTE_QUOTA_MAX_ACTIVITY_TYPES",
+        "1000",
+        "Default of a company's quota `max_activity_types` (over all its solutions); `none` for unlimited.",
+    ),
+    SettingSpec(
+        "quota_max_recurring_activities",
+        "OSTE_QUOTA_MAX_RECURRING_ACTIVITIES",
+        "100000",
+        "Default of a company's quota `max_recurring_activities`; `none` for unlimited.",
+    ),
+    SettingSpec(
+        "quota_requests_per_second",
+        "OSTE_QUOTA_REQUESTS_PER_SECOND",
+        "none",
+        "Default of a company's quota `requests_per_second` (all its keys together, per API process); "
+        "`none` for unlimited (OSTE_API_RATE_LIMIT still bounds each key).",
+    ),
+    SettingSpec(
+        "ui_session_max_age",
+        "OSTE_UI_SESSION_MAX_AGE",
+        "PT12H",
+        "How long a UI sign-in lasts however busy it is (it also ends after 8 hours unused, and at once "
+        "when its API key is revoked).",
+    ),
+    SettingSpec(
         "node_name",
         "OSTE_NODE_NAME",
         "(host name)",
@@ -185,6 +218,11 @@ class Settings:
     max_in_flight: int = 64
     max_body_bytes: int = 4 * 1024 * 1024
     api_rate_limit: float = 1000.0
+    quota_max_scheduled_activities: int | None = 1_000_000
+    quota_max_activity_types: int | None = 1000
+    quota_max_recurring_activities: int | None = 100_000
+    quota_requests_per_second: int | None = None
+    ui_session_max_age: float = 12 * 3600.0
     node_name: str = ""
     log_level: str = "INFO"
     log_format: str | None = None
@@ -345,6 +383,15 @@ def _interval(value: Any) -> float:
     return seconds
 
 
+def _quota(value: Any) -> int | None:
+    if value is None or str(value).strip().lower() in ("none", "null", "unlimited"):
+        return None
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > 2**31 - 1:
+        raise ValueError("must be a whole number 0-2147483647, or none for unlimited")
+    return int(text)
+
+
 def _log_level(value: Any) -> str:
     level = str(value).upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
@@ -370,6 +417,11 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_in_flight": _int_in(1, 100_000),
     "max_body_bytes": _int_in(1024, 1024**3),
     "api_rate_limit": _rate,
+    "quota_max_scheduled_activities": _quota,
+    "quota_max_activity_types": _quota,
+    "quota_max_recurring_activities": _quota,
+    "quota_requests_per_second": _quota,
+    "ui_session_max_age": _interval,
     "log_level": _log_level,
     "log_format": _log_format,
     "metrics_port": _port,

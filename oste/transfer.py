@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -220,7 +220,7 @@ async def export_activities(
     store: Store,
     solution: r.Solution,
     filters: r.ActivityFilter,
-    write: Callable[[bytes], None],
+    write: Callable[[bytes], object],
     page_size: int = MAX_PAGE,
 ) -> int:
     """Write the solution's matching activities in creation order, a page at a time; how many."""
@@ -320,7 +320,7 @@ async def export_file(
         target = await _solution(store, company, solution)
         page = await store.list_activity_types(target, MAX_PAGE)
         chosen = export_filter(filters, {t.name: t.id for t in page.items})
-        sink = open(output, "wb") if output else sys.stdout.buffer  # noqa: ASYNC230, SIM115 - one-shot command; closed below
+        sink: BinaryIO = open(output, "wb") if output else sys.stdout.buffer  # noqa: ASYNC230, SIM115 - one-shot command; closed below
         try:
             count = await export_activities(store, target, chosen, sink.write)
         finally:

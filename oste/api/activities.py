@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render, schemas
-from oste.api.context import body, ctx, self_audited, solution_in_path, solution_scope
+from oste.api.context import body, ctx, key_alive, self_audited, solution_in_path, solution_scope
 from oste.api.creation import TypeCache, check_idempotency_key, keyed, new_activity, validate_each, when
 from oste.api.requests import check_storable, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json
@@ -125,7 +125,8 @@ async def get_activity(request: Request) -> Response:
     solution, activity = await activity_in_path(request)
     wait, away_from = wait_params(request.query_params)
     if wait:
-        activity = await changed_activity(ctx(request).store, solution, activity, wait, away_from)
+        store = ctx(request).store
+        activity = await changed_activity(store, solution, activity, wait, away_from, key_alive(request))
     return json(render.activity(activity))
 
 

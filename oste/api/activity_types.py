@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render, schemas
-from oste.api.context import body, ctx, solution_in_path
+from oste.api.context import body, ctx, self_audited, solution_in_path, solution_scope
 from oste.api.requests import paging, parse_duration, query_flag, slug_in_path
 from oste.api.tenants import SOLUTION, json, no_content
 from oste.domain import records as r
@@ -200,12 +200,13 @@ async def list_types(request: Request) -> Response:
     return json(render.page(listing, lambda t: render.activity_type(t, solution.name)))
 
 
+@self_audited
 async def create_type(request: Request) -> Response:
-    _, solution = await solution_in_path(request)
+    actor, company, solution = await solution_scope(request)
     data = schemas.check_shape(schemas.ACTIVITY_TYPE_CREATE, await body(request))
     values = type_values(data)
     await check_chain_types(ctx(request).store, solution, values, values["name"])
-    created = await ctx(request).store.create_activity_type(solution, values)
+    created = await ctx(request).operations.settings.create_type(actor, company, solution, values)
     return json(render.activity_type(created, solution.name), 201)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import math
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -10,8 +12,11 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
+from oste.api.ratelimit import TokenBuckets
 from oste.api.requests import Principal, authenticate, check_company_access, read_json, slug_in_path
 from oste.domain import records as r
+from oste.domain.tenancy import KEYS, READ, REQUESTS_PER_SECOND, WRITE, QuotaDefaults
+from oste.errors import Forbidden, TooMany
 from oste.operations import Actor, OperationContext, Operations
 from oste.operations.throttle import SignInThrottle
 from oste.storage.store import Store
@@ -25,6 +30,8 @@ class ApiContext:
     admin_token: str
     max_body_bytes: int
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
+    quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
+    company_rates: CompanyRates = field(default_factory=lambda: CompanyRates())
     throttle: SignInThrottle = field(default_factory=SignInThrottle)
     """Wrong tokens per client address (shared with the UI's sign-in form)."""
     metrics_token: str | None = None
@@ -33,7 +40,7 @@ class ApiContext:
     @functools.cached_property
     def operations(self) -> Operations:
         """The operations every changing handler calls (built once)."""
-        return Operations(OperationContext(self.store, self.notify_due))
+        return Operations(OperationContext(self.store, self.notify_due, self.quota_defaults))
 
 
 def ctx(request: Request) -> ApiContext:
@@ -41,10 +48,68 @@ def ctx(request: Request) -> ApiContext:
 
 
 async def principal(request: Request) -> Principal:
+    """The caller, checked: its token, the scope the request needs, its company's request rate."""
     c = ctx(request)
     who = await authenticate(request, c.store, c.admin_token, c.throttle)
+    if who.company is not None:
+        needed = scope_needed(request)
+        if needed not in who.scopes:
+            raise Forbidden(
+                f"this API key lacks the {needed!r} scope this request needs (it has "
+                f"{', '.join(who.scopes)}); use a key with that scope"
+            )
+        c.company_rates.take(who.company, c.operations.context.quotas.of(who.company))
+        await _note_use(c, who)
     request.state.principal = who  # the audit names the caller
     return who
+
+
+def scope_needed(request: Request) -> str:
+    """``keys`` for a company's API keys, ``read`` for what changes nothing, else ``write``."""
+    path = request.url.path
+    if "/api-keys" in path:
+        return KEYS
+    if request.method in ("GET", "HEAD") or path == "/v1/schedule-preview":
+        return READ
+    return WRITE
+
+
+KEY_USE_RESOLUTION = 60.0
+"""Seconds ``last_used_at`` may lag: a key's use is written at most once a minute."""
+
+
+async def _note_use(c: ApiContext, who: Principal) -> None:
+    now = c.store.clock.now()
+    if who.api_key_id is not None and (
+        who.last_used_at is None or (now - who.last_used_at).total_seconds() >= KEY_USE_RESOLUTION
+    ):
+        await c.store.touch_api_key(who.api_key_id, now)
+
+
+class CompanyRates:
+    """Each company's ``requests_per_second`` quota over all its keys, in this API process."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[uuid.UUID, tuple[int, TokenBuckets]] = {}
+
+    def take(self, company: r.Company, quotas: dict[str, int | None]) -> None:
+        """Spend one request of the company's rate, or raise 429 with Retry-After."""
+        rate = quotas[REQUESTS_PER_SECOND]
+        if rate is None:
+            return
+        held = self._buckets.get(company.id)
+        if held is None or held[0] != rate:
+            held = (rate, TokenBuckets(float(rate)))
+            self._buckets[company.id] = held
+        wait = held[1].take(b"company") if rate > 0 else float("inf")
+        if wait > 0.0:
+            seconds = 1 if wait == float("inf") else max(1, math.ceil(wait))
+            raise TooMany(
+                f"company {company.name!r} may make {rate} requests per second (its quota "
+                f"{REQUESTS_PER_SECOND}); retry after {seconds} s or ask the operator to raise it",
+                {"quota": REQUESTS_PER_SECOND, "limit": rate, "used": rate},
+                retry_after=seconds,
+            )
 
 
 async def body(request: Request) -> Any:
@@ -75,7 +140,12 @@ async def solution_in_path(request: Request) -> tuple[Principal, r.Solution]:
 
 def actor_of(who: Principal) -> Actor:
     """The operations' view of an API caller."""
-    return Actor(company=who.company, api_key_id=who.api_key_id, api_key_name=who.api_key_name)
+    return Actor(
+        company=who.company,
+        api_key_id=who.api_key_id,
+        api_key_name=who.api_key_name,
+        scopes=frozenset(who.scopes),
+    )
 
 
 async def solution_scope(request: Request) -> tuple[Actor, r.Company, r.Solution]:
@@ -91,3 +161,17 @@ def self_audited(endpoint: E) -> E:
     """Mark a handler whose operation records its own audit row (``oste.api.audit`` leaves it alone)."""
     endpoint.audits_itself = True  # type: ignore[attr-defined]  # a marker read by oste.api.audit
     return endpoint
+
+
+def key_alive(request: Request) -> Callable[[], Awaitable[bool]] | None:
+    """For a company caller: whether its key is still unrevoked (streams and long-polls ask as they
+    go); None for the operator."""
+    who: Principal | None = getattr(request.state, "principal", None)
+    if who is None or who.api_key_id is None:
+        return None
+    store, key_id = ctx(request).store, who.api_key_id
+
+    async def alive() -> bool:
+        return await store.api_key_active(key_id)
+
+    return alive

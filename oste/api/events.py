@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from oste.api.context import ctx, solution_in_path
+from oste.api.context import ctx, key_alive, solution_in_path
 from oste.api.tenants import SOLUTION
 from oste.domain import records as r
 from oste.errors import InvalidInput
@@ -29,6 +29,8 @@ from oste.storage.store import Store
 
 KEEP_ALIVE = 15.0
 """Seconds between keep-alive comments while nothing happens."""
+REVOCATION_CHECK = 2.0
+"""Seconds between checks that a company key streaming is still valid."""
 POLL_INTERVAL = 0.2
 """Seconds between reads of new events while a stream is idle."""
 RENEW_EVERY = 60.0
@@ -115,8 +117,14 @@ async def _events(
     names: dict[uuid.UUID, str],
 ) -> AsyncIterator[bytes]:
     yield b": connected\n\n"
-    quiet_since = renewed = time.monotonic()
+    quiet_since = renewed = checked = time.monotonic()
+    alive = key_alive(request)
     while not await request.is_disconnected():
+        if alive is not None and time.monotonic() - checked >= REVOCATION_CHECK:
+            if not await alive():  # the key was revoked: the stream ends (reconnecting answers 401)
+                yield b": the API key of this stream was revoked\n\n"
+                return
+            checked = time.monotonic()
         batch = await ev.read_after(solution.id, position, type_id, object_id)
         for event in batch:
             if event.activity_type_id not in names:

@@ -649,7 +649,11 @@ _HEADER_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
 _ERRORS = {
     400: ("BadRequest", "The body is empty or not valid JSON"),
     401: ("Unauthorized", "No bearer token, or not the admin token nor a valid company API key"),
-    403: ("Forbidden", "Reserved to the operator (admin token)"),
+    403: (
+        "Forbidden",
+        "Reserved to the operator (admin token), or beyond the company API key's scopes (`read`, "
+        "`write`, `keys`)",
+    ),
     404: ("NotFound", "It does not exist, or belongs to another company"),
     409: ("Conflict", "It clashes with what is stored"),
     413: ("PayloadTooLarge", "The body is larger than the limit (OSTE_MAX_BODY_BYTES)"),
@@ -657,8 +661,10 @@ _ERRORS = {
     422: ("InvalidInput", "Invalid input: `errors` lists every failing field with its path and reason"),
     429: (
         "TooManyRequests",
-        "More requests with this bearer token than OSTE_API_RATE_LIMIT allows per second (when it is set; "
-        "counted per API process): retry after `Retry-After` seconds",
+        "Too many requests with this bearer token (OSTE_API_RATE_LIMIT, per API process), too many by the "
+        "company (its `requests_per_second` quota), too many wrong tokens from this address, or a create "
+        "over one of the company's quotas (`quota`, `limit` and `used` name it): retry after "
+        "`Retry-After` seconds when it is given",
     ),
     503: (
         "Unavailable",
@@ -685,7 +691,7 @@ def _error_codes(op: Op) -> list[int]:
     if not op.public:
         codes |= {401, 429, 503}
     if "{company}" in op.path:
-        codes.add(404)
+        codes |= {403, 404}  # a company key's scopes
     if op.admin:
         codes.add(403)
     if op.body:

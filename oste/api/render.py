@@ -9,15 +9,21 @@ from oste.domain import records as r
 from oste.domain.durations import format_duration
 
 
-def company(c: r.Company) -> dict[str, Any]:
-    return {
+def company(
+    c: r.Company, quotas: dict[str, int | None], usage: dict[str, int] | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "id": str(c.id),
         "name": c.name,
         "qos_level": c.qos_level,
         "paused": c.paused,
+        "quotas": quotas,
         "created_at": iso(c.created_at),
         "updated_at": iso(c.updated_at),
     }
+    if usage is not None:
+        out["usage"] = usage
+    return out
 
 
 def api_key(k: r.ApiKey, secret: str | None = None) -> dict[str, Any]:
@@ -28,6 +34,7 @@ def api_key(k: r.ApiKey, secret: str | None = None) -> dict[str, Any]:
         "created_at": iso(k.created_at),
         "revoked_at": iso(k.revoked_at),
         "last_used_at": iso(k.last_used_at),
+        "scopes": list(k.scopes),
     }
     if secret is not None:
         out["key"] = secret

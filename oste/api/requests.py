@@ -15,10 +15,11 @@ from starlette.requests import Request
 
 from oste.api.problems import HttpProblem
 from oste.domain.durations import DurationTooLong, parse_duration_seconds
+from oste.domain.json_values import check_storable
 from oste.domain.parameters import SLUG
 from oste.domain.records import Company
 from oste.domain.schedule import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME
-from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
+from oste.errors import Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
 from oste.operations.throttle import SignInThrottle
 from oste.storage.store import MAX_PAGE, Store
 
@@ -28,9 +29,6 @@ EARLIEST_TIME = EARLIEST_SCHEDULE_TIME
 """The earliest time a request may give (``scheduled_for``, filters, schedule bounds): 1970-01-02Z."""
 LATEST_TIME = LATEST_SCHEDULE_TIME
 """The latest time a request may give: 9999-12-30Z."""
-MAX_JSON_DEPTH = 64
-"""Deepest nesting of arrays and objects a request body may have."""
-NO_NUL = "must not contain NUL (U+0000) characters"
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,8 @@ class Principal:
     api_key_id: uuid.UUID | None = None
     """The key a company caller used (the audit names it)."""
     api_key_name: str | None = None
+    scopes: tuple[str, ...] = ("read", "write", "keys")
+    last_used_at: datetime | None = None
 
     @property
     def is_admin(self) -> bool:
@@ -83,51 +83,6 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     return data
 
 
-def check_storable(data: Any) -> None:
-    """Refuse what cannot be stored or echoed on every backend, naming the field: NUL (U+0000) in a
-    string or key (PostgreSQL text and jsonb refuse it), and nesting deeper than MAX_JSON_DEPTH."""
-    if _clean(data, 0):
-        return
-    errors: list[FieldError] = []
-    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
-    while stack:
-        node, path = stack.pop()
-        if len(path) > MAX_JSON_DEPTH:
-            where = "/".join(str(p) for p in path[:MAX_JSON_DEPTH])
-            raise InvalidInput.field(where, f"nests deeper than {MAX_JSON_DEPTH} levels")
-        if isinstance(node, str) and "\x00" in node:
-            errors.append(FieldError("/".join(str(p) for p in path), NO_NUL))
-        elif isinstance(node, dict):
-            for key, value in node.items():
-                if "\x00" in key:
-                    errors.append(FieldError("/".join(str(p) for p in (*path, key)), "name " + NO_NUL))
-                stack.append((value, (*path, key)))
-        elif isinstance(node, list):
-            stack.extend((item, (*path, index)) for index, item in enumerate(node))
-    if errors:
-        raise InvalidInput("; ".join(f"{e.field or 'body'}: {e.reason}" for e in errors[:20]), errors)
-
-
-def _clean(node: Any, depth: int) -> bool:
-    """True when ``check_storable`` has nothing to say (fast: no paths are built)."""
-    if depth > MAX_JSON_DEPTH:
-        return False
-    kind = type(node)
-    if kind is str:
-        return "\x00" not in node
-    if kind is dict:
-        for key, value in node.items():
-            if "\x00" in key or not _clean(value, depth + 1):
-                return False
-    elif kind is list:
-        for item in node:
-            if not _clean(item, depth + 1):
-                return False
-    elif isinstance(node, (str, dict, list)):
-        return False  # a subclass: let the full check decide
-    return True
-
-
 async def _discard(stream: AsyncIterator[bytes]) -> None:
     """Read and drop the rest of an oversized body (up to DRAIN_LIMIT bytes).
 
@@ -159,7 +114,7 @@ async def authenticate(
             throttle.failed(address)
         raise Unauthorized("the bearer token is not the admin token nor a valid (unrevoked) API key")
     company, key = found
-    return Principal(company, key.id, key.name)
+    return Principal(company, key.id, key.name, key.scopes, key.last_used_at)
 
 
 def bearer_token(request: Request) -> str:

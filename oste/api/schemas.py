@@ -16,8 +16,12 @@ from oste.domain.fastschema import compile_check
 from oste.domain.parameters import SLUG
 from oste.domain.records import VERBS
 from oste.domain.regexes import search
+from oste.domain.tenancy import MAX_QUOTA
+from oste.domain.tenancy import QUOTAS as QUOTA_NAMES
+from oste.domain.tenancy import SCOPES as SCOPE_NAMES
 from oste.errors import FieldError, InvalidInput
 
+USAGE_NAMES = ("scheduled_activities", "activity_types", "recurring_activities")
 SLUG_SCHEMA = {"type": "string", "pattern": f"^{SLUG.pattern}$", "description": "lower-case slug"}
 DURATION = {"type": "string", "description": "ISO 8601 duration, e.g. PT30S or P7D", "example": "PT30S"}
 DATETIME = {"type": "string", "format": "date-time", "description": "RFC 3339 with offset"}
@@ -75,9 +79,29 @@ def _patch(create: dict[str, Any], drop: tuple[str, ...] = ("name",)) -> dict[st
     return _obj(properties, minProperties=1)
 
 
+QUOTA_LIMIT = {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_QUOTA}
+QUOTAS_SCHEMA = _obj(
+    {name: {**QUOTA_LIMIT, "description": "null: unlimited"} for name in QUOTA_NAMES},
+    description="A company's quotas: a name left out keeps its current limit (the setting's default "
+    "until the operator sets one); null means unlimited.",
+)
 COMPANY_CREATE = _obj({"name": SLUG_SCHEMA, "qos_level": QOS, "paused": {"type": "boolean"}}, ("name",))
-COMPANY_PATCH = _patch(COMPANY_CREATE)
-API_KEY_CREATE = _obj({"name": {"type": "string", "minLength": 1, "maxLength": 63}})
+COMPANY_PATCH = _obj({**COMPANY_CREATE["properties"], "quotas": QUOTAS_SCHEMA}, minProperties=1)
+del COMPANY_PATCH["properties"]["name"]
+SCOPES_SCHEMA = {
+    "type": "array",
+    "items": {"enum": list(SCOPE_NAMES)},
+    "minItems": 1,
+    "uniqueItems": True,
+    "description": "read: GETs, long-polls, streams; write: everything on the company's work (implies read); "
+    "keys: create and revoke the company's keys",
+}
+API_KEY_CREATE = _obj(
+    {
+        "name": {"type": "string", "minLength": 1, "maxLength": 63},
+        "scopes": {**SCOPES_SCHEMA, "default": ["read", "write"]},
+    }
+)
 SOLUTION_CREATE = _obj(
     {
         "name": SLUG_SCHEMA,
@@ -281,8 +305,22 @@ BACKFILL = _obj(
 _TIMES = {"created_at": DATETIME, "updated_at": DATETIME}
 
 COMPANY = _obj(
-    {"id": ID, "name": SLUG_SCHEMA, "qos_level": QOS, "paused": {"type": "boolean"}, **_TIMES},
-    ("id", "name", "qos_level", "paused", "created_at", "updated_at"),
+    {
+        "id": ID,
+        "name": SLUG_SCHEMA,
+        "qos_level": QOS,
+        "paused": {"type": "boolean"},
+        "quotas": {
+            **_obj({name: QUOTA_LIMIT for name in QUOTA_NAMES}, QUOTA_NAMES),
+            "description": "the quotas in force (null: unlimited)",
+        },
+        "usage": {
+            **_obj({name: {"type": "integer"} for name in USAGE_NAMES}, USAGE_NAMES),
+            "description": "what the company holds against its quotas (one company's answers; not in lists)",
+        },
+        **_TIMES,
+    },
+    ("id", "name", "qos_level", "paused", "quotas", "created_at", "updated_at"),
 )
 API_KEY = _obj(
     {
@@ -292,9 +330,10 @@ API_KEY = _obj(
         "key": {"type": "string", "description": "the key itself: returned once, at creation"},
         "created_at": DATETIME,
         "revoked_at": NULLABLE_DATETIME,
-        "last_used_at": NULLABLE_DATETIME,
+        "last_used_at": {**NULLABLE_DATETIME, "description": "when it was last used (to the minute)"},
+        "scopes": SCOPES_SCHEMA,
     },
-    ("id", "name", "prefix", "created_at", "revoked_at"),
+    ("id", "name", "prefix", "created_at", "revoked_at", "scopes"),
 )
 SOLUTION = _obj(
     {

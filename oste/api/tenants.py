@@ -12,6 +12,8 @@ from starlette.routing import Route
 from oste.api import render, schemas
 from oste.api.context import actor_of, body, company_in_path, ctx, principal, self_audited, solution_in_path
 from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
+from oste.domain import records as r
+from oste.domain.tenancy import DEFAULT_SCOPES, check_quotas, check_scopes
 from oste.domain.uris import check_target_uri
 from oste.errors import InvalidInput
 
@@ -34,7 +36,9 @@ def no_content() -> Response:
 async def list_companies(request: Request) -> Response:
     require_admin(await principal(request))
     limit, cursor = paging(request)
-    return json(render.page(await ctx(request).store.list_companies(limit, cursor), render.company))
+    quotas = ctx(request).operations.context.quotas
+    page = await ctx(request).store.list_companies(limit, cursor)
+    return json(render.page(page, lambda company: render.company(company, quotas.of(company))))
 
 
 async def create_company(request: Request) -> Response:
@@ -43,12 +47,18 @@ async def create_company(request: Request) -> Response:
     company = await ctx(request).store.create_company(
         data["name"], data.get("qos_level", 1), data.get("paused", False)
     )
-    return json(render.company(company), 201)
+    return json(await _company(request, company), 201)
 
 
 async def get_company(request: Request) -> Response:
     _, company = await company_in_path(request)
-    return json(render.company(company))
+    return json(await _company(request, company))
+
+
+async def _company(request: Request, company: r.Company) -> dict[str, Any]:
+    """A company as one answer shows it: with its quotas in force and what it holds against them."""
+    quotas = ctx(request).operations.context.quotas
+    return render.company(company, quotas.of(company), await quotas.usage(company))
 
 
 @self_audited
@@ -56,8 +66,10 @@ async def patch_company(request: Request) -> Response:
     who, company = await company_in_path(request)
     require_admin(who)
     data = schemas.check_shape(schemas.COMPANY_PATCH, await body(request))
+    if "quotas" in data:
+        data["quotas"] = check_quotas(data["quotas"])
     updated = await ctx(request).operations.settings.update_company(actor_of(who), company, data)
-    return json(render.company(updated))
+    return json(await _company(request, updated))
 
 
 async def delete_company(request: Request) -> Response:
@@ -76,17 +88,22 @@ async def list_api_keys(request: Request) -> Response:
     return json(render.page(await ctx(request).store.list_api_keys(company, limit, cursor), render.api_key))
 
 
+@self_audited
 async def create_api_key(request: Request) -> Response:
-    _, company = await company_in_path(request)
+    who, company = await company_in_path(request)
     data = schemas.check_shape(schemas.API_KEY_CREATE, await body(request))
-    key, secret = await ctx(request).store.create_api_key(company, data.get("name", "default"))
+    scopes = check_scopes(data["scopes"]) if "scopes" in data else DEFAULT_SCOPES
+    key, secret = await ctx(request).operations.settings.create_api_key(
+        actor_of(who), company, data.get("name", "default"), scopes
+    )
     return json(render.api_key(key, secret), 201)
 
 
+@self_audited
 async def revoke_api_key(request: Request) -> Response:
-    _, company = await company_in_path(request)
+    who, company = await company_in_path(request)
     key_id = parse_uuid(request.path_params["key_id"], "key_id", "API key")
-    await ctx(request).store.revoke_api_key(company, key_id)
+    await ctx(request).operations.settings.revoke_api_key(actor_of(who), company, key_id)
     return no_content()
 
 

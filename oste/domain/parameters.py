@@ -40,7 +40,8 @@ def uri_placeholders(pattern: Any, field: str = "uri_pattern") -> tuple[str, ...
     """Validate a URI pattern and return its placeholder names in order of appearance.
 
     The pattern must be an absolute http(s) URL that ``check_target_uri`` accepts; placeholders are
-    ``{Name}`` (a letter or ``_``, then letters, digits, ``_`` and ``-``) in the path or query only.
+    ``{Name}`` (words of letters, digits and ``_`` joined by single dashes, the first starting with a
+    letter or ``_``) in the path or query only.
     """
     return check_target_uri(pattern, field)
 

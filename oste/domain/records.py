@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -77,6 +78,8 @@ class Company:
     paused: bool
     created_at: datetime
     updated_at: datetime
+    quotas: Mapping[str, int | None] | None = None
+    """The operator's quotas by name; a name not set takes the default (``oste.domain.tenancy``)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class ApiKey:
     created_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
+    scopes: tuple[str, ...] = ("read", "write", "keys")
 
 
 @dataclass(frozen=True)

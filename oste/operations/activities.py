@@ -15,6 +15,7 @@ from typing import Any
 
 from oste.domain import records as r
 from oste.domain.bulk import BulkResult, UpdatePlan
+from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES
 from oste.errors import Conflict
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
@@ -38,10 +39,12 @@ class ActivityOperations:
     ) -> tuple[r.Activity, bool]:
         """Create one activity (once per idempotency key): (activity, created now)."""
         actor.require(WRITE, "create activities")
-        async with atomic():
-            activity, fresh = await self.store.create_activity_once(item)
-            if fresh:
-                await self._audit(actor, company, solution, "create", activity.id)
+        await self.context.quotas.make_room(company, MAX_SCHEDULED_ACTIVITIES)
+
+        async def audited(created: r.Activity) -> None:  # in the insert's transaction
+            await self._audit(actor, company, solution, "create", created.id)
+
+        activity, fresh = await self.store.create_activity_once(item, audited)
         if fresh:
             self.context.notify_due(activity.next_attempt_at)
         return activity, fresh
@@ -58,6 +61,7 @@ class ActivityOperations:
         actor.require(WRITE, "create activities")
         if not items:
             return []
+        await self.context.quotas.make_room(company, MAX_SCHEDULED_ACTIVITIES, len(items))
         async with atomic():
             created = await self.store.create_activities(list(items))
             if audit:
@@ -100,8 +104,9 @@ class ActivityOperations:
     ) -> r.Activity:
         """Dead or cancelled -> scheduled, retries reset to its type's (``Conflict`` in another state)."""
         actor.require(WRITE, "requeue activities")
+        await self.context.quotas.make_room(company, MAX_SCHEDULED_ACTIVITIES)
         async with atomic():
-            if not await self.store.requeue_activities(solution, r.ActivityFilter(), activity.id):
+            if not await self.store.requeue_activity(solution, activity.id):
                 current = await self.store.get_activity(solution, activity.id)
                 raise Conflict(
                     f"activity is {current.state}; only a dead or cancelled activity can be requeued"

@@ -9,12 +9,12 @@ from typing import Any
 from oste.domain import records as r
 from oste.domain.audit import ADMIN, API_KEY, AuditEntry
 from oste.domain.ids import new_id
+from oste.domain.tenancy import KEYS, READ, SCOPES, WRITE
 from oste.errors import Forbidden, NotFound
 
-READ = "read"
-WRITE = "write"
-KEYS = "keys"
-ALL_SCOPES = frozenset({READ, WRITE, KEYS})
+__all__ = ["ALL_SCOPES", "API", "CLI", "KEYS", "READ", "SYSTEM", "UI", "WRITE", "Actor"]
+
+ALL_SCOPES = frozenset(SCOPES)
 
 API = "api"
 UI = "ui"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from oste.domain.tenancy import QuotaDefaults
+from oste.operations.quotas import Quotas
 from oste.storage.audit import AuditLog
 from oste.storage.store import Store
 
@@ -20,7 +23,12 @@ class OperationContext:
 
     store: Store
     notify_due: Callable[[datetime], None] = field(default=_nobody)
+    quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
 
     @property
     def audit(self) -> AuditLog:
         return AuditLog(self.store.clock)
+
+    @functools.cached_property
+    def quotas(self) -> Quotas:
+        return Quotas(self.store, self.quota_defaults)

@@ -7,12 +7,14 @@ is due.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from oste.domain import records as r
 from oste.domain.recurrence import Overlap, Recurrence
+from oste.domain.tenancy import MAX_RECURRING_ACTIVITIES
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
 from oste.storage.changes import atomic
@@ -42,6 +44,7 @@ class RecurringOperations:
         """Store a recurring activity of ``kind`` (``values`` validated by the face: schedule, timezone,
         bounds, parameter, object_id, retries, priority, paused, policies) and plan its next occurrence."""
         actor.require(WRITE, "create recurring activities")
+        await self.context.quotas.make_room(company, MAX_RECURRING_ACTIVITIES)
         now = self.store.clock.now()
         upcoming = recurrence.fire_times(now, 1)
         stored = {
@@ -105,7 +108,7 @@ class RecurringOperations:
             await self._audit(actor, company, solution, "pause" if paused else "resume", recurring.id)
         return await self.planned(recurring.id)
 
-    async def planned(self, recurring_id: object) -> r.RecurringActivity:
+    async def planned(self, recurring_id: uuid.UUID) -> r.RecurringActivity:
         """Create its next occurrence now (if it is due to have one) and wake the engine for it."""
         occurrences = self.occurrences
         await occurrences.materialise(recurring_id)
@@ -156,10 +159,16 @@ class RecurringOperations:
         company: r.Company,
         solution: r.Solution,
         action: str,
-        recurring_id: object,
-        details: dict[str, object] | None = None,
+        recurring_id: uuid.UUID,
+        details: Mapping[str, object] | None = None,
     ) -> None:
         entry = actor.entry(
-            company, solution, action, "recurring_activity", recurring_id, details, self.store.clock.now()
+            company,
+            solution,
+            action,
+            "recurring_activity",
+            recurring_id,
+            dict(details) if details else None,
+            self.store.clock.now(),
         )
         await self.context.audit.record(entry)

@@ -6,10 +6,13 @@ transaction that makes it.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from oste.domain import records as r
+from oste.domain.tenancy import KEYS, MAX_ACTIVITY_TYPES
+from oste.errors import Forbidden
 from oste.operations.actors import API, WRITE, Actor
 from oste.operations.context import OperationContext
 from oste.storage.changes import atomic
@@ -54,6 +57,49 @@ class SettingsOperations:
             await self._audit(actor, company, solution, changes, fields, "solution", solution.name)
         self._resumed(changes)
         return updated
+
+    async def create_type(
+        self, actor: Actor, company: r.Company, solution: r.Solution, values: dict[str, Any]
+    ) -> r.ActivityType:
+        """Create an activity type (validated ``values``) within the company's quota of types."""
+        actor.require(WRITE, "create activity types")
+        await self.context.quotas.make_room(company, MAX_ACTIVITY_TYPES)
+        async with atomic():
+            created = await self.store.create_activity_type(solution, values)
+            entry = actor.entry(
+                company, solution, "create", "activity_type", created.name, None, self.store.clock.now()
+            )
+            await self.context.audit.record(entry)
+        return created
+
+    async def create_api_key(
+        self, actor: Actor, company: r.Company, name: str, scopes: tuple[str, ...]
+    ) -> tuple[r.ApiKey, str]:
+        """Mint a key of the company (shown once); a key cannot grant a scope it does not hold."""
+        actor.reach(company)
+        actor.require(KEYS, "create API keys")
+        beyond = sorted(set(scopes) - actor.scopes)
+        if beyond:
+            raise Forbidden(f"this key cannot grant scopes it does not hold: {', '.join(beyond)}")
+        async with atomic():
+            key, secret = await self.store.create_api_key(company, name, scopes)
+            details = {"name": name, "scopes": list(scopes)}
+            await self.context.audit.record(
+                actor.entry(company, None, "create", "api_key", key.id, details, self.store.clock.now())
+            )
+        return key, secret
+
+    async def revoke_api_key(self, actor: Actor, company: r.Company, key_id: uuid.UUID) -> r.ApiKey:
+        """Revoke a key: it stops working at once, its UI sign-ins end, and its open streams and
+        long-polls close within seconds (they ask ``Store.api_key_active`` as they go)."""
+        actor.reach(company)
+        actor.require(KEYS, "revoke API keys")
+        async with atomic():
+            key = await self.store.revoke_api_key(company, key_id)
+            await self.context.audit.record(
+                actor.entry(company, None, "revoke", "api_key", key.id, None, self.store.clock.now())
+            )
+        return key
 
     async def pause_type(
         self, actor: Actor, company: r.Company, solution: r.Solution, kind: r.ActivityType, paused: bool

@@ -263,11 +263,11 @@ def _event(strategy: ClaimStrategy, row: dict[str, Any]) -> Event:
     return Event(
         txid=int(row["txid"]),
         seq=int(row["seq"]),
-        activity_id=strategy.uuid_of(row["activity_id"]),  # type: ignore[arg-type]
-        activity_type_id=strategy.uuid_of(row["activity_type_id"]),  # type: ignore[arg-type]
+        activity_id=strategy.uuid_of(row["activity_id"]),
+        activity_type_id=strategy.uuid_of(row["activity_type_id"]),
         object_id=row["object_id"],
         event=row["event"],
         attempt=int(row["attempt"]),
         outcome=row["outcome"],
-        at=strategy.time_of(row["at"]),  # type: ignore[arg-type]
+        at=strategy.time_of(row["at"]),
     )

@@ -37,6 +37,8 @@ class Company(Model):
     name = fields.CharField(max_length=63, unique=True)
     qos_level = fields.IntField(default=1)
     paused = fields.BooleanField(default=False)
+    quotas: fields.JSONField[dict[str, int | None] | None] = fields.JSONField(null=True)
+    """The operator's quotas of this company by name (a missing name: the setting's default)."""
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
 
@@ -56,6 +58,9 @@ class ApiKey(Model):
     created_at = fields.DatetimeField()
     revoked_at = fields.DatetimeField(null=True)
     last_used_at = fields.DatetimeField(null=True)
+    scopes = fields.CharField(max_length=64, default="read,write", db_default="read,write,keys")
+    """What the key may do, comma-separated (``oste.domain.tenancy``); keys made before scopes existed
+    hold them all."""
 
     class Meta:
         table = "api_key"
@@ -329,6 +334,8 @@ class UiSession(Model):
     api_key_name = fields.CharField(max_length=63, null=True)
     flashes: fields.JSONField[list[list[str]]] = fields.JSONField(default=list)
     used_at = fields.DatetimeField()
+    signed_in_at = fields.DatetimeField(null=True)
+    """When it signed in: a session ends ``OSTE_UI_SESSION_MAX_AGE`` later however busy it is."""
 
     class Meta:
         table = "ui_session"

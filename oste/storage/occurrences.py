@@ -50,7 +50,7 @@ from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
 from oste.storage.database import outages_unavailable
 from oste.storage.events import record_created
-from oste.storage.store import recurring_record
+from oste.storage.store import activity_record, recurring_record
 
 DEFAULT_LOOKAHEAD = 30.0
 """Seconds ahead occurrences are created (overlap policies other than ``allow`` wait until due). Not a
@@ -429,7 +429,7 @@ class RecurrenceStore:
                 await record_created([(row.solution_id, row.id)], now)
         except IntegrityError:
             raise Conflict("an occurrence at this very instant exists; try again") from None
-        return _activity(row, kind.name)
+        return activity_record(row, kind.name)
 
     async def backfill(
         self,
@@ -482,7 +482,7 @@ class RecurrenceStore:
         async with _db(), in_transaction():
             await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
             await record_created([(row.solution_id, row.id) for row in rows], now)
-        return [_activity(row, kind.name) for row in rows]
+        return [activity_record(row, kind.name) for row in rows]
 
     async def _count_skipped(self, recurring_id: uuid.UUID, count: int) -> None:
         if count <= 0:
@@ -547,19 +547,6 @@ def _occurrence_row(
         idempotency_key=idempotency_key(activity_id, ra.id, at),
         created_at=now,
         updated_at=now,
-    )
-
-
-_DERIVED = ("activity_type", "state")
-
-
-def _activity(row: m.Activity, type_name: str) -> r.Activity:
-    return r.Activity(
-        **{
-            f: getattr(row, f) for f in r.Activity.__dataclass_fields__ if f not in ("activity_type", "state")
-        },
-        activity_type=type_name,
-        state=r.ActivityState(row.state),
     )
 
 

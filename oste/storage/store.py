@@ -1,6 +1,11 @@
-"""The Store contract: every read and write OSTE makes, in domain verbs, returning frozen records.
+"""The Store: the tenants' resources (companies, API keys, solutions, activity types, activities,
+recurring activities) in domain verbs, returning frozen records.
 
-The API, the engine and the UI talk to storage only through ``Store``. Its methods:
+It is one of storage's parts: the engine's claims and completions are ``storage.dispatch``, occurrences
+``storage.occurrences``, log shipping ``storage.rollers``, statistics ``storage.stats``, the event
+stream ``storage.events``, the audit ``storage.audit``, UI sessions ``storage.ui_sessions``; bulk and
+type changes ``storage.bulk`` and ``storage.type_changes``. Operations (``oste.operations``) change
+them inside ``storage.changes.atomic``. Its methods:
 
 - return plain records from ``oste.domain.records`` (never ORM objects);
 - raise ``NotFound`` when a resource does not exist *in the given parent* (so another company's
@@ -9,7 +14,8 @@ The API, the engine and the UI talk to storage only through ``Store``. Its metho
   ``Unavailable`` when the database cannot be reached;
 - write multi-row changes all-or-nothing (one transaction).
 
-SQLite and PostgreSQL share this implementation; they differ only in the claim strategy the engine uses.
+SQLite and PostgreSQL share this implementation (Tortoise's queries); statements written in SQL go
+through the dialect's strategy (``storage.dialects``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -48,6 +54,22 @@ def to_record(cls: type[R], row: Any, **overrides: Any) -> R:
     for f in dataclasses.fields(cls):
         values[f.name] = overrides[f.name] if f.name in overrides else get(f.name)
     return cls(**values)
+
+
+def activity_record(row: m.Activity, type_name: str) -> r.Activity:
+    """An activity's record from its ORM row: the one converter every ORM read goes through (raw rows
+    are decoded by ``storage.rollers``, whose statements read them without the ORM)."""
+    return to_record(
+        r.Activity,
+        row,
+        activity_type=type_name,
+        state=r.ActivityState(row.state),
+        last_outcome=r.Outcome(row.last_outcome) if row.last_outcome else None,
+    )
+
+
+def _api_key(row: m.ApiKey) -> r.ApiKey:
+    return to_record(r.ApiKey, row, scopes=tuple(row.scopes.split(",")) if row.scopes else ())
 
 
 def recurring_record(row: Any, type_name: str) -> r.RecurringActivity:
@@ -164,7 +186,9 @@ class Store:
         return await page_of(m.Company.all(), limit, cursor, self._company)
 
     async def update_company(self, company: r.Company, changes: dict[str, Any]) -> r.Company:
-        """Apply validated changes (qos_level, paused)."""
+        """Apply validated changes (qos_level, paused, quotas: merged into the company's own)."""
+        if "quotas" in changes:
+            changes = {**changes, "quotas": {**(company.quotas or {}), **changes["quotas"]}}
         await self._update(m.Company.filter(id=company.id), changes, "company not found")
         return await self.get_company_by_id(company.id)
 
@@ -178,9 +202,21 @@ class Store:
             await self._delete_activities(m.Activity.filter(company_id=company.id))
             await m.Company.filter(id=company.id).delete()
 
+    async def company_usage(self, company: r.Company) -> dict[str, int]:
+        """What a company holds against its quotas: scheduled (and running) activities, activity types
+        and recurring activities. Raises Unavailable when the database cannot be reached."""
+        live = [r.ActivityState.SCHEDULED, r.ActivityState.RUNNING]
+        return {
+            "scheduled_activities": await m.Activity.filter(company_id=company.id, state__in=live).count(),
+            "activity_types": await m.ActivityType.filter(company_id=company.id).count(),
+            "recurring_activities": await m.RecurringActivity.filter(company_id=company.id).count(),
+        }
+
     # --- API keys ----------------------------------------------------------------------------------
 
-    async def create_api_key(self, company: r.Company, name: str) -> tuple[r.ApiKey, str]:
+    async def create_api_key(
+        self, company: r.Company, name: str, scopes: tuple[str, ...] = ("read", "write")
+    ) -> tuple[r.ApiKey, str]:
         """Create an API key for the company; returns the record and the secret (shown once only)."""
         secret = new_api_key()
         row = m.ApiKey(
@@ -190,13 +226,14 @@ class Store:
             prefix=secret[:12],
             key_hash=hash_secret(secret),
             created_at=self.clock.now(),
+            scopes=",".join(scopes),
         )
         await row.save()
-        return to_record(r.ApiKey, row), secret
+        return _api_key(row), secret
 
     async def list_api_keys(self, company: r.Company, limit: int, cursor: str | None = None) -> r.Page:
         query = m.ApiKey.filter(company_id=company.id)
-        return await page_of(query, limit, cursor, lambda row: to_record(r.ApiKey, row))
+        return await page_of(query, limit, cursor, _api_key)
 
     async def revoke_api_key(self, company: r.Company, key_id: uuid.UUID) -> r.ApiKey:
         """Revoke a key of this company (idempotent). Raises NotFound for another company's key."""
@@ -205,7 +242,16 @@ class Store:
         if row.revoked_at is None:
             row.revoked_at = self.clock.now()
             await row.save(update_fields=["revoked_at"])
-        return to_record(r.ApiKey, row)
+        await m.UiSession.filter(api_key_id=key_id).delete()  # its UI sign-ins end with it
+        return _api_key(row)
+
+    async def api_key_active(self, key_id: uuid.UUID) -> bool:
+        """Whether this key still exists unrevoked (streams and long-polls ask it as they go)."""
+        return await m.ApiKey.filter(id=key_id, revoked_at__isnull=True).exists()
+
+    async def touch_api_key(self, key_id: uuid.UUID, at: datetime) -> None:
+        """Record that the key was used (callers write this coarsely, not per request)."""
+        await m.ApiKey.filter(id=key_id).update(last_used_at=at)
 
     async def api_key_of(self, secret: str) -> tuple[r.Company, r.ApiKey] | None:
         """The company and the unrevoked key a secret belongs to, or None (one query)."""
@@ -214,7 +260,7 @@ class Store:
             .select_related("company")
             .first()
         )
-        return None if row is None else (self._company(row.company), to_record(r.ApiKey, row))
+        return None if row is None else (self._company(row.company), _api_key(row))
 
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""
@@ -348,14 +394,19 @@ class Store:
         """
         return await insert_activities(new, self.clock.now())
 
-    async def create_activity_once(self, new: r.NewActivity) -> tuple[r.Activity, bool]:
+    async def create_activity_once(
+        self, new: r.NewActivity, then: Callable[[r.Activity], Awaitable[None]] | None = None
+    ) -> tuple[r.Activity, bool]:
         """Create an activity under an idempotency key; returns (activity, created).
 
         The same key with the same request hash returns the stored activity and ``created=False``; the
         same key with a different hash raises InvalidInput naming the ``Idempotency-Key`` header.
+        ``then`` runs in the insert's transaction once the row is in (an operation's audit row): each
+        attempt is a transaction of its own, so losing the race to a concurrent request rolls back
+        cleanly and the winner's activity is read.
         """
         if new.idempotency_key is None:
-            return (await self.create_activities([new]))[0], True
+            return await self._create_one(new, then), True
         for _ in range(2):
             existing = await m.Activity.filter(
                 solution_id=new.activity_type.solution_id, idempotency_key=new.idempotency_key
@@ -367,10 +418,19 @@ class Store:
                     )
                 return await self._with_type_name(existing), False
             try:
-                return (await self.create_activities([new]))[0], True
+                return await self._create_one(new, then), True
             except Conflict:
                 continue  # a concurrent request with the same key won the race: read its activity
         raise Conflict("the idempotency key is being used concurrently; retry the request")
+
+    async def _create_one(
+        self, new: r.NewActivity, then: Callable[[r.Activity], Awaitable[None]] | None
+    ) -> r.Activity:
+        async with in_transaction():
+            created = (await self.create_activities([new]))[0]
+            if then is not None:
+                await then(created)
+        return created
 
     async def get_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> r.Activity:
         row = await self._one(
@@ -438,73 +498,37 @@ class Store:
             raise Conflict(f"activity is already {current.state}; nothing to cancel")
         return await self._activity_by_id(activity.id)
 
-    async def requeue_activities(
-        self, solution: r.Solution, filters: r.ActivityFilter, activity_id: uuid.UUID | None = None
-    ) -> int:
-        """Put dead or cancelled activities back to ``scheduled`` with their type's retries.
+    async def requeue_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> bool:
+        """Put one dead or cancelled activity back to ``scheduled`` with its type's retries, due now (or
+        at its ``scheduled_for`` if that is still ahead: it was cancelled before it fired).
 
-        Each is due now, or at its ``scheduled_for`` if that is still ahead.
-
-        Applies to the matching activities (or the one ``activity_id``) that are dead or cancelled;
-        others are left alone. Returns how many were requeued.
+        The state is checked in the statement: False (nothing changed) when it is not dead or cancelled.
         """
         now = self.clock.now()
-        query = _filtered(solution, filters).filter(
-            state__in=[r.ActivityState.DEAD, r.ActivityState.CANCELLED]
+        query = m.Activity.filter(
+            id=activity_id,
+            solution_id=solution.id,
+            state__in=[r.ActivityState.DEAD, r.ActivityState.CANCELLED],
         )
-        if activity_id is not None:
-            query = query.filter(id=activity_id)
-        count = 0
-        types = await m.ActivityType.filter(solution_id=solution.id).values_list("id", "retries")
-        async with in_transaction():
-            for type_id, retries in types:
-                of_type = query.filter(activity_type_id=type_id)
-                reset = {
-                    "state": r.ActivityState.SCHEDULED,
-                    "retries": retries,
-                    "finished_at": None,
-                    "claim_token": None,
-                    "claimed_by": None,
-                    "lease_expires_at": None,
-                    "updated_at": now,
-                }
-                # never fired (cancelled ahead of time): keep its time; otherwise due now
-                count += await of_type.filter(scheduled_for__gt=now).update(
-                    **reset, next_attempt_at=F("scheduled_for")
-                )
-                count += await of_type.filter(scheduled_for__lte=now).update(**reset, next_attempt_at=now)
-        return count
-
-    async def cancel_activities(self, solution: r.Solution, filters: r.ActivityFilter) -> int:
-        """Cancel every matching scheduled activity; returns how many were cancelled."""
-        now = self.clock.now()
-        query = _filtered(solution, filters).filter(state=r.ActivityState.SCHEDULED)
-        return await query.update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
-
-    async def scheduled_activities(
-        self, solution: r.Solution, filters: r.ActivityFilter, limit: int
-    ) -> list[r.Activity]:
-        """Up to ``limit`` matching scheduled activities (for bulk updates, which validate each one)."""
-        query = _filtered(solution, filters).filter(state=r.ActivityState.SCHEDULED)
-        names = await self._type_names(solution.id)
-        rows = await query.order_by("id").limit(limit)
-        return [self._activity(row, names[row.activity_type_id]) for row in rows]
-
-    async def update_scheduled_activities(self, updates: list[tuple[r.Activity, dict[str, Any]]]) -> int:
-        """Apply per-activity changes all-or-nothing; activities no longer scheduled are skipped.
-
-        Returns how many were changed.
-        """
-        now = self.clock.now()
-        changed = 0
-        async with in_transaction():
-            for activity, changes in updates:
-                values = _in_utc(dict(changes, updated_at=now))
-                if "scheduled_for" in values:
-                    values["next_attempt_at"] = values["scheduled_for"]
-                query = m.Activity.filter(id=activity.id, state=r.ActivityState.SCHEDULED)
-                changed += await query.update(**values)
-        return changed
+        row = await query.first().values("activity_type_id", "scheduled_for")
+        if row is None:
+            return False
+        retries = (
+            await m.ActivityType.filter(id=row["activity_type_id"]).first().values_list("retries", flat=True)
+        )
+        reset = {
+            "state": r.ActivityState.SCHEDULED,
+            "retries": retries,
+            "finished_at": None,
+            "claim_token": None,
+            "claimed_by": None,
+            "lease_expires_at": None,
+            "updated_at": now,
+        }
+        ahead = query.filter(scheduled_for__gt=now)
+        changed = await ahead.update(**reset, next_attempt_at=F("scheduled_for"))
+        changed += await query.filter(scheduled_for__lte=now).update(**reset, next_attempt_at=now)
+        return changed > 0
 
     async def list_executions(self, activity: r.Activity, limit: int, cursor: str | None = None) -> r.Page:
         query = m.Execution.filter(activity_id=activity.id)
@@ -624,13 +648,7 @@ class Store:
 
     @staticmethod
     def _activity(row: m.Activity, type_name: str) -> r.Activity:
-        return to_record(
-            r.Activity,
-            row,
-            activity_type=type_name,
-            state=r.ActivityState(row.state),
-            last_outcome=r.Outcome(row.last_outcome) if row.last_outcome else None,
-        )
+        return activity_record(row, type_name)
 
     @staticmethod
     def _company(row: m.Company) -> r.Company:

@@ -30,6 +30,10 @@ class SessionRecord:
     flashes: list[list[str]] = field(default_factory=list)
     api_key_id: uuid.UUID | None = None
     api_key_name: str | None = None
+    scopes: tuple[str, ...] = ()
+    """The signed-in key's scopes, read with the session (the operator's session has none: it needs none)."""
+    stored: bool = True
+    """False for the signed-out form's session, which is derived from its cookie and never written."""
 
 
 def _utc(value: Any) -> datetime:
@@ -38,7 +42,7 @@ def _utc(value: Any) -> datetime:
     return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _record(row: m.UiSession) -> SessionRecord:
+def _record(row: m.UiSession, scopes: tuple[str, ...] = ()) -> SessionRecord:
     return SessionRecord(
         row.id,
         row.csrf,
@@ -48,6 +52,7 @@ def _record(row: m.UiSession) -> SessionRecord:
         list(row.flashes or []),
         row.api_key_id,
         row.api_key_name,
+        scopes,
     )
 
 
@@ -55,9 +60,10 @@ def _record(row: m.UiSession) -> SessionRecord:
 class UiSessionStore:
     """Create, read, flash, end and prune UI sessions."""
 
-    def __init__(self, clock: Clock, lifetime: timedelta) -> None:
+    def __init__(self, clock: Clock, lifetime: timedelta, max_age: timedelta = timedelta(hours=12)) -> None:
         self.clock = clock
         self.lifetime = lifetime
+        self.max_age = max_age
 
     async def create(
         self,
@@ -79,9 +85,10 @@ class UiSessionStore:
             api_key_name=key_name,
             flashes=[],
             used_at=now,
+            signed_in_at=now if signed_in else None,
         )
         await row.save(force_create=True)
-        return _record(row)
+        return _record(row, await self._scopes(key_id))
 
     async def get(self, key: str) -> SessionRecord | None:
         """The live session with this key (its last use refreshed now and then), or None."""
@@ -89,9 +96,25 @@ class UiSessionStore:
         row = await m.UiSession.filter(id=key, used_at__gte=now - self.lifetime).first()
         if row is None:
             return None
+        if row.signed_in and (row.signed_in_at is None or now - _utc(row.signed_in_at) > self.max_age):
+            await self.end(key)  # signed in too long ago, however busy since
+            return None
+        scopes: tuple[str, ...] = ()
+        if row.api_key_id is not None:
+            scopes = await self._scopes(row.api_key_id)
+            if not scopes:  # its key was revoked (revoking also deletes the session: this is the race)
+                await self.end(key)
+                return None
         if now - _utc(row.used_at) > TOUCH_AFTER:
             await m.UiSession.filter(id=key).update(used_at=now)
-        return _record(row)
+        return _record(row, scopes)
+
+    async def _scopes(self, key_id: uuid.UUID | None) -> tuple[str, ...]:
+        """An unrevoked key's scopes; () for a revoked or missing one (and for no key)."""
+        if key_id is None:
+            return ()
+        found = await m.ApiKey.filter(id=key_id, revoked_at__isnull=True).values_list("scopes", flat=True)
+        return tuple(str(found[0]).split(",")) if found else ()
 
     async def end(self, key: str) -> None:
         await m.UiSession.filter(id=key).delete()

@@ -17,12 +17,13 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
 from oste.operations.throttle import SignInThrottle
 from oste.storage.store import Store
 from oste.ui import actions, auth, browse, dashboard, schedules
 from oste.ui.context import Forbidden403, Refused, UiContext, render
-from oste.ui.sessions import Sessions, cookie_key
+from oste.ui.sessions import MAX_AGE_SECONDS, Sessions, cookie_key
 
 __all__ = ["UiContext", "ui_app"]
 
@@ -90,6 +91,8 @@ def ui_app(
     admin_token: str,
     notify_due: Callable[[datetime], None] | None = None,
     sessions: Sessions | None = None,
+    quota_defaults: QuotaDefaults | None = None,
+    session_max_age: float = MAX_AGE_SECONDS,
     throttle: SignInThrottle | None = None,
 ) -> Starlette:
     """The UI as an app of its own, to be mounted at ``/ui`` (its errors are pages, not problem+json)."""
@@ -108,8 +111,9 @@ def ui_app(
     app.state.ui = UiContext(
         store=store,
         admin_token=admin_token,
-        sessions=sessions or Sessions(store.clock, cookie_key(admin_token)),
+        sessions=sessions or Sessions(store.clock, cookie_key(admin_token), max_age=session_max_age),
         notify_due=notify_due or (lambda when: None),
+        quota_defaults=quota_defaults or QuotaDefaults(),
         throttle=throttle or SignInThrottle(),
     )
     return app
@@ -119,6 +123,8 @@ def mount(
     store: Store,
     admin_token: str,
     notify_due: Callable[[datetime], None] | None = None,
+    quota_defaults: QuotaDefaults | None = None,
+    session_max_age: float = MAX_AGE_SECONDS,
     throttle: SignInThrottle | None = None,
 ) -> list[Route | Mount]:
     """The routes the server adds beside the API's: ``/ui`` (redirecting to ``/ui/``) and the app."""
@@ -126,5 +132,5 @@ def mount(
     async def to_slash(request: Request) -> Response:
         return RedirectResponse("/ui/", status_code=307)
 
-    app = ui_app(store, admin_token, notify_due, throttle=throttle)
+    app = ui_app(store, admin_token, notify_due, None, quota_defaults, session_max_age, throttle)
     return [Route("/ui", to_slash), Mount("/ui", app=app)]

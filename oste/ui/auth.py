@@ -23,11 +23,12 @@ from oste.ui.sessions import COOKIE, Session
 
 
 async def sign_in_form(request: Request) -> Response:
-    """The sign-in form; a browser without a session gets one (it holds the form's CSRF token)."""
+    """The sign-in form; a browser without a session gets a signed-out one in its cookie (it holds the
+    form's CSRF token; nothing is written until the sign-in succeeds)."""
     session = await session_of(request)
     fresh = session is None
     if session is None:
-        session = await ui(request).sessions.new()
+        session = ui(request).sessions.signed_out()  # stores nothing: its CSRF token is derived
     request.state.session = session
     next_path = request.query_params.get("next", "")
     response = await render(request, "sign_in.html", next=next_path if _is_ui_path(next_path) else "")

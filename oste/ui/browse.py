@@ -49,8 +49,21 @@ async def company(request: Request, viewer: Viewer) -> Response:
     found = await company_in_path(request, viewer)
     cursor = request.query_params.get("cursor") or None
     listing = await ui(request).store.list_solutions(found, PAGE_SIZE, cursor)
+    quotas = ui(request).operations.context.quotas
+    usage = await quotas.usage(found)
+    held = {
+        "max_scheduled_activities": usage["scheduled_activities"],
+        "max_activity_types": usage["activity_types"],
+        "max_recurring_activities": usage["recurring_activities"],
+    }
     return await render(
-        request, "company.html", company=found, solutions=listing.items, next_cursor=listing.next_cursor
+        request,
+        "company.html",
+        company=found,
+        solutions=listing.items,
+        next_cursor=listing.next_cursor,
+        quotas=quotas.of(found),
+        held=held,
     )
 
 

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from oste.domain import records as r
+from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
 from oste.operations import UI, Actor, OperationContext, Operations
 from oste.operations.throttle import SignInThrottle
@@ -42,13 +43,14 @@ class UiContext:
     admin_token: str
     sessions: Sessions
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
+    quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
     throttle: SignInThrottle = field(default_factory=SignInThrottle)
     """Wrong tokens per client address (shared with the API's bearer check)."""
 
     @functools.cached_property
     def operations(self) -> Operations:
         """The operations every action calls (the API's handlers call the same ones)."""
-        return Operations(OperationContext(self.store, self.notify_due))
+        return Operations(OperationContext(self.store, self.notify_due, self.quota_defaults))
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,9 @@ class Viewer:
         record = self.session.record
         if self.company is None:
             return Actor(via=UI)
-        return Actor(self.company, record.api_key_id, record.api_key_name, via=UI)
+        return Actor(
+            self.company, record.api_key_id, record.api_key_name, via=UI, scopes=frozenset(record.scopes)
+        )
 
 
 class Forbidden403(Exception):

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from oste.domain import records as r
+from oste.domain.json_values import check_storable
 from oste.domain.parameters import ParameterRules
 from oste.domain.recurrence import DstAmbiguous, DstNonexistent, Recurrence
 from oste.domain.schedule import FIELDS as CRON_FIELDS
@@ -147,6 +148,7 @@ def _common(form: dict[str, str], kind: r.ActivityType) -> tuple[dict[str, Any],
     if not isinstance(parameter, dict):
         raise Refused("parameter: must be a JSON object")
     try:
+        check_storable({"parameter": parameter})  # the API's own check of every body: NUL, nesting
         object_id = ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref).check(
             parameter
         )

@@ -21,6 +21,10 @@ from oste.storage.ui_sessions import SessionRecord, UiSessionStore
 COOKIE = "oste_ui"
 SESSION_SECONDS = 8 * 3600.0
 """A session ends this long after it was last used."""
+MAX_AGE_SECONDS = 12 * 3600.0
+"""A session ends this long after it signed in, however busy (``OSTE_UI_SESSION_MAX_AGE``)."""
+PRE = "pre-"
+"""The id prefix of a signed-out visitor's session, which is never stored."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,22 @@ class Sessions:
     """The UI's sessions; cookies are signed with ``key`` (derived from the admin token by the server,
     so every process signs alike)."""
 
-    def __init__(self, clock: Clock, key: bytes, lifetime: float = SESSION_SECONDS) -> None:
+    def __init__(
+        self, clock: Clock, key: bytes, lifetime: float = SESSION_SECONDS, max_age: float = MAX_AGE_SECONDS
+    ) -> None:
         self._key = key
-        self._store = UiSessionStore(clock, timedelta(seconds=lifetime))
+        self._clock = clock
+        self._store = UiSessionStore(clock, timedelta(seconds=lifetime), timedelta(seconds=max_age))
+
+    def signed_out(self) -> Session:
+        """The sign-in form's session: nothing is stored (a signed-out visitor writes nothing); its id
+        is ``pre-`` and a nonce, and its CSRF token is derived from the nonce with the cookie key."""
+        session_id = PRE + secrets.token_urlsafe(24)
+        return Session(session_id, self._pre_record(session_id))
+
+    def _pre_record(self, session_id: str) -> SessionRecord:
+        csrf = hmac.new(self._key, b"csrf:" + session_id.encode(), hashlib.sha256).hexdigest()[:43]
+        return SessionRecord(_key(session_id), csrf, False, None, self._clock.now(), stored=False)
 
     async def new(
         self,
@@ -77,7 +94,7 @@ class Sessions:
     ) -> Session:
         """A new signed-in session (new id and CSRF token, so a planted id is worthless); the old one ends.
         ``api_key`` (id, name): the company key that signed in."""
-        if previous is not None:
+        if previous is not None and previous.record.stored:
             await self.end(previous)
         return await self.new(signed_in=True, company_id=company_id, api_key=api_key)
 
@@ -94,12 +111,15 @@ class Sessions:
         session_id, signature = value.rsplit(".", 1)
         if not hmac.compare_digest(signature, self._signature(session_id)):
             return None
+        if session_id.startswith(PRE):
+            return Session(session_id, self._pre_record(session_id))
         record = await self._store.get(_key(session_id))
         return None if record is None else Session(session_id, record)
 
     async def flash(self, session: Session, message: str, kind: str = "ok") -> None:
         """Show ``message`` on the next page this session opens (``kind``: ok or error)."""
-        await self._store.flash(session.record, kind, message)
+        if session.record.stored:
+            await self._store.flash(session.record, kind, message)
 
     async def take_flashes(self, session: Session) -> list[tuple[str, str]]:
         return await self._store.take_flashes(session.record)

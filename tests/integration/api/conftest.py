@@ -350,8 +350,11 @@ TABLES = ("company", "api_key", "solution", "activity_type", "activity", "recurr
 
 
 async def dump(api: Api) -> dict[str, list[dict[str, Any]]]:
-    """Every row of every resource table: equal dumps mean nothing was stored or changed."""
+    """Every row of every resource table: equal dumps mean nothing was stored or changed. A key's
+    ``last_used_at`` is left out: using a key is not a change (it is noted at most once a minute)."""
     rows = await db_rows(api.database_url, *(f"SELECT * FROM {table} ORDER BY id" for table in TABLES))
+    for key in rows[TABLES.index("api_key")]:
+        key.pop("last_used_at", None)
     return dict(zip(TABLES, rows, strict=True))
 
 

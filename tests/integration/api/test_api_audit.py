@@ -61,7 +61,10 @@ async def test_changes_are_recorded_with_who_made_them_newest_first(api: Api) ->
         ("create", "company", None),
     ]
     assert len(company_rows) == len(rows) + 2
-    assert company_rows[-2]["resource_id"] == key["id"] and company_rows[-2]["details"] == {"name": "partner"}
+    assert company_rows[-2]["resource_id"] == key["id"] and company_rows[-2]["details"] == {
+        "name": "partner",
+        "scopes": ["read", "write"],
+    }
 
     # a company key reads its own company only
     other = await api.company()

@@ -204,7 +204,12 @@ async def test_a_revoked_key_is_401_and_other_keys_keep_working(api: Api, sides:
     mine, _ = sides
     company = f"/v1/companies/{mine.tenant.company}"
     second = (
-        await api.post(f"{company}/api-keys", {"name": "second"}, token=mine.tenant.key, expect=201)
+        await api.post(
+            f"{company}/api-keys",
+            {"name": "second", "scopes": ["read", "keys"]},
+            token=mine.tenant.key,
+            expect=201,
+        )
     ).json()
     await api.get(mine.activity, token=second["key"], expect=200)
 

@@ -1,0 +1,58 @@
+"""What every JSON value a tenant sends must be, whatever face it came through. Pure, no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oste.errors import FieldError, InvalidInput
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects a request body (or a UI form's JSON) may have."""
+NO_NUL = "must not contain NUL (U+0000) characters"
+
+__all__ = ["MAX_JSON_DEPTH", "NO_NUL", "check_storable"]
+
+
+def check_storable(data: Any) -> None:
+    """Refuse what cannot be stored or echoed on every backend, naming the field: NUL (U+0000) in a
+    string or key (PostgreSQL text and jsonb refuse it), and nesting deeper than MAX_JSON_DEPTH."""
+    if _clean(data, 0):
+        return
+    errors: list[FieldError] = []
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while stack:
+        node, path = stack.pop()
+        if len(path) > MAX_JSON_DEPTH:
+            where = "/".join(str(p) for p in path[:MAX_JSON_DEPTH])
+            raise InvalidInput.field(where, f"nests deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(node, str) and "\x00" in node:
+            errors.append(FieldError("/".join(str(p) for p in path), NO_NUL))
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if "\x00" in key:
+                    errors.append(FieldError("/".join(str(p) for p in (*path, key)), "name " + NO_NUL))
+                stack.append((value, (*path, key)))
+        elif isinstance(node, list):
+            stack.extend((item, (*path, index)) for index, item in enumerate(node))
+    if errors:
+        raise InvalidInput("; ".join(f"{e.field or 'body'}: {e.reason}" for e in errors[:20]), errors)
+
+
+def _clean(node: Any, depth: int) -> bool:
+    """True when ``check_storable`` has nothing to say (fast: no paths are built)."""
+    if depth > MAX_JSON_DEPTH:
+        return False
+    kind = type(node)
+    if kind is str:
+        return "\x00" not in node
+    if kind is dict:
+        for key, value in node.items():
+            if "\x00" in key or not _clean(value, depth + 1):
+                return False
+    elif kind is list:
+        for item in node:
+            if not _clean(item, depth + 1):
+                return False
+    elif isinstance(node, (str, dict, list)):
+        return False  # a subclass: let the full check decide
+    return True
