@@ -198,3 +198,15 @@ async def test_the_ui_shows_a_companys_quotas_and_usage(api: Api) -> None:
         page = (await http.get(f"/ui/companies/{tenant.company}")).text
     row = re.search(r"<td>max_activity_types</td><td>(\w+)</td><td>(\w+)</td>", page)
     assert row is not None and row.groups() == ("7", "1"), page
+
+
+async def test_a_keys_last_use_is_kept_to_the_minute(api: Api) -> None:
+    tenant = await api.tenant()
+    keys = f"/v1/companies/{tenant.company}/api-keys"
+    before = (await api.get(keys, expect=200)).json()["items"]
+    assert [k["last_used_at"] for k in before] == [None]
+    await api.get(tenant.activities, token=tenant.key, expect=200)
+    used = (await api.get(keys, expect=200)).json()["items"][0]["last_used_at"]
+    assert used is not None
+    await api.get(tenant.activities, token=tenant.key, expect=200)
+    assert (await api.get(keys, expect=200)).json()["items"][0]["last_used_at"] == used, "one write a minute"
