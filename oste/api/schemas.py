@@ -90,7 +90,7 @@ COMPANY_PATCH = _obj({**COMPANY_CREATE["properties"], "quotas": QUOTAS_SCHEMA}, 
 del COMPANY_PATCH["properties"]["name"]
 SCOPES_SCHEMA = {
     "type": "array",
-    "items": {"enum": list(SCOPE_NAMES)},
+    "items": {"type": "string", "enum": list(SCOPE_NAMES)},
     "minItems": 1,
     "uniqueItems": True,
     "description": "read: GETs, long-polls, streams; write: everything on the company's work (implies read); "

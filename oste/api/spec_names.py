@@ -27,6 +27,7 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "OverlapPolicy": ("allow", "skip", "buffer_one"),
     "DstNote": ("shifted", "skipped", "first", "second", "first_skipped", "second_skipped"),
     "QueueState": ("due", "future", "running", "dead"),
+    "ApiKeyScope": ("read", "write", "keys"),
 }
 """String enums used in several places, by name (order as they are documented)."""
 
