@@ -23,6 +23,7 @@ from oste.engine import Engine
 from oste.errors import ConfigurationError
 from oste.operations.throttle import SignInThrottle
 from oste.settings import Settings
+from oste.storage import Storage
 from oste.storage.database import close_database, describe, open_database
 from oste.storage.store import Store
 
@@ -138,7 +139,7 @@ def create_app(
 
     clock = clock or SystemClock()
     throttle = throttle or SignInThrottle()
-    store = Store(clock)
+    storage = Storage(clock)
     engine = Engine(settings, clock) if run_engine else None
     prepare_data_dir(settings)
 
@@ -167,11 +168,11 @@ def create_app(
             await close_database()
 
     quota_defaults = quota_defaults_of(settings)
-    ui = ui_routes(store, admin_token, notify_due, quota_defaults, settings.ui_session_max_age, throttle)
+    ui = ui_routes(storage, admin_token, notify_due, quota_defaults, settings.ui_session_max_age, throttle)
     routes = [*api_routes(), *ui]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.api = ApiContext(
-        store=store,
+        storage=storage,
         admin_token=admin_token,
         max_body_bytes=settings.max_body_bytes,
         notify_due=notify_due,

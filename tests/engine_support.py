@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from oste.domain import records as r
-from oste.domain.dispatch import Claim, DispatchTarget
+from oste.domain.claims import Claim, DispatchTarget
 from oste.engine.config import (
     BalancerConfig,
     CompletionConfig,

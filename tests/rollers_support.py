@@ -16,7 +16,7 @@ from aiohttp import web
 from oste.domain import records as r
 from oste.domain.clock import ManualClock, SystemClock
 from oste.engine import Engine
-from oste.engine.rollers import RollerConfig
+from oste.engine.log_shipping import RollerConfig
 from oste.storage.store import Store
 from tests.engine_support import LOOPBACK, fast_config, test_settings
 from tests.factories import make_activities

@@ -18,7 +18,7 @@ from oste.domain import records as r
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
 from oste.errors import Conflict, FieldError, InvalidInput
 from oste.storage.store import Store
-from oste.storage.type_changes import RULE_FIELDS, Misfits, TypeRulesChange, changes_rules
+from oste.storage.type_changes import RULE_FIELDS, Misfits, changes_rules
 
 DEFAULT_RETRIES = 3
 DEFAULT_TIMEOUT = 30.0
@@ -237,8 +237,10 @@ async def patch_type(request: Request) -> Response:
         return json(render.activity_type(updated, solution.name))
     new_rules = {name: values[name] for name in RULE_FIELDS if name in values}
     rules = rules_of(dataclasses.replace(activity_type, **new_rules))
-    changed, misfits = await TypeRulesChange(store.clock).apply(
-        activity_type, rules, force, lambda: store.update_activity_type(activity_type, values)
+    changed, misfits = (
+        await ctx(request)
+        .storage.type_change()
+        .apply(activity_type, rules, force, lambda: store.update_activity_type(activity_type, values))
     )
     if changed is None:
         raise Conflict(misfit_detail(activity_type, sorted(new_rules), misfits), misfit_extensions(misfits))

@@ -30,7 +30,6 @@ from oste.domain import records as r
 from oste.domain.audit import ADMIN, API_KEY, AuditEntry, AuditFilter
 from oste.domain.ids import new_id
 from oste.errors import InvalidInput
-from oste.storage.audit import AuditLog
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +110,7 @@ def _recording(endpoint: Endpoint, meaning: tuple[str, str, str | None]) -> Endp
             try:
                 entry = _entry(request, response, resource, action, id_param)
                 if entry is not None:
-                    await AuditLog(ctx(request).store.clock).record(entry)
+                    await ctx(request).storage.audit.record(entry)
             except Exception:  # the change is made and answered; the row is what is lost
                 log.exception("could not record the audit row of %s %s", request.method, request.url.path)
         return response
@@ -218,7 +217,7 @@ def render_entry(e: AuditEntry) -> dict[str, Any]:
 async def _listing(request: Request, company_id: uuid.UUID, solution_id: uuid.UUID | None) -> Response:
     limit, cursor = paging(request)
     filters = audit_filter(request)
-    page = await AuditLog(ctx(request).store.clock).page(company_id, solution_id, filters, limit, cursor)
+    page = await ctx(request).storage.audit.page(company_id, solution_id, filters, limit, cursor)
     return json({"items": [render_entry(e) for e in page.items], "next_cursor": page.next_cursor})
 
 

@@ -19,6 +19,7 @@ from oste.domain.tenancy import KEYS, READ, REQUESTS_PER_SECOND, WRITE, QuotaDef
 from oste.errors import Forbidden, TooMany
 from oste.operations import Actor, OperationContext, Operations
 from oste.operations.throttle import SignInThrottle
+from oste.storage import Storage
 from oste.storage.store import Store
 
 
@@ -26,7 +27,7 @@ from oste.storage.store import Store
 class ApiContext:
     """Dependencies of the API, built once by the server."""
 
-    store: Store
+    storage: Storage
     admin_token: str
     max_body_bytes: int
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
@@ -40,7 +41,11 @@ class ApiContext:
     @functools.cached_property
     def operations(self) -> Operations:
         """The operations every changing handler calls (built once)."""
-        return Operations(OperationContext(self.store, self.notify_due, self.quota_defaults))
+        return Operations(OperationContext(self.storage, self.notify_due, self.quota_defaults))
+
+    @property
+    def store(self) -> Store:
+        return self.storage.store
 
 
 def ctx(request: Request) -> ApiContext:

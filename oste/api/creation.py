@@ -2,7 +2,7 @@
 
 One code path for everything that creates point-in-time activities from client JSON: the API's single
 and batch create (``oste.api.activities``), recurring activities' type lookups, and ``oste import``
-(``oste.transfer``), which streams JSON lines through the same checks and ``Store.create_activities``.
+(``oste.cli.transfer``), which streams JSON lines through the same checks and ``Store.create_activities``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from oste.api.context import ctx, solution_in_path
 from oste.api.requests import iso
 from oste.domain.durations import format_duration
 from oste.domain.log_shipping import RollerKind, ShippingStatus
-from oste.storage.rollers import RollerStore
 
 PATH = "/v1/companies/{company}/solutions/{solution}/log-shipping"
 
@@ -52,7 +51,7 @@ def render_kind(status: ShippingStatus) -> dict[str, Any]:
 
 async def get_log_shipping(request: Request) -> Response:
     _, solution = await solution_in_path(request)
-    store = RollerStore(ctx(request).store.clock)
+    store = ctx(request).storage.log_shipping
     body: dict[str, Any] = {"solution": solution.name}
     for kind in RollerKind:
         body[str(kind)] = render_kind(await store.status(store.roll_target(solution, kind)))

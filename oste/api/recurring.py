@@ -80,7 +80,7 @@ def policy_values(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def store_of(request: Request) -> RecurrenceStore:
-    return RecurrenceStore(ctx(request).store.clock)
+    return ctx(request).storage.occurrences
 
 
 @self_audited

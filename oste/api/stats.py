@@ -73,7 +73,7 @@ def _answer(report: StatsReport) -> Response:
 
 
 def _service(request: Request) -> StatsService:
-    return StatsService(ctx(request).store.clock)
+    return ctx(request).storage.stats
 
 
 async def deployment_stats(request: Request) -> Response:

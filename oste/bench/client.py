@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from oste.domain.webhooks import rfc3339
+from oste.domain.outbound import rfc3339
 
 BATCH = 1000
 """Activities per batch request (the API's maximum)."""

@@ -25,7 +25,7 @@ import aiohttp
 import orjson
 
 from oste import eventloop
-from oste.domain.webhooks import rfc3339
+from oste.domain.outbound import rfc3339
 
 DEFAULT_CONCURRENCY = 64
 """The same as one OSTE node's default OSTE_MAX_IN_FLIGHT."""

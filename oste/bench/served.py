@@ -30,8 +30,8 @@ from oste.bench.inprocess import COMPANY, SOLUTION, App, call, make_tenant, serv
 from oste.bench.processes import fresh_database
 from oste.domain.clock import SystemClock
 from oste.domain.log_shipping import RollerKind
-from oste.engine.rollers import DeadLetterRoller, LogRoller, RollerConfig, RollResult, SuccessRoller
-from oste.storage.rollers import RollerStore
+from oste.engine.log_shipping import DeadLetterRoller, LogRoller, RollerConfig, RollResult, SuccessRoller
+from oste.storage.log_shipping import RollerStore
 
 Result = dict[str, Any]
 TYPES = 10

@@ -6,7 +6,7 @@ import random
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 
-from oste.domain.dispatch import AttemptReport, Claim, Completion, ExpiredClaim, FollowOn
+from oste.domain.claims import AttemptReport, Claim, Completion, ExpiredClaim, FollowOn
 from oste.domain.records import ActivityState, Outcome
 
 RETRY_STATUSES = frozenset({408, 425, 429})

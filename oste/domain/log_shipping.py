@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from oste.domain import records as r
-from oste.domain.webhooks import USER_AGENT, OutboundRequest, rfc3339, sign
+from oste.domain.outbound import USER_AGENT, OutboundRequest, rfc3339, sign
 
 REDACTED = "[redacted]"
 GZIP_LEVEL = 6

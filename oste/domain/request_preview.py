@@ -10,8 +10,8 @@ import uuid
 from datetime import datetime
 
 from oste.domain import records as r
-from oste.domain.dispatch import Claim, DispatchTarget
-from oste.domain.webhooks import OutboundRequest, build_request
+from oste.domain.claims import Claim, DispatchTarget
+from oste.domain.outbound import OutboundRequest, build_request
 
 MASK = "••••••"
 SIGNATURE_NOTE = "v1,•••••• (HMAC-SHA256 with the solution's signing secret, made per attempt)"

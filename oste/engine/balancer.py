@@ -11,8 +11,8 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from oste.domain.claims import NodeInfo
 from oste.domain.clock import Clock
-from oste.domain.dispatch import NodeInfo
 from oste.domain.partitions import excess, fair_share
 from oste.engine.config import BalancerConfig
 from oste.storage.dispatch import DispatchStore

@@ -7,7 +7,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from oste.domain.dispatch import Claim, Completion, CompletionResult
+from oste.domain.claims import Claim, Completion, CompletionResult
 from oste.engine.config import CompletionConfig
 from oste.engine.metrics import DeliveryRecorder
 from oste.errors import Unavailable

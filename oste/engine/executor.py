@@ -20,12 +20,12 @@ from datetime import datetime
 import aiohttp
 from yarl import URL
 
+from oste.domain.claims import AttemptReport, Claim, Completion, DispatchTarget
 from oste.domain.clock import Clock
 from oste.domain.delivery import classify, conclude, parse_retry_after
-from oste.domain.dispatch import AttemptReport, Claim, Completion, DispatchTarget
+from oste.domain.outbound import OutboundRequest, build_request
 from oste.domain.records import Outcome
 from oste.domain.targets import TargetPolicy
-from oste.domain.webhooks import OutboundRequest, build_request
 from oste.engine.config import ExecutorConfig
 from oste.engine.fairness import FairQueue
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from oste.domain.dispatch import Claim, DispatchTarget
+from oste.domain.claims import Claim, DispatchTarget
 
 
 @dataclass

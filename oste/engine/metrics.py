@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from oste.domain.dispatch import Claim, Completion
+from oste.domain.claims import Claim, Completion
 from oste.domain.records import ActivityState
 from oste.domain.stats import LAG_BUCKETS, OUTCOMES, Rollup, minute_of
 from oste.storage.stats import RETENTION_MINUTES, StatsStore

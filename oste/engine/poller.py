@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from oste.domain.claims import Claim
 from oste.domain.clock import Clock
-from oste.domain.dispatch import Claim
 from oste.engine import metrics
 from oste.engine.config import PollerConfig
 from oste.errors import Unavailable

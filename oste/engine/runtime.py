@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from oste.domain.claims import Claim, Completion, NodeInfo
 from oste.domain.clock import Clock, CorrectedClock
-from oste.domain.dispatch import Claim, Completion, NodeInfo
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.engine.balancer import PartitionBalancer
 from oste.engine.clocksync import ClockSync
@@ -28,10 +28,10 @@ from oste.engine.completions import CompletionWriter
 from oste.engine.config import EngineConfig
 from oste.engine.executor import Executor
 from oste.engine.expander import Expander, ExpanderConfig
+from oste.engine.log_shipping import RollerConfig, rollers_for
 from oste.engine.maintenance import LeaseKeeper, Rescuer
 from oste.engine.metrics import DeliveryRecorder, watch
 from oste.engine.poller import ClaimBook, Poller
-from oste.engine.rollers import RollerConfig, rollers_for
 from oste.errors import Unavailable
 from oste.settings import Settings
 from oste.storage.dispatch import DispatchStore

@@ -6,7 +6,7 @@ row, or wakes the engine itself. An operation checks the actor's scope, makes it
 (the condition in the statement), records its events and audit row in the same transaction, and wakes
 long-polls and the engine's poller after the commit.
 
-    operations = Operations(OperationContext(store, engine.notify_due))
+    operations = Operations(OperationContext(storage, engine.notify_due))
     await operations.activities.cancel(actor, company, solution, activity)
 """
 

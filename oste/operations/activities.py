@@ -19,7 +19,6 @@ from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES
 from oste.errors import Conflict
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
-from oste.storage.bulk import BulkChange
 from oste.storage.changes import atomic, record_events, wake
 from oste.storage.events import Change
 from oste.storage.store import MAX_PAGE
@@ -144,7 +143,7 @@ class ActivityOperations:
         transaction with its events); ``dry_run`` only counts. ``described``: the filter (and the
         fields set) as the caller wrote them, for the audit row written once the change is done."""
         actor.require(WRITE, f"{action} activities")
-        result = await BulkChange(self.store.clock).run(solution, filters, action, plan, dry_run)
+        result = await self.context.storage.bulk.run(solution, filters, action, plan, dry_run)
         if dry_run:
             return result
         details = {

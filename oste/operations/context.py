@@ -9,6 +9,7 @@ from datetime import datetime
 
 from oste.domain.tenancy import QuotaDefaults
 from oste.operations.quotas import Quotas
+from oste.storage import Storage
 from oste.storage.audit import AuditLog
 from oste.storage.store import Store
 
@@ -21,13 +22,17 @@ def _nobody(when: datetime) -> None:
 class OperationContext:
     """Built once by the composition root (or a CLI command) and shared by every operation."""
 
-    store: Store
+    storage: Storage
     notify_due: Callable[[datetime], None] = field(default=_nobody)
     quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
 
     @property
+    def store(self) -> Store:
+        return self.storage.store
+
+    @property
     def audit(self) -> AuditLog:
-        return AuditLog(self.store.clock)
+        return self.storage.audit
 
     @functools.cached_property
     def quotas(self) -> Quotas:

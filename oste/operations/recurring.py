@@ -30,7 +30,7 @@ class RecurringOperations:
 
     @property
     def occurrences(self) -> RecurrenceStore:
-        return RecurrenceStore(self.store.clock)
+        return self.context.storage.occurrences
 
     async def create(
         self,

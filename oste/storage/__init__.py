@@ -1,1 +1,67 @@
-"""Storage: the only room that knows Tortoise and SQL."""
+"""Storage: the only room that knows Tortoise and SQL, behind one front door.
+
+``Storage(clock)`` is opened once by the composition root and handed down; each attribute is one part,
+documented in its own module:
+
+============================  ===================================================================
+``storage.store``             ``Store`` (``store.py``): companies, API keys, solutions, activity
+                              types, activities, recurring activities
+``storage.occurrences``       ``RecurrenceStore`` (``occurrences.py``): a recurring activity's
+                              occurrences: expand, pause, resume, run now, backfill
+``storage.bulk``              ``BulkChange`` (``bulk.py``): cancel, requeue or update by filter
+``storage.type_change()``     a new ``TypeRulesChange`` (``type_changes.py``): re-check what a type holds
+``storage.log_shipping``      ``RollerStore`` (``log_shipping.py``): leases, batches, purging
+``storage.stats``             ``StatsService`` (``stats.py``): outcomes, lag, queue depth
+``storage.overview``          ``OverviewStore`` (``overview.py``): the dashboard's counts
+``storage.audit``             ``AuditLog`` (``audit.py``): who changed what
+============================  ===================================================================
+
+The engine's claims and completions (``dispatch.py``'s ``DispatchStore``) are opened by the engine,
+which holds its own connection label; the event stream (``events.py``), the change hub
+(``notices.py``) and UI sessions (``ui_sessions.py``) are reached through their modules. Operations
+change several parts in one transaction with ``changes.atomic``. Every part returns frozen records
+from ``oste.domain`` and raises ``NotFound``, ``Conflict``, ``InvalidInput`` or ``Unavailable``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oste.domain.clock import Clock
+    from oste.storage.audit import AuditLog
+    from oste.storage.bulk import BulkChange
+    from oste.storage.log_shipping import RollerStore
+    from oste.storage.occurrences import RecurrenceStore
+    from oste.storage.overview import OverviewStore
+    from oste.storage.stats import StatsService
+    from oste.storage.store import Store
+    from oste.storage.type_changes import TypeRulesChange
+
+
+class Storage:
+    """Every part of storage, built once on one clock (see the module docstring)."""
+
+    def __init__(self, clock: Clock) -> None:
+        from oste.storage.audit import AuditLog
+        from oste.storage.bulk import BulkChange
+        from oste.storage.log_shipping import RollerStore
+        from oste.storage.occurrences import RecurrenceStore
+        from oste.storage.overview import OverviewStore
+        from oste.storage.stats import StatsService
+        from oste.storage.store import Store
+
+        self.clock = clock
+        self.store: Store = Store(clock)
+        self.occurrences: RecurrenceStore = RecurrenceStore(clock)
+        self.bulk: BulkChange = BulkChange(clock)
+        self.log_shipping: RollerStore = RollerStore(clock)
+        self.stats: StatsService = StatsService(clock)
+        self.overview: OverviewStore = OverviewStore(clock)
+        self.audit: AuditLog = AuditLog(clock)
+
+    def type_change(self) -> TypeRulesChange:
+        """A change of an activity type's rules (one per change: it gathers what it dead-letters)."""
+        from oste.storage.type_changes import TypeRulesChange
+
+        return TypeRulesChange(self.clock)

@@ -29,7 +29,7 @@ from oste.domain.chains import (
     follow_on_key,
     merged_parameter,
 )
-from oste.domain.dispatch import Completion, FollowOn
+from oste.domain.claims import Completion, FollowOn
 from oste.domain.ids import new_id
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput

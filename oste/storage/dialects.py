@@ -1,7 +1,8 @@
-"""The strategy per SQL dialect: where SQLite and PostgreSQL differ in the statements OSTE writes in SQL.
+"""The strategy per SQL dialect: the only place where SQLite and PostgreSQL differ.
 
-(``storage.events`` and ``storage.stats`` still hold a few dialect branches of their own: the event
-stream's transaction horizon and the statistics' bucket arithmetic; moving them here is open work.)
+Every statement OSTE writes in SQL (claims, completions, the event stream, statistics, log shipping,
+the overview) takes its placeholders, casts, value encodings and dialect-specific functions from the
+strategy chosen once for the connection (``strategy_for``), or from a ``Query`` built on it.
 
 ``DispatchStore`` picks one strategy when it is created (from the connection's dialect) and builds
 every dispatch statement through it: placeholders, row locking, list parameters, value encoding, and
@@ -22,7 +23,7 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import DBConnectionError, IntegrityError
 from tortoise.transactions import in_transaction
 
-from oste.domain.dispatch import Completion
+from oste.domain.claims import Completion
 from oste.domain.ids import new_id
 
 EXECUTION_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -61,12 +62,56 @@ class Params:
         return self.add(self.strategy.encode_uuid(value))
 
 
+class Query:
+    """One raw statement's parameters on the open connection (or ``conn``), in its dialect: values are
+    encoded as the driver takes them and placeholders handed out in order."""
+
+    def __init__(self, conn: Any = None) -> None:
+        self.conn = conn if conn is not None else connections.get("default")
+        self.strategy = strategy_for(self.conn.capabilities.dialect)
+        self.sqlite = self.strategy.name == "sqlite"
+        self.values: list[Any] = []
+
+    def add(self, value: Any) -> str:
+        if isinstance(value, uuid.UUID):
+            value = self.strategy.encode_uuid(value)
+        elif isinstance(value, datetime):
+            value = self.strategy.encode_time(value)
+        self.values.append(value)
+        return self.strategy.placeholder(len(self.values))
+
+    def in_ids(self, column: str, ids: Sequence[uuid.UUID]) -> str:
+        if not ids:
+            return "1 = 0"
+        return f"{column} IN ({', '.join(self.add(i) for i in ids)})"
+
+    async def rows(self, sql: str) -> list[dict[str, Any]]:
+        return list(await self.conn.execute_query_dict(sql, self.values))
+
+
 class ClaimStrategy:
     """Dialect hooks shared by both strategies; subclasses fill in the differences."""
 
     name = "generic"
     now_sql = ""
     """A statement answering the database's current time as ``now``."""
+    txid_sql = "0"
+    """The current transaction's id as a bigint (the event stream's order; 0 where one writer commits
+    at a time)."""
+    streamable_sql = ""
+    """A condition on ``txid`` true for rows no later row can appear behind (empty: all rows are)."""
+    greatest = "GREATEST"
+    """The function giving the larger of two values."""
+    row_lock = " FOR UPDATE"
+    """What locks the rows a SELECT reads until the transaction ends (SQLite: one writer, no clause)."""
+
+    def cast(self, sql_type: str) -> str:
+        """A parameter's cast to ``sql_type`` where the dialect needs it (``::uuid``), else nothing."""
+        return ""
+
+    def encode_time(self, value: datetime) -> Any:
+        """A datetime as the driver takes it in a raw statement."""
+        return value
 
     def placeholder(self, index: int) -> str:
         raise NotImplementedError
@@ -197,6 +242,11 @@ class PostgresClaimStrategy(ClaimStrategy):
 
     name = "postgres"
     now_sql = "SELECT clock_timestamp() AS now"
+    txid_sql = "pg_current_xact_id()::text::bigint"
+    streamable_sql = "txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+
+    def cast(self, sql_type: str) -> str:
+        return f"::{sql_type}"
 
     def placeholder(self, index: int) -> str:
         return f"${index}"
@@ -270,6 +320,11 @@ class SqliteClaimStrategy(ClaimStrategy):
 
     name = "sqlite"
     now_sql = "SELECT strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') AS now"
+    greatest = "MAX"
+    row_lock = ""
+
+    def encode_time(self, value: datetime) -> Any:
+        return value.isoformat(" ")
 
     def placeholder(self, index: int) -> str:
         return "?"

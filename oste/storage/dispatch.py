@@ -2,7 +2,7 @@
 
 ``DispatchStore`` is what the dispatch engine talks to. Its methods:
 
-- return plain frozen records from ``oste.domain.dispatch`` (never ORM objects or raw rows);
+- return plain frozen records from ``oste.domain.claims`` (never ORM objects or raw rows);
 - never block on another node: claims and partition acquisition skip rows another transaction has
   locked (PostgreSQL), or run as one single-writer statement (SQLite);
 - guard every write to a claimed activity with its claim token, so a node whose lease expired (and
@@ -26,9 +26,7 @@ from typing import Any
 from tortoise import connections
 from tortoise.exceptions import IntegrityError
 
-from oste.domain.clock import Clock
-from oste.domain.delivery import conclude_expired
-from oste.domain.dispatch import (
+from oste.domain.claims import (
     Claim,
     Completion,
     CompletionResult,
@@ -36,6 +34,8 @@ from oste.domain.dispatch import (
     ExpiredClaim,
     NodeInfo,
 )
+from oste.domain.clock import Clock
+from oste.domain.delivery import conclude_expired
 from oste.domain.ids import new_id
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.domain.records import ActivityState

@@ -30,7 +30,7 @@ from typing import Any
 from tortoise import connections
 from tortoise.backends.base.client import BaseDBAsyncClient
 
-from oste.domain.dispatch import Completion
+from oste.domain.claims import Completion
 from oste.domain.records import ActivityState
 from oste.storage import models as m
 from oste.storage.dialects import ClaimStrategy, Params, strategy_for
@@ -109,10 +109,6 @@ async def subscribe(solution_id: uuid.UUID, now: datetime) -> None:
     forget_subscriptions()
 
 
-def _txid(strategy: ClaimStrategy) -> str:
-    return "pg_current_xact_id()::text::bigint" if strategy.name == "postgres" else "0"
-
-
 async def record(
     conn: BaseDBAsyncClient, strategy: ClaimStrategy, changes: Sequence[Change], now: datetime
 ) -> int:
@@ -122,9 +118,7 @@ async def record(
         return 0
     p = Params(strategy)
     at = p.add(now)  # placeholders are numbered in the order they appear in the statement
-    cast = "::uuid" if strategy.name == "postgres" else ""
-    int_cast = "::int" if strategy.name == "postgres" else ""
-    text_cast = "::text" if strategy.name == "postgres" else ""
+    cast, int_cast, text_cast = strategy.cast("uuid"), strategy.cast("int"), strategy.cast("text")
     values = ", ".join(
         f"({p.uid(c.activity_id)}{cast}, {p.add(c.event)}{text_cast}, {p.add(c.attempt)}{int_cast}, "
         f"{p.add(c.outcome)}{text_cast})"
@@ -132,7 +126,7 @@ async def record(
     )
     sql = (
         "INSERT INTO activity_event (txid, solution_id, activity_id, activity_type_id, object_id, event, "
-        f"attempt, outcome, at) SELECT {_txid(strategy)}, a.solution_id, a.id, a.activity_type_id, "
+        f"attempt, outcome, at) SELECT {strategy.txid_sql}, a.solution_id, a.id, a.activity_type_id, "
         f"a.object_id, v.column2, v.column3, v.column4, {at} FROM (VALUES {values}) AS v "
         "JOIN activity a ON a.id = v.column1"
     )
@@ -225,8 +219,8 @@ async def read_after(
         f"solution_id = {p.uid(solution_id)} AND (txid > {p.add(txid)} OR (txid = {p.add(txid)} "
         f"AND seq > {p.add(seq)}))"
     )
-    if strategy.name == "postgres":
-        where += " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+    if strategy.streamable_sql:
+        where += f" AND {strategy.streamable_sql}"
     if activity_type_id is not None:
         where += f" AND activity_type_id = {p.uid(activity_type_id)}"
     if object_id is not None:
@@ -245,8 +239,8 @@ async def end_position(solution_id: uuid.UUID, connection: str = "default") -> t
     strategy = strategy_for(conn.capabilities.dialect)
     p = Params(strategy)
     where = f"solution_id = {p.uid(solution_id)}"
-    if strategy.name == "postgres":
-        where += " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+    if strategy.streamable_sql:
+        where += f" AND {strategy.streamable_sql}"
     sql = f"SELECT txid, seq FROM activity_event WHERE {where} ORDER BY txid DESC, seq DESC LIMIT 1"
     rows = await conn.execute_query_dict(sql, p.values)
     return (int(rows[0]["txid"]), int(rows[0]["seq"])) if rows else (0, 0)

@@ -32,8 +32,8 @@ from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
+from oste.domain.claims import idempotency_key
 from oste.domain.clock import Clock
-from oste.domain.dispatch import idempotency_key
 from oste.domain.ids import new_id
 from oste.domain.recurrence import (
     MISFIRE_GRACE,

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from oste.domain.claims import NodeInfo
 from oste.domain.clock import Clock
-from oste.domain.dispatch import NodeInfo
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
-from oste.storage.stats import DUE_SCAN, _Sql
+from oste.storage.stats import DUE_SCAN
+from oste.storage.stats import CountingQuery as _Sql
 
 NODE_SILENCE = timedelta(minutes=2)
 BUSIEST_SHOWN = 10

@@ -43,6 +43,7 @@ from oste.domain.stats import (
     windows_of,
 )
 from oste.storage.database import raises_unavailable
+from oste.storage.dialects import Query, strategy_for
 
 COUNT_CAP = 10_000
 """Counts stop here (reported with ``at_least``): a count over a huge backlog stays bounded (about
@@ -82,35 +83,18 @@ class Scope:
     activity_ids: tuple[uuid.UUID, ...] = ()
 
 
-class _Sql:
-    """Placeholders and value encoding of the open connection's dialect."""
-
-    def __init__(self, conn: Any = None) -> None:
-        self.conn = conn if conn is not None else connections.get("default")
-        self.sqlite = self.conn.capabilities.dialect == "sqlite"
-        self.values: list[Any] = []
-
-    def add(self, value: Any) -> str:
-        if isinstance(value, uuid.UUID) and self.sqlite:
-            value = str(value)
-        elif isinstance(value, datetime) and self.sqlite:
-            value = value.isoformat(" ")
-        self.values.append(value)
-        return "?" if self.sqlite else f"${len(self.values)}"
-
-    def in_ids(self, column: str, ids: Sequence[uuid.UUID]) -> str:
-        if not ids:
-            return "1 = 0"
-        return f"{column} IN ({', '.join(self.add(i) for i in ids)})"
-
-    async def rows(self, sql: str) -> list[dict[str, Any]]:
-        return list(await self.conn.execute_query_dict(sql, self.values))
+class _Sql(Query):
+    """A ``Query`` that also counts rows, stopped at ``COUNT_CAP``."""
 
     async def count(self, where: str, table: str = "activity") -> Count:
         """``count(*)`` of the rows matching ``where``, stopped at ``COUNT_CAP``."""
         sql = f"SELECT count(*) AS n FROM (SELECT 1 FROM {table} WHERE {where} LIMIT {COUNT_CAP + 1}) q"
         n = int((await self.rows(sql))[0]["n"])
         return Count(min(n, COUNT_CAP), n > COUNT_CAP)
+
+
+CountingQuery = _Sql
+"""The public name other storage modules use."""
 
 
 @raises_unavailable
@@ -121,9 +105,9 @@ class StatsStore:
         """Add ``rollups`` to the stored ones (an upsert per key: counts add up, the max is kept)."""
         if not rollups:
             return
-        sqlite = connections.get("default").capabilities.dialect == "sqlite"
-        marks = ", ".join("?" if sqlite else f"${i + 1}" for i in range(len(_COLUMNS)))
-        greatest = "MAX" if sqlite else "GREATEST"
+        strategy = strategy_for(connections.get("default").capabilities.dialect)
+        marks = ", ".join(strategy.placeholder(i + 1) for i in range(len(_COLUMNS)))
+        greatest = strategy.greatest
         adds = ", ".join(f"{c} = stats_minute.{c} + excluded.{c}" for c in (*OUTCOMES, *_BUCKET_COLUMNS))
         sql = (
             f"INSERT INTO stats_minute ({', '.join(_COLUMNS)}) VALUES ({marks}) "
@@ -132,7 +116,7 @@ class StatsStore:
         )
 
         def ident(value: uuid.UUID) -> Any:
-            return str(value) if sqlite else value
+            return strategy.encode_uuid(value)
 
         values = [
             [

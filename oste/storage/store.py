@@ -2,7 +2,7 @@
 recurring activities) in domain verbs, returning frozen records.
 
 It is one of storage's parts: the engine's claims and completions are ``storage.dispatch``, occurrences
-``storage.occurrences``, log shipping ``storage.rollers``, statistics ``storage.stats``, the event
+``storage.occurrences``, log shipping ``storage.log_shipping``, statistics ``storage.stats``, the event
 stream ``storage.events``, the audit ``storage.audit``, UI sessions ``storage.ui_sessions``; bulk and
 type changes ``storage.bulk`` and ``storage.type_changes``. Operations (``oste.operations``) change
 them inside ``storage.changes.atomic``. Its methods:
@@ -58,7 +58,7 @@ def to_record(cls: type[R], row: Any, **overrides: Any) -> R:
 
 def activity_record(row: m.Activity, type_name: str) -> r.Activity:
     """An activity's record from its ORM row: the one converter every ORM read goes through (raw rows
-    are decoded by ``storage.rollers``, whose statements read them without the ORM)."""
+    are decoded by ``storage.log_shipping``, whose statements read them without the ORM)."""
     return to_record(
         r.Activity,
         row,

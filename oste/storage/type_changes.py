@@ -37,8 +37,8 @@ from typing import Any
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
+from oste.domain.claims import FollowOn
 from oste.domain.clock import Clock
-from oste.domain.dispatch import FollowOn
 from oste.domain.ids import new_id
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput

@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
 from oste.operations.throttle import SignInThrottle
-from oste.storage.store import Store
+from oste.storage import Storage
 from oste.ui import actions, auth, browse, dashboard, schedules
 from oste.ui.context import Forbidden403, Refused, UiContext, render
 from oste.ui.sessions import MAX_AGE_SECONDS, Sessions, cookie_key
@@ -87,7 +87,7 @@ async def _http(request: Request, exc: Exception) -> Response:
 
 
 def ui_app(
-    store: Store,
+    storage: Storage,
     admin_token: str,
     notify_due: Callable[[datetime], None] | None = None,
     sessions: Sessions | None = None,
@@ -109,9 +109,9 @@ def ui_app(
         },
     )
     app.state.ui = UiContext(
-        store=store,
+        storage=storage,
         admin_token=admin_token,
-        sessions=sessions or Sessions(store.clock, cookie_key(admin_token), max_age=session_max_age),
+        sessions=sessions or Sessions(storage.clock, cookie_key(admin_token), max_age=session_max_age),
         notify_due=notify_due or (lambda when: None),
         quota_defaults=quota_defaults or QuotaDefaults(),
         throttle=throttle or SignInThrottle(),
@@ -120,7 +120,7 @@ def ui_app(
 
 
 def mount(
-    store: Store,
+    storage: Storage,
     admin_token: str,
     notify_due: Callable[[datetime], None] | None = None,
     quota_defaults: QuotaDefaults | None = None,
@@ -132,5 +132,5 @@ def mount(
     async def to_slash(request: Request) -> Response:
         return RedirectResponse("/ui/", status_code=307)
 
-    app = ui_app(store, admin_token, notify_due, None, quota_defaults, session_max_age, throttle)
+    app = ui_app(storage, admin_token, notify_due, None, quota_defaults, session_max_age, throttle)
     return [Route("/ui", to_slash), Mount("/ui", app=app)]

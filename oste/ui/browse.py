@@ -16,7 +16,6 @@ from oste.domain.log_shipping import RollerKind
 from oste.domain.request_preview import preview_request
 from oste.errors import OsteError
 from oste.storage.occurrences import recurrence_of
-from oste.storage.rollers import RollerStore
 from oste.ui.context import (
     Viewer,
     company_in_path,
@@ -74,7 +73,7 @@ async def solution(request: Request, viewer: Viewer) -> Response:
     types = await store.list_activity_types(found, TYPES_SHOWN)
     cursor = request.query_params.get("cursor") or None
     recurring = await store.list_recurring(found, PAGE_SIZE, cursor)
-    rollers = RollerStore(store.clock)
+    rollers = ui(request).storage.log_shipping
     shipping = {kind: await rollers.status(rollers.roll_target(found, kind)) for kind in RollerKind}
     return await render(
         request,

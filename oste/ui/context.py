@@ -25,6 +25,7 @@ from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
 from oste.operations import UI, Actor, OperationContext, Operations
 from oste.operations.throttle import SignInThrottle
+from oste.storage import Storage
 from oste.storage.store import Store
 from oste.ui.sessions import COOKIE, SESSION_SECONDS, Session, Sessions
 
@@ -39,7 +40,7 @@ SLUG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 class UiContext:
     """Dependencies of the UI, built once by the server."""
 
-    store: Store
+    storage: Storage
     admin_token: str
     sessions: Sessions
     notify_due: Callable[[datetime], None] = field(default=lambda when: None)
@@ -50,7 +51,11 @@ class UiContext:
     @functools.cached_property
     def operations(self) -> Operations:
         """The operations every action calls (the API's handlers call the same ones)."""
-        return Operations(OperationContext(self.store, self.notify_due, self.quota_defaults))
+        return Operations(OperationContext(self.storage, self.notify_due, self.quota_defaults))
+
+    @property
+    def store(self) -> Store:
+        return self.storage.store
 
 
 @dataclass(frozen=True)

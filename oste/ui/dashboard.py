@@ -13,8 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from oste.domain.stats import OUTCOMES, StatsReport
-from oste.storage.overview import Overview, OverviewStore
-from oste.storage.stats import StatsService
+from oste.storage.overview import Overview
 from oste.ui.charts import Series, lines, stacked_bars
 from oste.ui.context import Viewer, page, render, ui
 
@@ -31,9 +30,9 @@ class DashboardSource:
     """Where the dashboard's numbers come from, scoped to what the viewer may see."""
 
     def __init__(self, request: Request) -> None:
-        clock = ui(request).store.clock
-        self.stats = StatsService(clock)
-        self.overview = OverviewStore(clock)
+        storage = ui(request).storage
+        self.stats = storage.stats
+        self.overview = storage.overview
 
     async def read(self, viewer: Viewer) -> Dashboard:
         if viewer.company is None:

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from oste.domain import records as r
+from oste.domain.claims import idempotency_key
 from oste.domain.clock import SystemClock
-from oste.domain.dispatch import idempotency_key
 from oste.storage import models as m
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import CRASH_TIMINGS, Workers, count_state

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from oste.domain import records as r
+from oste.domain.claims import idempotency_key
 from oste.domain.clock import SystemClock
-from oste.domain.dispatch import idempotency_key
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import CRASH_TIMINGS, LOAD_TIMINGS, Workers, count_state
 from tests.engine_support import Receiver, eventually, executions_of

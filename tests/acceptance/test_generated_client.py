@@ -35,7 +35,7 @@ from oste_client.models import (
     ActivityCreate, ActivityState, ActivityTypeCreate, ApiKeyCreate, CompanyCreate, Outcome, Parameter,
     Problem, SolutionCreate, Verb,
 )
-from oste.webhooks import verify
+from oste.receiving import verify
 
 base, admin_token = sys.argv[1], sys.argv[2]
 hits, secret_box = [], {}

@@ -10,9 +10,9 @@ from datetime import datetime, timedelta
 import pytest
 
 from oste.domain import records as r
+from oste.domain.claims import AttemptReport, Claim, Completion
 from oste.domain.clock import ManualClock
 from oste.domain.delivery import conclude
-from oste.domain.dispatch import AttemptReport, Claim, Completion
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store

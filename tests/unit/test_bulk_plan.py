@@ -17,9 +17,9 @@ from oste.domain.bulk import (
     UpdatePlan,
     state_reason,
 )
+from oste.domain.outbound import build_request
 from oste.domain.parameters import ParameterRules
 from oste.domain.records import ActivityState as S
-from oste.domain.webhooks import build_request
 from tests.engine_support import a_claim
 
 KIND = TypeRules(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from oste.engine import Engine
-from oste.engine.rollers import SuccessRoller
+from oste.engine.log_shipping import SuccessRoller
 from tests.engine_support import Receiver, fast_config, free_port, test_settings
 from tests.integration.api.conftest import Api, assert_problem
 from tests.rollers_support import LogReceiver, later_clock, roller_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from oste.domain.dispatch import idempotency_key
+from oste.domain.claims import idempotency_key
 from tests.integration.api.conftest import Api, Tenant, assert_problem, rejected
 
 

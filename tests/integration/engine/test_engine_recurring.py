@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from oste.domain import records as r
+from oste.domain.claims import idempotency_key
 from oste.domain.clock import ManualClock, SystemClock
-from oste.domain.dispatch import idempotency_key
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.engine import Engine
 from oste.engine.expander import Expander, ExpanderConfig

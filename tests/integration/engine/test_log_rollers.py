@@ -19,9 +19,9 @@ from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.domain.log_shipping import RollerKind
 from oste.engine import Engine
-from oste.engine.rollers import DeadLetterRoller, SuccessRoller
+from oste.engine.log_shipping import DeadLetterRoller, SuccessRoller
 from oste.storage.database import close_database, open_database
-from oste.storage.rollers import RollerStore
+from oste.storage.log_shipping import RollerStore
 from oste.storage.store import Store
 from tests.engine_support import (
     Receiver,

@@ -1,4 +1,4 @@
-"""Receivers verify what a real engine fired: ``oste.webhooks.verify``, the ``standardwebhooks`` package,
+"""Receivers verify what a real engine fired: ``oste.receiving.verify``, the ``standardwebhooks`` package,
 and the receiver code of docs/receivers.md, extracted from the page and run as written."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.domain.ids import new_signing_secret
 from oste.engine import Engine
+from oste.receiving import WebhookVerificationError, verify
 from oste.storage.store import Store
-from oste.webhooks import WebhookVerificationError, verify
 from tests.engine_support import Hit, Receiver, fast_config, settled, test_settings
 from tests.factories import make_activities, make_type
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from oste.cli.transfer import Importer
 from oste.domain.clock import SystemClock
 from oste.settings import Settings
 from oste.storage.store import Store
-from oste.transfer import Importer
 from tests.engine_support import Receiver
 from tests.integration.api.conftest import Api, api_client, db_rows
 from tests.integration.operations.test_one_path import subscribed

@@ -281,10 +281,10 @@ async def test_a_session_is_known_to_every_process_serving_the_ui(world: UiWorld
     """Sessions live in the database: another app over the same database (another `oste api` process
     behind a load balancer, or this one restarted) accepts the cookie, until sign-out ends it there too."""
     from oste.domain.clock import SystemClock
-    from oste.storage.store import Store
+    from oste.storage import Storage
     from oste.ui import ui_app
 
-    another = ui_app(Store(SystemClock()), world.api.admin_token)
+    another = ui_app(Storage(SystemClock()), world.api.admin_token)
     cookie = admin.http.cookies.get("oste_ui")
     transport = httpx.ASGITransport(app=another)
     async with httpx.AsyncClient(

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from oste.domain.claims import ExpiredClaim, idempotency_key
 from oste.domain.delivery import (
     backoff_delay,
     classify,
@@ -16,7 +17,6 @@ from oste.domain.delivery import (
     parse_retry_after,
     retry_delay,
 )
-from oste.domain.dispatch import ExpiredClaim, idempotency_key
 from oste.domain.records import ActivityState, Outcome
 
 NOW = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)

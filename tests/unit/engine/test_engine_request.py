@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from oste.domain.dispatch import idempotency_key
-from oste.domain.webhooks import USER_AGENT, build_request
+from oste.domain.claims import idempotency_key
+from oste.domain.outbound import USER_AGENT, build_request
 from tests.engine_support import a_claim
 
 NOW = datetime(2026, 5, 1, 12, 0, 7, tzinfo=UTC)

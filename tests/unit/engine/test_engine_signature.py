@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from oste.domain.ids import new_signing_secret
-from oste.domain.webhooks import build_request, sign
+from oste.domain.outbound import build_request, sign
 from tests.engine_support import a_claim, verify_standard_webhook
 
 

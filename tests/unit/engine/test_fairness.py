@@ -7,7 +7,7 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from oste.domain.dispatch import Claim, DispatchTarget
+from oste.domain.claims import Claim, DispatchTarget
 from oste.engine.fairness import FairQueue, TokenBucket
 from tests.engine_support import a_claim
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import orjson
 
 from oste import __version__
-from oste.domain.dispatch import Claim
+from oste.domain.claims import Claim
 from oste.domain.parameters import fill_uri
 from oste.domain.records import BODY_VERBS
 

@@ -43,7 +43,7 @@ from oste.domain.log_shipping import (
 from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
-from oste.storage.stats import _Sql
+from oste.storage.stats import CountingQuery as _Sql
 from oste.storage.store import to_record
 
 DEFAULT_PURGE_CHUNK = 500
@@ -376,7 +376,7 @@ class RollerStore:
         sql = _Sql(conn)
         where = sql.in_ids("id", ids)
         marks = ", ".join(sql.add(str(s)) for s in states)
-        lock = "" if sql.sqlite else " FOR UPDATE"
+        lock = sql.strategy.row_lock
         rows = await sql.rows(f"SELECT id FROM activity WHERE {where} AND state IN ({marks}){lock}")
         return [_uuid(row["id"]) for row in rows]
 

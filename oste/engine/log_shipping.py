@@ -34,9 +34,9 @@ from oste.domain.ids import new_id
 from oste.domain.targets import TargetPolicy
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in
 from oste.settings import Settings
-from oste.storage.rollers import DEFAULT_PURGE_CHUNK, RollerStore
+from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, RollerStore
 
-log = logging.getLogger("oste.engine.rollers")
+log = logging.getLogger("oste.engine.log_shipping")
 
 DEFAULT_MAX_RECORDS = 1000
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024

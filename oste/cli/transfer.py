@@ -28,6 +28,7 @@ from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.errors import Conflict, FieldError, InvalidInput, NotFound
 from oste.operations import SYSTEM, OperationContext, Operations
+from oste.storage import Storage
 from oste.storage.database import close_database, open_database
 from oste.storage.store import MAX_PAGE, Store
 
@@ -88,7 +89,7 @@ class Importer:
     ) -> None:
         self.store = store
         self.solution = solution
-        self.activities = Operations(OperationContext(store)).activities
+        self.activities = Operations(OperationContext(Storage(store.clock))).activities
         self._company: r.Company | None = None
         self.cache = TypeCache(store, solution)
         self.on_reject = on_reject

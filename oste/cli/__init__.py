@@ -304,7 +304,7 @@ async def _migrate(settings: Settings) -> None:
 
 async def _import(settings: Settings, args: argparse.Namespace) -> int:
     """`oste import`: 0 when every line was stored, 3 when some were rejected (the rest are stored)."""
-    from oste.transfer import import_file  # the API room's checks: loaded only by this command
+    from oste.cli.transfer import import_file  # the API room's checks: loaded only by this command
 
     result = await import_file(
         settings.database_url,
@@ -320,7 +320,7 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
 async def _status(settings: Settings, args: argparse.Namespace) -> None:
     from rich.console import Console
 
-    from oste.status import print_status, stats_from_database, stats_from_server
+    from oste.cli.status import print_status, stats_from_database, stats_from_server
 
     if args.url:
         token = args.token or settings.admin_token
@@ -336,7 +336,7 @@ async def _status(settings: Settings, args: argparse.Namespace) -> None:
 
 
 async def _export(settings: Settings, args: argparse.Namespace) -> None:
-    from oste.transfer import export_file
+    from oste.cli.transfer import export_file
 
     filters = {
         "state": args.state,

@@ -8,7 +8,7 @@ OSTE signs every request it fires with its solution's signing secret (``whsec_â€
 
 A receiver calls :func:`verify` with the secret, the request's headers and its raw body bytes::
 
-    from oste.webhooks import WebhookVerificationError, verify
+    from oste.receiving import WebhookVerificationError, verify
 
     try:
         message_id = verify(SECRET, request.headers, await request.read())
