@@ -201,7 +201,7 @@ async def run_http(settings: Settings, engine: bool) -> None:
         settings.port,
         describe(settings.database_url),
     )
-    await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]  # Hypercorn types its app as its own ASGI protocol, which Starlette satisfies at run time
 
 
 def _on_signals(stop: asyncio.Event) -> None:
