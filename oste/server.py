@@ -45,6 +45,8 @@ def quota_defaults_of(settings: Settings) -> QuotaDefaults:
         max_scheduled_activities=settings.quota_max_scheduled_activities,
         max_activity_types=settings.quota_max_activity_types,
         max_recurring_activities=settings.quota_max_recurring_activities,
+        max_solutions=settings.quota_max_solutions,
+        max_api_keys=settings.quota_max_api_keys,
         requests_per_second=settings.quota_requests_per_second,
     )
 
@@ -140,7 +142,7 @@ def create_app(
     clock = clock or SystemClock()
     throttle = throttle or SignInThrottle()
     storage = Storage(clock)
-    engine = Engine(settings, clock) if run_engine else None
+    engine = Engine(settings, storage=storage) if run_engine else None
     prepare_data_dir(settings)
 
     def notify_due(when: datetime) -> None:

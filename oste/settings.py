@@ -118,6 +118,18 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Default of a company's quota `max_recurring_activities`; `none` for unlimited.",
     ),
     SettingSpec(
+        "quota_max_solutions",
+        "OSTE_QUOTA_MAX_SOLUTIONS",
+        "100",
+        "Default of a company's quota `max_solutions`; `none` for unlimited.",
+    ),
+    SettingSpec(
+        "quota_max_api_keys",
+        "OSTE_QUOTA_MAX_API_KEYS",
+        "100",
+        "Default of a company's quota `max_api_keys` (keys not revoked); `none` for unlimited.",
+    ),
+    SettingSpec(
         "quota_requests_per_second",
         "OSTE_QUOTA_REQUESTS_PER_SECOND",
         "none",
@@ -221,6 +233,8 @@ class Settings:
     quota_max_scheduled_activities: int | None = 1_000_000
     quota_max_activity_types: int | None = 1000
     quota_max_recurring_activities: int | None = 100_000
+    quota_max_solutions: int | None = 100
+    quota_max_api_keys: int | None = 100
     quota_requests_per_second: int | None = None
     ui_session_max_age: float = 12 * 3600.0
     node_name: str = ""
@@ -420,6 +434,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "quota_max_scheduled_activities": _quota,
     "quota_max_activity_types": _quota,
     "quota_max_recurring_activities": _quota,
+    "quota_max_solutions": _quota,
+    "quota_max_api_keys": _quota,
     "quota_requests_per_second": _quota,
     "ui_session_max_age": _interval,
     "log_level": _log_level,

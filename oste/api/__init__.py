@@ -24,8 +24,8 @@ __all__ = ["EXCEPTION_HANDLERS", "ApiContext", "api_routes"]
 
 
 def api_routes() -> list[BaseRoute]:
-    """Every route of the API, in matching order (the changing ones recording into the audit)."""
-    return audit.audited(
+    """Every route of the API, in matching order (each changing one records its audit row)."""
+    return audit.check_audited(
         [
             *_routes(),
             *audit.ROUTES,

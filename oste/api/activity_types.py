@@ -17,6 +17,7 @@ from oste.api.tenants import SOLUTION, json, no_content
 from oste.domain import records as r
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
 from oste.errors import Conflict, FieldError, InvalidInput
+from oste.operations import Actor
 from oste.storage.store import Store
 from oste.storage.type_changes import RULE_FIELDS, Misfits, changes_rules
 
@@ -210,37 +211,37 @@ async def create_type(request: Request) -> Response:
     return json(render.activity_type(created, solution.name), 201)
 
 
-async def type_in_path(request: Request) -> tuple[r.Solution, r.ActivityType]:
-    _, solution = await solution_in_path(request)
+async def type_in_path(request: Request) -> tuple[Actor, r.Company, r.Solution, r.ActivityType]:
+    """The caller, the company and solution in the path, and the activity type it names."""
+    actor, company, solution = await solution_scope(request)
     name = slug_in_path(request, "type", "activity type")
-    return solution, await ctx(request).store.get_activity_type(solution, name)
+    return actor, company, solution, await ctx(request).store.get_activity_type(solution, name)
 
 
 async def get_type(request: Request) -> Response:
-    solution, activity_type = await type_in_path(request)
+    _, _, solution, activity_type = await type_in_path(request)
     return json(render.activity_type(activity_type, solution.name))
 
 
+@self_audited
 async def patch_type(request: Request) -> Response:
     """PATCH a type. A change of the rules stored parameters must fit re-checks the type's scheduled
     and recurring activities first (see ``oste.storage.type_changes``): 409 if some would no longer
     fit, unless ``?force=true`` (then they are dead-lettered and paused, counted in the headers
     ``OSTE-Dead-Lettered`` and ``OSTE-Paused-Recurring``)."""
-    solution, activity_type = await type_in_path(request)
+    actor, company, solution, activity_type = await type_in_path(request)
     data = schemas.check_shape(schemas.ACTIVITY_TYPE_PATCH, await body(request))
     force = query_flag(request, "force")
     values = type_values(data, activity_type)
-    store = ctx(request).store
-    await check_chain_types(store, solution, values, values.get("name", activity_type.name))
-    if not changes_rules(activity_type, values):  # nothing stored parameters depend on: no re-check
-        updated = await store.update_activity_type(activity_type, values)
-        return json(render.activity_type(updated, solution.name))
+    await check_chain_types(ctx(request).store, solution, values, values.get("name", activity_type.name))
     new_rules = {name: values[name] for name in RULE_FIELDS if name in values}
-    rules = rules_of(dataclasses.replace(activity_type, **new_rules))
-    changed, misfits = (
-        await ctx(request)
-        .storage.type_change()
-        .apply(activity_type, rules, force, lambda: store.update_activity_type(activity_type, values))
+    rules = (
+        rules_of(dataclasses.replace(activity_type, **new_rules))
+        if changes_rules(activity_type, values)
+        else None
+    )
+    changed, misfits = await ctx(request).operations.settings.update_type(
+        actor, company, solution, activity_type, values, list(data), rules, force
     )
     if changed is None:
         raise Conflict(misfit_detail(activity_type, sorted(new_rules), misfits), misfit_extensions(misfits))
@@ -276,9 +277,11 @@ def misfit_extensions(misfits: Misfits) -> dict[str, Any]:
     }
 
 
+@self_audited
 async def delete_type(request: Request) -> Response:
-    _, activity_type = await type_in_path(request)
-    await ctx(request).store.delete_activity_type(activity_type, cascade=query_flag(request, "cascade"))
+    actor, company, solution, activity_type = await type_in_path(request)
+    cascade = query_flag(request, "cascade")
+    await ctx(request).operations.settings.delete_type(actor, company, solution, activity_type, cascade)
     return no_content()
 
 

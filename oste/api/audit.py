@@ -1,11 +1,9 @@
 """The audit: every change made through the API is recorded (who, what, when) and can be read back.
 
-``audited`` wraps the changing routes (POST, PATCH, DELETE under ``/v1/companies``): when the handler
-answered 2xx, one row is written right after the change committed (not in its transaction: a failure
-to write it is logged, and the answer stands). What a row says comes from the route (resource and
-action), the request (the caller, the company and solution it resolved, the fields of the body) and
-the answer (a created resource's id, a batch's count, a bulk change's counts). A dry run is not
-recorded: it changes nothing.
+The operation a changing route calls (``oste.operations``) writes the audit row in the transaction of
+its change, so a change is never without its row nor a row without its change. Every changing route
+under ``/v1/companies`` is marked ``self_audited``; ``check_audited`` refuses to build an API with one
+that is not, so that a new route cannot forget its row. A dry run is not recorded: it changes nothing.
 
 ``GET …/solutions/{solution}/audit`` and ``GET /v1/companies/{company}/audit`` page the rows newest
 first; a company key reads its own company only (the path resolution answers 404 for others).
@@ -13,25 +11,18 @@ first; a company key reads its own company only (the path resolution answers 404
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from oste.api.context import company_in_path, ctx, solution_in_path
-from oste.api.requests import Principal, check_storable, iso, paging
+from oste.api.requests import check_storable, iso, paging
 from oste.api.tenants import COMPANY, SOLUTION, json
-from oste.domain import records as r
 from oste.domain.audit import ADMIN, API_KEY, AuditEntry, AuditFilter
-from oste.domain.ids import new_id
 from oste.errors import InvalidInput
-
-log = logging.getLogger(__name__)
 
 RESOURCES = {
     "companies": "company",
@@ -60,129 +51,25 @@ ACTIONS = (
     "bulk_update",
 )
 """Every action an audit row may name."""
-_DELETE = {"activity": "cancel", "api_key": "revoke"}
-_NAMED = ("company", "solution", "activity_type")
-"""Resources named by their (unique, immutable) name; the others by id."""
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def route_meaning(path: str, method: str) -> tuple[str, str, str | None]:
-    """(resource, action, the path parameter naming the resource or None) of a changing route."""
-    parts = path.strip("/").split("/")
-    last = parts[-1]
-    if last.startswith("{"):
-        resource = RESOURCES[parts[-2]]
-        action = "update" if method == "PATCH" else _DELETE.get(resource, "delete")
-        return resource, action, last[1:-1]
-    if last in RESOURCES:
-        return RESOURCES[last], "create", None
-    if last == "bulk":
-        return "activity", "bulk", None
-    owner = parts[-2]
-    return RESOURCES[parts[-3]], last.replace("-", "_"), owner[1:-1]
-
-
-def audited(routes: list[BaseRoute]) -> list[BaseRoute]:
-    """The routes, with every changing route under /v1/companies recording its changes."""
-    out: list[BaseRoute] = []
-    for route in routes:
-        methods = getattr(route, "methods", None) or set()
-        change = methods & {"POST", "PATCH", "DELETE"}
-        own = getattr(getattr(route, "endpoint", None), "audits_itself", False)
-        if isinstance(route, Route) and change and route.path.startswith("/v1/companies") and not own:
-            method = next(iter(change))
-            try:
-                meaning = route_meaning(route.path, method)
-            except (KeyError, IndexError):
-                log.warning("%s %s changes something the audit has no name for", method, route.path)
-            else:
-                route = Route(route.path, _recording(route.endpoint, meaning), methods=[method])
-        out.append(route)
-    return out
-
-
-def _recording(endpoint: Endpoint, meaning: tuple[str, str, str | None]) -> Endpoint:
-    resource, action, id_param = meaning
-
-    async def handler(request: Request) -> Response:
-        response = await endpoint(request)
-        if 200 <= response.status_code < 300 and not (action == "create" and response.status_code != 201):
-            try:
-                entry = _entry(request, response, resource, action, id_param)
-                if entry is not None:
-                    await ctx(request).storage.audit.record(entry)
-            except Exception:  # the change is made and answered; the row is what is lost
-                log.exception("could not record the audit row of %s %s", request.method, request.url.path)
-        return response
-
-    handler.__name__ = getattr(endpoint, "__name__", "handler")
-    handler.__doc__ = endpoint.__doc__
-    return handler
-
-
-def _entry(
-    request: Request, response: Response, resource: str, action: str, id_param: str | None
-) -> AuditEntry | None:
-    state = request.state
-    who: Principal | None = getattr(state, "principal", None)
-    if who is None:
-        return None
-    sent: Any = getattr(state, "body", None)  # the request's parsed JSON body, when it had one
-    batch = resource == "activity" and action == "create" and isinstance(sent, dict) and "activities" in sent
-    # a batch's answer (up to 1000 activities) is not parsed again: its count is the request's
-    answer = orjson.loads(response.body) if response.body and not batch else {}
-    company: r.Company | None = getattr(state, "company", None)
-    solution: r.Solution | None = getattr(state, "solution", None)
-    company_id = company.id if company else uuid.UUID(answer["id"])
-    solution_id, solution_name = (solution.id, solution.name) if solution else (None, None)
-    resource_id = request.path_params.get(id_param) if id_param else None
-    details: dict[str, Any] = {}
-    if action == "create":
-        if resource == "solution":
-            solution_id, solution_name = uuid.UUID(answer["id"]), answer["name"]
-        if batch:
-            details["count"] = len(sent["activities"])
-        else:
-            resource_id = answer["name"] if resource in _NAMED else answer.get("id")
-            details = {"name": answer["name"]} if resource == "api_key" else {}
-    elif action == "bulk":
-        if answer.get("dry_run"):
-            return None
-        action = "bulk_" + answer["action"]
-        details = _bulk_details(sent or {}, answer)
-    elif action == "update" and isinstance(sent, dict):
-        if request.query_params.get("force", "").lower() in ("true", "1"):
-            action = "force_update"
-        details["fields"] = sorted(sent)
-    elif action == "backfill":
-        details = {"created": len(answer.get("created", [])), "queued": answer.get("queued")}
-    if request.query_params.get("cascade", "").lower() in ("true", "1"):
-        details["cascade"] = True
-    return AuditEntry(
-        id=new_id(),
-        company_id=company_id,
-        solution_id=solution_id,
-        solution=solution_name,
-        at=ctx(request).store.clock.now(),
-        actor=ADMIN if who.is_admin else API_KEY,
-        api_key_id=who.api_key_id,
-        api_key_name=who.api_key_name,
-        action=action,
-        resource=resource,
-        resource_id=str(resource_id) if resource_id is not None else None,
-        details=details or None,
-    )
-
-
-def _bulk_details(sent: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
-    details: dict[str, Any] = {"filter": sent.get("filter")}
-    if "set" in sent:
-        details["set"] = sorted(sent["set"])
-        if "uri" in sent["set"]:
-            details["uri"] = sent["set"]["uri"]
-    details.update({k: answer[k] for k in ("matched", "changed")})
-    details["skipped"] = [{"reason": s["reason"], "count": s["count"]} for s in answer["skipped"]]
-    return details
+def check_audited(routes: list[BaseRoute]) -> list[BaseRoute]:
+    """The routes, unchanged; raises RuntimeError naming any changing route under /v1/companies whose
+    handler does not record its own audit row (``self_audited``)."""
+    forgotten = [
+        f"{sorted(route.methods or ())} {route.path}"
+        for route in routes
+        if isinstance(route, Route)
+        and route.path.startswith("/v1/companies")
+        and (route.methods or set()) & {"POST", "PATCH", "DELETE"}
+        and not getattr(route.endpoint, "audits_itself", False)
+    ]
+    if forgotten:
+        raise RuntimeError(
+            "these changing routes record no audit row; make them call an operation and mark them "
+            f"self_audited: {', '.join(forgotten)}"
+        )
+    return routes
 
 
 # --- reading ----------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ async def principal(request: Request) -> Principal:
             )
         c.company_rates.take(who.company, c.operations.context.quotas.of(who.company))
         await _note_use(c, who)
-    request.state.principal = who  # the audit names the caller
+    request.state.principal = who  # streams and long-polls ask whether its key is still alive
     return who
 
 
@@ -118,9 +118,7 @@ class CompanyRates:
 
 
 async def body(request: Request) -> Any:
-    data = await read_json(request, ctx(request).max_body_bytes)
-    request.state.body = data  # the audit names the fields a change set
-    return data
+    return await read_json(request, ctx(request).max_body_bytes)
 
 
 async def company_in_path(request: Request) -> tuple[Principal, r.Company]:
@@ -139,7 +137,6 @@ async def company_in_path(request: Request) -> tuple[Principal, r.Company]:
 async def solution_in_path(request: Request) -> tuple[Principal, r.Solution]:
     who, company = await company_in_path(request)
     solution = await ctx(request).store.get_solution(company, slug_in_path(request, "solution", "solution"))
-    request.state.solution = solution
     return who, solution
 
 
@@ -163,8 +160,8 @@ E = TypeVar("E", bound=Callable[[Request], Awaitable[Any]])
 
 
 def self_audited(endpoint: E) -> E:
-    """Mark a handler whose operation records its own audit row (``oste.api.audit`` leaves it alone)."""
-    endpoint.audits_itself = True  # type: ignore[attr-defined]  # a marker read by oste.api.audit
+    """Mark a handler whose operation records its audit row (``oste.api.audit.check_audited`` asks)."""
+    endpoint.audits_itself = True  # type: ignore[attr-defined]  # a marker check_audited reads
     return endpoint
 
 

@@ -220,9 +220,11 @@ async def resume(request: Request) -> Response:
     return json(await _rendered(request, solution, recurring.id))
 
 
+@self_audited
 async def delete(request: Request) -> Response:
-    _, recurring = await recurring_in_path(request)
-    await ctx(request).store.delete_recurring(recurring)
+    actor, company, solution = await solution_scope(request)
+    recurring = await _recurring_of(request, solution)
+    await ctx(request).operations.recurring.delete(actor, company, solution, recurring)
     return no_content()
 
 

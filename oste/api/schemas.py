@@ -21,7 +21,7 @@ from oste.domain.tenancy import QUOTAS as QUOTA_NAMES
 from oste.domain.tenancy import SCOPES as SCOPE_NAMES
 from oste.errors import FieldError, InvalidInput
 
-USAGE_NAMES = ("scheduled_activities", "activity_types", "recurring_activities")
+USAGE_NAMES = ("scheduled_activities", "activity_types", "recurring_activities", "solutions", "api_keys")
 SLUG_SCHEMA = {"type": "string", "pattern": f"^{SLUG.pattern}$", "description": "lower-case slug"}
 DURATION = {"type": "string", "description": "ISO 8601 duration, e.g. PT30S or P7D", "example": "PT30S"}
 DATETIME = {"type": "string", "format": "date-time", "description": "RFC 3339 with offset"}

@@ -10,7 +10,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render, schemas
-from oste.api.context import actor_of, body, company_in_path, ctx, principal, self_audited, solution_in_path
+from oste.api.context import (
+    actor_of,
+    body,
+    company_in_path,
+    ctx,
+    principal,
+    self_audited,
+    solution_in_path,
+    solution_scope,
+)
 from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
 from oste.domain import records as r
 from oste.domain.tenancy import DEFAULT_SCOPES, check_quotas, check_scopes
@@ -41,11 +50,13 @@ async def list_companies(request: Request) -> Response:
     return json(render.page(page, lambda company: render.company(company, quotas.of(company))))
 
 
+@self_audited
 async def create_company(request: Request) -> Response:
-    require_admin(await principal(request))
+    who = await principal(request)
+    require_admin(who)
     data = schemas.check_shape(schemas.COMPANY_CREATE, await body(request))
-    company = await ctx(request).store.create_company(
-        data["name"], data.get("qos_level", 1), data.get("paused", False)
+    company = await ctx(request).operations.settings.create_company(
+        actor_of(who), data["name"], data.get("qos_level", 1), data.get("paused", False)
     )
     return json(await _company(request, company), 201)
 
@@ -72,10 +83,12 @@ async def patch_company(request: Request) -> Response:
     return json(await _company(request, updated))
 
 
+@self_audited
 async def delete_company(request: Request) -> Response:
     who, company = await company_in_path(request)
     require_admin(who)
-    await ctx(request).store.delete_company(company, cascade=query_flag(request, "cascade"))
+    cascade = query_flag(request, "cascade")
+    await ctx(request).operations.settings.delete_company(actor_of(who), company, cascade)
     return no_content()
 
 
@@ -145,10 +158,12 @@ async def list_solutions(request: Request) -> Response:
     return json(render.page(listing, lambda s: render.solution(s, company.name, who)))
 
 
+@self_audited
 async def create_solution(request: Request) -> Response:
     who, company = await company_in_path(request)
     data = schemas.check_shape(schemas.SOLUTION_CREATE, await body(request))
-    solution = await ctx(request).store.create_solution(company, solution_values(data, creating=True))
+    values = solution_values(data, creating=True)
+    solution = await ctx(request).operations.settings.create_solution(actor_of(who), company, values)
     return json(render.solution(solution, company.name, who), 201)
 
 
@@ -168,15 +183,19 @@ async def patch_solution(request: Request) -> Response:
     return json(render.solution(updated, request.path_params["company"], who))
 
 
+@self_audited
 async def rotate_signing_secret(request: Request) -> Response:
     who, solution = await solution_in_path(request)
-    updated = await ctx(request).store.rotate_signing_secret(solution)
+    company = request.state.company
+    updated = await ctx(request).operations.settings.rotate_signing_secret(actor_of(who), company, solution)
     return json(render.solution(updated, request.path_params["company"], who))
 
 
+@self_audited
 async def delete_solution(request: Request) -> Response:
-    _, solution = await solution_in_path(request)
-    await ctx(request).store.delete_solution(solution, cascade=query_flag(request, "cascade"))
+    actor, company, solution = await solution_scope(request)
+    cascade = query_flag(request, "cascade")
+    await ctx(request).operations.settings.delete_solution(actor, company, solution, cascade)
     return no_content()
 
 

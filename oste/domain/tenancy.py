@@ -20,8 +20,17 @@ DEFAULT_SCOPES = (READ, WRITE)
 MAX_SCHEDULED_ACTIVITIES = "max_scheduled_activities"
 MAX_ACTIVITY_TYPES = "max_activity_types"
 MAX_RECURRING_ACTIVITIES = "max_recurring_activities"
+MAX_SOLUTIONS = "max_solutions"
+MAX_API_KEYS = "max_api_keys"
 REQUESTS_PER_SECOND = "requests_per_second"
-QUOTAS = (MAX_SCHEDULED_ACTIVITIES, MAX_ACTIVITY_TYPES, MAX_RECURRING_ACTIVITIES, REQUESTS_PER_SECOND)
+QUOTAS = (
+    MAX_SCHEDULED_ACTIVITIES,
+    MAX_ACTIVITY_TYPES,
+    MAX_RECURRING_ACTIVITIES,
+    MAX_SOLUTIONS,
+    MAX_API_KEYS,
+    REQUESTS_PER_SECOND,
+)
 """Every quota's name; ``None`` as a value means unlimited."""
 MAX_QUOTA = 2**31 - 1
 
@@ -58,6 +67,8 @@ class QuotaDefaults:
     max_scheduled_activities: int | None = None
     max_activity_types: int | None = None
     max_recurring_activities: int | None = None
+    max_solutions: int | None = None
+    max_api_keys: int | None = None
     requests_per_second: int | None = None
 
     def effective(self, own: Mapping[str, int | None] | None) -> dict[str, int | None]:

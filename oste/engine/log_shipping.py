@@ -327,6 +327,6 @@ class DeadLetterRoller(LogRoller):
     kind = ls.RollerKind.DEAD_LETTER
 
 
-def rollers_for(config: RollerConfig, clock: Clock, owner: str) -> list[LogRoller]:
-    """The two rollers of a node."""
-    return [SuccessRoller(config, clock, owner), DeadLetterRoller(config, clock, owner)]
+def rollers_for(config: RollerConfig, clock: Clock, owner: str, store: RollerStore) -> list[LogRoller]:
+    """The two rollers of a node, on its storage's log-shipping part."""
+    return [SuccessRoller(config, clock, owner, store), DeadLetterRoller(config, clock, owner, store)]

@@ -34,8 +34,8 @@ from oste.engine.metrics import DeliveryRecorder, watch
 from oste.engine.poller import ClaimBook, Poller
 from oste.errors import Unavailable
 from oste.settings import Settings
+from oste.storage import Storage
 from oste.storage.dispatch import DispatchStore
-from oste.storage.occurrences import RecurrenceStore
 
 log = logging.getLogger("oste.engine")
 
@@ -57,7 +57,7 @@ class Engine:
         self,
         settings: Settings,
         clock: Clock | None = None,
-        dispatch_store: DispatchStore | None = None,
+        storage: Storage | None = None,
         config: EngineConfig | None = None,
         rng: random.Random | None = None,
         expander: ExpanderConfig | None = None,
@@ -65,11 +65,12 @@ class Engine:
         self.settings = settings
         self.expander_config = expander or ExpanderConfig()
         self.expander: Expander | None = None
-        self.clock = clock or CorrectedClock()
+        self.clock = clock or (storage.clock if storage is not None else CorrectedClock())
         """The node's clock: by default its own, corrected to the database's time (``ClockSync``)."""
+        self.storage = storage or Storage(self.clock)
+        """The parts of storage the engine uses: ``dispatch``, ``occurrences``, ``log_shipping``."""
         self.config = config or EngineConfig.from_settings(settings)
         self.rng = rng or random.Random()
-        self._store = dispatch_store
         self.node: NodeInfo | None = None
         self.book = ClaimBook()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -84,9 +85,7 @@ class Engine:
     @property
     def store(self) -> DispatchStore:
         """The dispatch store (created on first use: the database must be open by then)."""
-        if self._store is None:
-            self._store = DispatchStore(self.clock)
-        return self._store
+        return self.storage.dispatch
 
     @property
     def running(self) -> bool:
@@ -118,7 +117,7 @@ class Engine:
         self.writer = CompletionWriter(cfg.completions, self.store, self._written, self.recorder)
         self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, self.node)
         await self.balancer.run_once()
-        self.expander = Expander(self.expander_config, RecurrenceStore(self.clock), self.balancer.partitions)
+        self.expander = Expander(self.expander_config, self.storage.occurrences, self.balancer.partitions)
         await _guarded(self.expander.run_once(), "expanding recurring activities")  # catch up before firing
         self.poller = Poller(
             cfg.poller,
@@ -143,7 +142,7 @@ class Engine:
             self._spawn("clock-sync", _every(cfg.balancer.interval, sync.run_once, "clock sync"))
         self._spawn("expander", _every(self.expander_config.interval, self.expander.run_once, "expander"))
         rollers = RollerConfig.from_settings(self.settings, resolver=cfg.executor.resolver)
-        for roller in rollers_for(rollers, self.clock, self.node.id):
+        for roller in rollers_for(rollers, self.clock, self.node.id, self.storage.log_shipping):
             self._spawn(roller.name, _every(rollers.interval, roller.run_once, roller.name))
         watch(self)
         log.info("engine started: node %s with %d partitions", self.node.id, len(self.partitions()))

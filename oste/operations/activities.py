@@ -21,7 +21,6 @@ from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
 from oste.storage.changes import atomic, record_events, wake
 from oste.storage.events import Change
-from oste.storage.store import MAX_PAGE
 
 log = logging.getLogger("oste.operations")
 
@@ -162,11 +161,6 @@ class ActivityOperations:
             self.context.notify_due(plan.values["scheduled_for"])
         return result
 
-    async def type_ids(self, solution: r.Solution) -> dict[str, Any]:
-        """The solution's activity type ids by name (for filters)."""
-        page = await self.store.list_activity_types(solution, MAX_PAGE)
-        return {t.name: t.id for t in page.items}
-
     async def _audit(
         self,
         actor: Actor,
@@ -176,7 +170,4 @@ class ActivityOperations:
         resource_id: object,
         details: dict[str, Any] | None = None,
     ) -> None:
-        entry = actor.entry(
-            company, solution, action, "activity", resource_id, details, self.store.clock.now()
-        )
-        await self.context.audit.record(entry)
+        await self.context.record_audit(actor, company, solution, action, "activity", resource_id, details)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from oste.domain import records as r
 from oste.domain.tenancy import QuotaDefaults
+from oste.operations.actors import Actor
 from oste.operations.quotas import Quotas
 from oste.storage import Storage
 from oste.storage.audit import AuditLog
@@ -33,6 +36,28 @@ class OperationContext:
     @property
     def audit(self) -> AuditLog:
         return self.storage.audit
+
+    async def record_audit(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution | None,
+        action: str,
+        resource: str,
+        resource_id: object,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write the audit row of a change ``actor`` made (in the caller's transaction, if any)."""
+        entry = actor.entry(
+            company,
+            solution,
+            action,
+            resource,
+            resource_id,
+            dict(details) if details else None,
+            self.store.clock.now(),
+        )
+        await self.audit.record(entry)
 
     @functools.cached_property
     def quotas(self) -> Quotas:

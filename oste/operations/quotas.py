@@ -15,8 +15,10 @@ from collections.abc import Callable
 from oste.domain import records as r
 from oste.domain.tenancy import (
     MAX_ACTIVITY_TYPES,
+    MAX_API_KEYS,
     MAX_RECURRING_ACTIVITIES,
     MAX_SCHEDULED_ACTIVITIES,
+    MAX_SOLUTIONS,
     QuotaDefaults,
     check_room,
 )
@@ -28,6 +30,8 @@ _USED = {
     MAX_SCHEDULED_ACTIVITIES: "scheduled_activities",
     MAX_ACTIVITY_TYPES: "activity_types",
     MAX_RECURRING_ACTIVITIES: "recurring_activities",
+    MAX_SOLUTIONS: "solutions",
+    MAX_API_KEYS: "api_keys",
 }
 
 

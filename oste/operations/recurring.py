@@ -17,7 +17,7 @@ from oste.domain.recurrence import Overlap, Recurrence
 from oste.domain.tenancy import MAX_RECURRING_ACTIVITIES
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
-from oste.storage.changes import atomic
+from oste.storage.changes import atomic, wake
 from oste.storage.occurrences import RecurrenceStore
 
 
@@ -81,12 +81,14 @@ class RecurringOperations:
                     recurring, {**changes, "next_fire_at": upcoming[0] if upcoming else None}
                 )
             current = await self.store.get_recurring(solution, recurring.id)
+            cancelled: list[uuid.UUID] = []
             if paused is True:
-                await occurrences.pause(current)
+                cancelled = await occurrences.pause(current)
             elif paused is False:
                 await occurrences.resume(current)
             details = {"fields": sorted(fields)}
             await self._audit(actor, company, solution, "update", recurring.id, details)
+        await wake(cancelled)
         return await self.planned(recurring.id)
 
     async def set_paused(
@@ -100,13 +102,25 @@ class RecurringOperations:
         """Pause (its unfired occurrences are cancelled) or resume (they are planned again)."""
         actor.require(WRITE, "pause or resume recurring activities")
         occurrences = self.occurrences
+        cancelled: list[uuid.UUID] = []
         async with atomic():
             if paused:
-                await occurrences.pause(recurring)
+                cancelled = await occurrences.pause(recurring)
             else:
                 await occurrences.resume(recurring)
             await self._audit(actor, company, solution, "pause" if paused else "resume", recurring.id)
+        await wake(cancelled)
         return await self.planned(recurring.id)
+
+    async def delete(
+        self, actor: Actor, company: r.Company, solution: r.Solution, recurring: r.RecurringActivity
+    ) -> None:
+        """Delete it; its scheduled occurrences are cancelled."""
+        actor.require(WRITE, "delete recurring activities")
+        async with atomic():
+            cancelled = await self.store.delete_recurring(recurring)
+            await self._audit(actor, company, solution, "delete", recurring.id)
+        await wake(cancelled)
 
     async def planned(self, recurring_id: uuid.UUID) -> r.RecurringActivity:
         """Create its next occurrence now (if it is due to have one) and wake the engine for it."""
@@ -162,13 +176,6 @@ class RecurringOperations:
         recurring_id: uuid.UUID,
         details: Mapping[str, object] | None = None,
     ) -> None:
-        entry = actor.entry(
-            company,
-            solution,
-            action,
-            "recurring_activity",
-            recurring_id,
-            dict(details) if details else None,
-            self.store.clock.now(),
+        await self.context.record_audit(
+            actor, company, solution, action, "recurring_activity", recurring_id, details
         )
-        await self.context.audit.record(entry)

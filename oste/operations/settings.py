@@ -1,7 +1,8 @@
-"""Operations on tenants' settings: a company's, a solution's or an activity type's QoS and pause flag.
+"""Operations on tenants and their settings: companies, API keys, solutions and activity types.
 
-A resume wakes the engine's poller at once (work held back may be due); every change is audited in the
-transaction that makes it.
+Creating and deleting them, a company's, a solution's or an activity type's QoS and pause flag, a type's
+rules, a solution's signing secret. A resume wakes the engine's poller at once (work held back may be
+due); every change is audited in the transaction that makes it.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from oste.domain import records as r
-from oste.domain.tenancy import KEYS, MAX_ACTIVITY_TYPES
+from oste.domain.parameters import ParameterRules
+from oste.domain.tenancy import KEYS, MAX_ACTIVITY_TYPES, MAX_API_KEYS, MAX_SOLUTIONS
 from oste.errors import Forbidden
 from oste.operations.actors import API, WRITE, Actor
 from oste.operations.context import OperationContext
 from oste.storage.changes import atomic
+from oste.storage.type_changes import Misfits
 
 
 def settings_action(changes: dict[str, Any]) -> str:
@@ -31,6 +34,23 @@ class SettingsOperations:
     def __init__(self, context: OperationContext) -> None:
         self.context = context
         self.store = context.store
+
+    async def create_company(self, actor: Actor, name: str, qos_level: int, paused: bool) -> r.Company:
+        """Create a company (the operator only). Raises Conflict if the name is taken."""
+        actor.require_admin("create companies")
+        async with atomic():
+            company = await self.store.create_company(name, qos_level, paused)
+            await self.context.record_audit(actor, company, None, "create", "company", company.name)
+        return company
+
+    async def delete_company(self, actor: Actor, company: r.Company, cascade: bool) -> None:
+        """Delete a company (the operator only); with ``cascade`` everything it holds goes too."""
+        actor.require_admin("delete companies")
+        async with atomic():
+            await self.store.delete_company(company, cascade)
+            await self.context.record_audit(
+                actor, company, None, "delete", "company", company.name, _cascade(cascade)
+            )
 
     async def update_company(
         self, actor: Actor, company: r.Company, changes: dict[str, Any], fields: Sequence[str] | None = None
@@ -58,6 +78,39 @@ class SettingsOperations:
         self._resumed(changes)
         return updated
 
+    async def create_solution(self, actor: Actor, company: r.Company, values: dict[str, Any]) -> r.Solution:
+        """Create a solution (validated ``values``) with a new signing secret."""
+        actor.reach(company)
+        actor.require(WRITE, "create solutions")
+        await self.context.quotas.make_room(company, MAX_SOLUTIONS)
+        async with atomic():
+            solution = await self.store.create_solution(company, values)
+            await self.context.record_audit(actor, company, solution, "create", "solution", solution.name)
+        return solution
+
+    async def rotate_signing_secret(
+        self, actor: Actor, company: r.Company, solution: r.Solution
+    ) -> r.Solution:
+        """Give the solution a new random signing secret (the answer shows it)."""
+        actor.require(WRITE, "rotate a signing secret")
+        async with atomic():
+            updated = await self.store.rotate_signing_secret(solution)
+            await self.context.record_audit(
+                actor, company, solution, "rotate_signing_secret", "solution", solution.name
+            )
+        return updated
+
+    async def delete_solution(
+        self, actor: Actor, company: r.Company, solution: r.Solution, cascade: bool
+    ) -> None:
+        """Delete a solution; with ``cascade`` its types and activities go too."""
+        actor.require(WRITE, "delete solutions")
+        async with atomic():
+            await self.store.delete_solution(solution, cascade)
+            await self.context.record_audit(
+                actor, company, solution, "delete", "solution", solution.name, _cascade(cascade)
+            )
+
     async def create_type(
         self, actor: Actor, company: r.Company, solution: r.Solution, values: dict[str, Any]
     ) -> r.ActivityType:
@@ -66,11 +119,51 @@ class SettingsOperations:
         await self.context.quotas.make_room(company, MAX_ACTIVITY_TYPES)
         async with atomic():
             created = await self.store.create_activity_type(solution, values)
-            entry = actor.entry(
-                company, solution, "create", "activity_type", created.name, None, self.store.clock.now()
-            )
-            await self.context.audit.record(entry)
+            await self.context.record_audit(actor, company, solution, "create", "activity_type", created.name)
         return created
+
+    async def update_type(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        kind: r.ActivityType,
+        values: dict[str, Any],
+        fields: Sequence[str],
+        rules: ParameterRules | None,
+        force: bool,
+    ) -> tuple[r.ActivityType | None, Misfits]:
+        """Change a type (validated ``values``; ``fields`` as asked, for the audit). When ``rules``
+        (what stored parameters must fit) change, the type's scheduled and recurring activities are
+        re-checked in the same transaction (``TypeRulesChange``): with misfits and without ``force``
+        nothing changes and the answer is (None, misfits); with ``force`` they are dead-lettered and
+        paused."""
+        actor.require(WRITE, "change activity types")
+        action = "force_update" if force else "update"
+        details = {"fields": sorted(fields)}
+
+        async def write() -> r.ActivityType:
+            updated = await self.store.update_activity_type(kind, values)
+            await self.context.record_audit(
+                actor, company, solution, action, "activity_type", kind.name, details
+            )
+            return updated
+
+        if rules is None:  # nothing stored parameters depend on: no re-check
+            async with atomic():
+                return await write(), Misfits()
+        return await self.context.storage.type_change().apply(kind, rules, force, write)
+
+    async def delete_type(
+        self, actor: Actor, company: r.Company, solution: r.Solution, kind: r.ActivityType, cascade: bool
+    ) -> None:
+        """Delete a type; with ``cascade`` its activities and recurring activities go too."""
+        actor.require(WRITE, "delete activity types")
+        async with atomic():
+            await self.store.delete_activity_type(kind, cascade)
+            await self.context.record_audit(
+                actor, company, solution, "delete", "activity_type", kind.name, _cascade(cascade)
+            )
 
     async def create_api_key(
         self, actor: Actor, company: r.Company, name: str, scopes: tuple[str, ...]
@@ -81,12 +174,11 @@ class SettingsOperations:
         beyond = sorted(set(scopes) - actor.scopes)
         if beyond:
             raise Forbidden(f"this key cannot grant scopes it does not hold: {', '.join(beyond)}")
+        await self.context.quotas.make_room(company, MAX_API_KEYS)
         async with atomic():
             key, secret = await self.store.create_api_key(company, name, scopes)
             details = {"name": name, "scopes": list(scopes)}
-            await self.context.audit.record(
-                actor.entry(company, None, "create", "api_key", key.id, details, self.store.clock.now())
-            )
+            await self.context.record_audit(actor, company, None, "create", "api_key", key.id, details)
         return key, secret
 
     async def revoke_api_key(self, actor: Actor, company: r.Company, key_id: uuid.UUID) -> r.ApiKey:
@@ -96,9 +188,7 @@ class SettingsOperations:
         actor.require(KEYS, "revoke API keys")
         async with atomic():
             key = await self.store.revoke_api_key(company, key_id)
-            await self.context.audit.record(
-                actor.entry(company, None, "revoke", "api_key", key.id, None, self.store.clock.now())
-            )
+            await self.context.record_audit(actor, company, None, "revoke", "api_key", key.id)
         return key
 
     async def pause_type(
@@ -129,5 +219,8 @@ class SettingsOperations:
         # the API names every PATCH "update"; a face with pause and resume buttons names those
         action = "update" if actor.via == API else settings_action(changes)
         details = {"fields": sorted(fields if fields is not None else changes)}
-        entry = actor.entry(company, solution, action, resource, name, details, self.store.clock.now())
-        await self.context.audit.record(entry)
+        await self.context.record_audit(actor, company, solution, action, resource, name, details)
+
+
+def _cascade(cascade: bool) -> dict[str, Any] | None:
+    return {"cascade": True} if cascade else None

@@ -11,13 +11,15 @@ documented in its own module:
 ``storage.bulk``              ``BulkChange`` (``bulk.py``): cancel, requeue or update by filter
 ``storage.type_change()``     a new ``TypeRulesChange`` (``type_changes.py``): re-check what a type holds
 ``storage.log_shipping``      ``RollerStore`` (``log_shipping.py``): leases, batches, purging
+``storage.dispatch``          ``DispatchStore`` (``dispatch.py``): the engine's nodes, partition
+                              leases, claims and completions (built on first use, once the database
+                              is open)
 ``storage.stats``             ``StatsService`` (``stats.py``): outcomes, lag, queue depth
 ``storage.overview``          ``OverviewStore`` (``overview.py``): the dashboard's counts
 ``storage.audit``             ``AuditLog`` (``audit.py``): who changed what
 ============================  ===================================================================
 
-The engine's claims and completions (``dispatch.py``'s ``DispatchStore``) are opened by the engine,
-which holds its own connection label; the event stream (``events.py``), the change hub
+The event stream (``events.py``), the change hub
 (``notices.py``) and UI sessions (``ui_sessions.py``) are reached through their modules. Operations
 change several parts in one transaction with ``changes.atomic``. Every part returns frozen records
 from ``oste.domain`` and raises ``NotFound``, ``Conflict``, ``InvalidInput`` or ``Unavailable``.
@@ -25,12 +27,14 @@ from ``oste.domain`` and raises ``NotFound``, ``Conflict``, ``InvalidInput`` or 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oste.domain.clock import Clock
     from oste.storage.audit import AuditLog
     from oste.storage.bulk import BulkChange
+    from oste.storage.dispatch import DispatchStore
     from oste.storage.log_shipping import RollerStore
     from oste.storage.occurrences import RecurrenceStore
     from oste.storage.overview import OverviewStore
@@ -59,6 +63,13 @@ class Storage:
         self.stats: StatsService = StatsService(clock)
         self.overview: OverviewStore = OverviewStore(clock)
         self.audit: AuditLog = AuditLog(clock)
+
+    @functools.cached_property
+    def dispatch(self) -> DispatchStore:
+        """The engine's part (its strategy is the open database's dialect, hence built on first use)."""
+        from oste.storage.dispatch import DispatchStore
+
+        return DispatchStore(self.clock)
 
     def type_change(self) -> TypeRulesChange:
         """A change of an activity type's rules (one per change: it gathers what it dead-letters)."""

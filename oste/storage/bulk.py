@@ -34,7 +34,7 @@ from oste.domain.ids import new_id
 from oste.domain.parameters import ParameterRules
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import ClaimStrategy, Params, strategy_for
+from oste.storage.dialects import ClaimStrategy, Params, json_of, strategy_for, uuid_of
 from oste.storage.events import Change, record, subscribed_solutions
 from oste.storage.notices import publish
 from oste.storage.store import matching_activities
@@ -88,7 +88,7 @@ class BulkChange:
                     await self._record(event, sorted(changed))
             if event is not None:
                 await publish("default", changed)  # long-polls waiting on these wake
-            last = _uuid(rows[-1]["id"])
+            last = uuid_of(rows[-1]["id"])
             if len(rows) < self.chunk:
                 break
         return result
@@ -107,18 +107,18 @@ class BulkChange:
         group_changes: dict[Any, dict[str, Any]] = {}
         per_row: list[tuple[uuid.UUID, dict[str, Any]]] = []
         for row in rows:
-            activity_id = _uuid(row["id"])
+            activity_id = uuid_of(row["id"])
             reason = state_reason(action, _S(row["state"]))
             if reason is not None:
                 result.skip(reason, activity_id)
             elif action == "cancel":
                 writes[None].append(activity_id)
             elif action == "requeue":
-                writes[_uuid(row["activity_type_id"])].append(activity_id)
+                writes[uuid_of(row["activity_type_id"])].append(activity_id)
             else:
                 assert plan is not None
-                type_id = _uuid(row["activity_type_id"])
-                changes = plan.changes(kinds[type_id], _json(row["parameter"]), row["uri_override"])
+                type_id = uuid_of(row["activity_type_id"])
+                changes = plan.changes(kinds[type_id], json_of(row["parameter"]), row["uri_override"])
                 if isinstance(changes, str):
                     result.skip(changes, activity_id)
                 elif "parameter" in changes:
@@ -211,7 +211,7 @@ class BulkChange:
         wanted = ", ".join(p.add(str(state)) for state in states)
         sql = f"UPDATE activity SET {', '.join(assign)} WHERE {where} AND state IN ({wanted}) RETURNING id"
         rows = await conn.execute_query_dict(sql, p.values)
-        return {_uuid(row["id"]) for row in rows}
+        return {uuid_of(row["id"]) for row in rows}
 
     async def _lock(self, ids: Sequence[uuid.UUID]) -> None:
         """Lock the rows in id order (PostgreSQL), as every multi-row writer of activities does."""
@@ -229,11 +229,11 @@ class BulkChange:
             "id", "uri_pattern", "parameter_schema", "object_id_ref", "retries"
         )
         return {
-            _uuid(row["id"]): TypeRules(
+            uuid_of(row["id"]): TypeRules(
                 ParameterRules(
                     row["uri_pattern"],
-                    _json(row["parameter_schema"]),
-                    tuple(_json(row["object_id_ref"]) or ()),
+                    json_of(row["parameter_schema"]),
+                    tuple(json_of(row["object_id_ref"]) or ()),
                 ),
                 int(row["retries"]),
             )
@@ -266,11 +266,3 @@ def _due(changes: dict[str, Any], now: datetime) -> dict[str, Any]:
     if "scheduled_for" in values:
         values["next_attempt_at"] = values["scheduled_for"]
     return values
-
-
-def _uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
-def _json(value: Any) -> Any:
-    return orjson.loads(value) if isinstance(value, (str, bytes)) else value

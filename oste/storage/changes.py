@@ -13,8 +13,11 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 
 from tortoise import connections
+from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
+from oste.domain.records import ActivityState
+from oste.storage import models as m
 from oste.storage.database import outages_unavailable
 from oste.storage.dialects import strategy_for
 from oste.storage.events import Change, record, subscribed_solutions
@@ -34,6 +37,23 @@ async def record_events(solution_id: uuid.UUID, changes: Iterable[Change], now: 
         return 0
     conn = connections.get("default")
     return await record(conn, strategy_for(conn.capabilities.dialect), list(changes), now)
+
+
+async def cancel_scheduled(
+    query: QuerySet[m.Activity], solution_id: uuid.UUID, now: datetime
+) -> list[tuple[uuid.UUID, datetime | None]]:
+    """Cancel the scheduled activities ``query`` selects (rows locked first, so none the engine claims
+    meanwhile is counted) and record their "cancelled" events, in the caller's transaction. Returns
+    (id, occurrence_at) of each: wake the ids once it committed."""
+    rows = await query.filter(state=ActivityState.SCHEDULED).select_for_update().only("id", "occurrence_at")
+    cancelled = [(row.id, row.occurrence_at) for row in rows]
+    if cancelled:
+        ids = [activity_id for activity_id, _ in cancelled]
+        await m.Activity.filter(id__in=ids).update(
+            state=ActivityState.CANCELLED, finished_at=now, updated_at=now
+        )
+        await record_events(solution_id, [Change(activity_id, "cancelled") for activity_id in ids], now)
+    return cancelled
 
 
 async def wake(activity_ids: Iterable[uuid.UUID]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -140,17 +140,20 @@ class ClaimStrategy:
 
     @staticmethod
     def time_of(value: Any) -> datetime:
-        """A raw query's datetime from a NOT NULL column: aware on PostgreSQL, ISO text on SQLite."""
-        return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+        """A raw query's datetime from a NOT NULL column (aware on PostgreSQL, ISO text on SQLite), in
+        UTC; a naive value is read as UTC."""
+        instant = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+        return instant.astimezone(UTC) if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
+
+    @staticmethod
+    def json_of(value: Any) -> Any:
+        """A raw query's JSON column: decoded on PostgreSQL, text on SQLite."""
+        return orjson.loads(value) if isinstance(value, str | bytes) else value
 
     @classmethod
     def optional_time_of(cls, value: Any) -> datetime | None:
         """``time_of`` for a nullable column."""
         return None if value is None else cls.time_of(value)
-
-    @staticmethod
-    def json_of(value: Any) -> Any:
-        return orjson.loads(value) if isinstance(value, (str, bytes)) else value
 
     def json_param(self, params: Params, text: str) -> str:
         """A placeholder for JSON given as text, for a JSON column."""
@@ -454,3 +457,11 @@ def strategy_for(dialect: str) -> ClaimStrategy:
     if dialect not in strategies:
         raise ValueError(f"OSTE's dispatch supports SQLite and PostgreSQL, not {dialect!r}")
     return strategies[dialect]()
+
+
+# Decoders of raw statements' values, the same on both dialects (see ``ClaimStrategy``).
+uuid_of = ClaimStrategy.uuid_of
+optional_uuid_of = ClaimStrategy.optional_uuid_of
+time_of = ClaimStrategy.time_of
+optional_time_of = ClaimStrategy.optional_time_of
+json_of = ClaimStrategy.json_of

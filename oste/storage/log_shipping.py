@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
 from tortoise.exceptions import DBConnectionError, IntegrityError
 from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
@@ -43,8 +42,9 @@ from oste.domain.log_shipping import (
 from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
+from oste.storage.dialects import uuid_of
 from oste.storage.stats import CountingQuery as _Sql
-from oste.storage.store import to_record
+from oste.storage.store import activity_record, execution_record, to_record
 
 DEFAULT_PURGE_CHUNK = 500
 """Activities deleted per transaction: small enough that SQLite's one writer is held for milliseconds."""
@@ -52,96 +52,10 @@ DEFAULT_PURGE_CHUNK = 500
 
 _ACTIVITY_COLUMNS = tuple(f.name for f in dataclasses.fields(r.Activity) if f.name != "activity_type")
 _EXECUTION_COLUMNS = tuple(f.name for f in dataclasses.fields(r.Execution))
-_UUIDS = frozenset(
-    {
-        "id",
-        "company_id",
-        "solution_id",
-        "activity_type_id",
-        "recurring_activity_id",
-        "caused_by",
-        "activity_id",
-    }
-)
-_TIMES = frozenset(
-    {
-        "scheduled_for",
-        "next_attempt_at",
-        "occurrence_at",
-        "created_at",
-        "updated_at",
-        "finished_at",
-        "started_at",
-    }
-)
 
 
 def _utc(instant: datetime) -> datetime:
     return instant.astimezone(UTC)
-
-
-def _uuid(value: Any) -> Any:
-    """An id column as a UUID (asyncpg's own UUID is one already; SQLite gives text)."""
-    return value if value is None or isinstance(value, uuid.UUID) else uuid.UUID(value)
-
-
-def _instant(value: Any) -> Any:
-    """A time column as an aware datetime (SQLite gives RFC 3339 text)."""
-    if value is None or isinstance(value, datetime):
-        return value
-    instant = datetime.fromisoformat(value)
-    return instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
-
-
-_OUTCOMES = {str(o): o for o in r.Outcome}
-_STATES = {str(s): s for s in r.ActivityState}
-
-
-def _activity(row: dict[str, Any]) -> r.Activity:
-    parameter = row["parameter"]
-    return r.Activity(
-        id=_uuid(row["id"]),
-        company_id=_uuid(row["company_id"]),
-        solution_id=_uuid(row["solution_id"]),
-        activity_type_id=_uuid(row["activity_type_id"]),
-        activity_type=row["type_name"] or "",
-        partition=row["partition"],
-        scheduled_for=_instant(row["scheduled_for"]),
-        next_attempt_at=_instant(row["next_attempt_at"]),
-        parameter=orjson.loads(parameter) if isinstance(parameter, str | bytes) else parameter,
-        retries=row["retries"],
-        priority=row["priority"],
-        object_id=row["object_id"],
-        state=_STATES[row["state"]],
-        attempts=row["attempts"],
-        last_outcome=_OUTCOMES[row["last_outcome"]] if row["last_outcome"] else None,
-        recurring_activity_id=_uuid(row["recurring_activity_id"]),
-        occurrence_at=_instant(row["occurrence_at"]),
-        idempotency_key=row["idempotency_key"],
-        created_at=_instant(row["created_at"]),
-        updated_at=_instant(row["updated_at"]),
-        finished_at=_instant(row["finished_at"]),
-        caused_by=_uuid(row["caused_by"]),
-        depth=row["depth"],
-        chain_note=row["chain_note"],
-        uri_override=row["uri_override"],
-    )
-
-
-def _execution(row: dict[str, Any]) -> r.Execution:
-    return r.Execution(
-        id=_uuid(row["id"]),
-        activity_id=_uuid(row["activity_id"]),
-        attempt=row["attempt"],
-        started_at=_instant(row["started_at"]),
-        finished_at=_instant(row["finished_at"]),
-        duration_ms=row["duration_ms"],
-        outcome=_OUTCOMES[row["outcome"]],
-        http_status=row["http_status"],
-        error=row["error"],
-        response_excerpt=row["response_excerpt"],
-        node=row["node"],
-    )
 
 
 def _state(row: m.LogRoller) -> RollerState:
@@ -266,7 +180,7 @@ class RollerStore:
                 f"WHERE {wanted} AND a.state IN ({marks})"
             )
         )
-        by_id = {activity.id: activity for activity in map(_activity, rows)}
+        by_id = {a.id: a for a in (activity_record(row, row["type_name"] or "") for row in rows)}
         executions: dict[uuid.UUID, list[r.Execution]] = {}
         if by_id:
             sql = _Sql()
@@ -276,9 +190,9 @@ class RollerStore:
                     f"WHERE {sql.in_ids('activity_id', list(by_id))} ORDER BY activity_id, attempt"
                 )
             )
-            for execution in map(_execution, found):
+            for execution in map(execution_record, found):
                 executions.setdefault(execution.activity_id, []).append(execution)
-        return [LogRecord(by_id[i], tuple(executions.get(i, ()))) for i in map(_uuid, ids) if i in by_id]
+        return [LogRecord(by_id[i], tuple(executions.get(i, ()))) for i in map(uuid_of, ids) if i in by_id]
 
     async def begin_batch(
         self, target: RollTarget, owner: str, batch_id: uuid.UUID, ids: Sequence[uuid.UUID]
@@ -378,7 +292,7 @@ class RollerStore:
         marks = ", ".join(sql.add(str(s)) for s in states)
         lock = sql.strategy.row_lock
         rows = await sql.rows(f"SELECT id FROM activity WHERE {where} AND state IN ({marks}){lock}")
-        return [_uuid(row["id"]) for row in rows]
+        return [uuid_of(row["id"]) for row in rows]
 
     # --- what an operator sees ------------------------------------------------------------------
 

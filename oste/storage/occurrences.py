@@ -48,6 +48,7 @@ from oste.domain.recurrence import (
 from oste.domain.schedule import parse_schedule
 from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
+from oste.storage.changes import cancel_scheduled
 from oste.storage.database import outages_unavailable
 from oste.storage.events import record_created
 from oste.storage.store import activity_record, recurring_record
@@ -383,23 +384,23 @@ class RecurrenceStore:
             )
             await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
 
-    async def pause(self, recurring: r.RecurringActivity) -> int:
-        """Pause it and cancel its occurrences not yet fired (they show as ``cancelled``).
-
-        Returns how many were cancelled. Resuming re-plans them under the catch-up policy.
+    async def pause(self, recurring: r.RecurringActivity) -> list[uuid.UUID]:
+        """Pause it and cancel its occurrences not yet fired (they show as ``cancelled``, with their
+        events). Returns the ids cancelled, to wake after the commit. Resuming re-plans them under the
+        catch-up policy.
         """
         now = self.clock.now()
         async with _db(), in_transaction():
             row = await self._lock(recurring.id)
-            unfired = m.Activity.filter(recurring_activity_id=recurring.id, **_UNFIRED)
-            instants = await _occurrence_instants(unfired)
-            cancelled = await unfired.update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
+            unfired = m.Activity.filter(recurring_activity_id=recurring.id, attempts=0)
+            cancelled = await cancel_scheduled(unfired, recurring.solution_id, now)
+            instants = [at for _, at in cancelled]
             floor = min([now, *(t - _TICK for t in instants if t is not None)])
             if row.planned_until is not None:
                 floor = min(floor, row.planned_until)
             values = {"paused": True, "planned_until": floor, "revision": row.revision + 1, "updated_at": now}
             await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
-        return cancelled
+        return [activity_id for activity_id, _ in cancelled]
 
     async def resume(self, recurring: r.RecurringActivity) -> None:
         """Resume it: the occurrences its pause cancelled are forgotten and everything after its cursor

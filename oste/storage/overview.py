@@ -28,6 +28,7 @@ from oste.domain.claims import NodeInfo
 from oste.domain.clock import Clock
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
+from oste.storage.dialects import time_of, uuid_of
 from oste.storage.stats import DUE_SCAN
 from oste.storage.stats import CountingQuery as _Sql
 
@@ -73,16 +74,6 @@ class Overview:
     dead_by_solution: list[tuple[str, str, int]]
     nodes: list[tuple[NodeInfo, list[int]]]
     shipping_failures: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _utc(value: Any) -> datetime:
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def _id(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 _NAMES = "FROM activity_type t JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = t.company_id"
@@ -150,7 +141,7 @@ class OverviewStore:
         due = {
             row["company"]: int(row["n"])
             for row in due_rows
-            if company_id is None or _id(row["id"]) == company_id
+            if company_id is None or uuid_of(row["id"]) == company_id
         }
         rows: list[tuple[str, int, int]] = [
             (name, Bounded(min(due.get(name, 0), DUE_SCAN), truncated), Bounded(total, bool(capped)))
@@ -194,7 +185,13 @@ class OverviewStore:
             owned[owner].append(int(partition))
         return [
             (
-                NodeInfo(row.id, row.name, row.role, _utc(row.started_at), _utc(row.heartbeat_at)),
+                NodeInfo(
+                    row.id,
+                    row.name,
+                    row.role,
+                    time_of(row.started_at),
+                    time_of(row.heartbeat_at),
+                ),
                 sorted(owned.get(row.id, [])),
             )
             for row in rows
@@ -209,7 +206,7 @@ class OverviewStore:
         failing = [
             row
             for row in rows
-            if row.last_success_at is None or _utc(row.last_error_at) > _utc(row.last_success_at)
+            if row.last_success_at is None or time_of(row.last_error_at) > time_of(row.last_success_at)
         ]
         if not failing:
             return []
@@ -228,8 +225,8 @@ class OverviewStore:
                     "kind": row.kind,
                     "failed_attempts": row.failed_attempts,
                     "last_error": row.last_error,
-                    "last_error_at": _utc(row.last_error_at),
-                    "next_attempt_at": _utc(row.next_attempt_at) if row.next_attempt_at else None,
+                    "last_error_at": time_of(row.last_error_at),
+                    "next_attempt_at": time_of(row.next_attempt_at) if row.next_attempt_at else None,
                 }
             )
         return out

@@ -43,7 +43,7 @@ from oste.domain.stats import (
     windows_of,
 )
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import Query, strategy_for
+from oste.storage.dialects import Query, strategy_for, time_of, uuid_of
 
 COUNT_CAP = 10_000
 """Counts stop here (reported with ``at_least``): a count over a huge backlog stays bounded (about
@@ -148,7 +148,7 @@ class StatsStore:
             f"FROM {_TYPE_JOIN} "
             f"WHERE {sql.in_ids('t.id', type_ids)}"
         )
-        return {_uuid(row["id"]): (row["company"], row["solution"], row["type"]) for row in rows}
+        return {uuid_of(row["id"]): (row["company"], row["solution"], row["type"]) for row in rows}
 
 
 @raises_unavailable
@@ -165,7 +165,7 @@ class StatsService:
     async def company(self, company: r.Company) -> StatsReport:
         sql = _Sql()
         rows = await sql.rows(f"SELECT id FROM solution WHERE company_id = {sql.add(company.id)}")
-        solutions = tuple(_uuid(row["id"]) for row in rows)
+        solutions = tuple(uuid_of(row["id"]) for row in rows)
         scope = Scope({"company": company.name}, "company_id", (company.id,), "solution_id", solutions)
         return await self._report(scope)
 
@@ -234,7 +234,9 @@ class StatsService:
             f"FROM activity WHERE state = 'scheduled' AND next_attempt_at <= {sql.add(now)} "
             f"ORDER BY next_attempt_at LIMIT {DUE_SCAN + 1}) d GROUP BY activity_type_id, solution_id"
         )
-        counts = {(_uuid(row["activity_type_id"]), _uuid(row["solution_id"])): int(row["n"]) for row in rows}
+        counts = {
+            (uuid_of(row["activity_type_id"]), uuid_of(row["solution_id"])): int(row["n"]) for row in rows
+        }
         return counts, sum(counts.values()) > DUE_SCAN
 
     async def queue(self, scope: Scope, now: datetime, due_rows: DueRows | None = None) -> QueueDepth:
@@ -288,8 +290,8 @@ class StatsService:
             f"WHERE {where} AND ((t.paused OR s.paused OR c.paused) "
             "OR t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)"
         )
-        paused = {_uuid(row["id"]) for row in rows if row["paused"]}
-        limited = {_uuid(row["id"]) for row in rows if row["limited"]} - paused
+        paused = {uuid_of(row["id"]) for row in rows if row["paused"]}
+        limited = {uuid_of(row["id"]) for row in rows if row["limited"]} - paused
         if not paused and not limited:
             return Throttled(Count(0), Count(0))
         counts, truncated = await _awaited(due_rows) if due_rows is not None else await self.due_rows(now)
@@ -322,8 +324,8 @@ class StatsService:
                 row["id"],
                 row["name"],
                 row["role"],
-                _time(row["started_at"]),
-                _time(row["heartbeat_at"]),
+                time_of(row["started_at"]),
+                time_of(row["heartbeat_at"]),
                 partitions.get(row["id"], 0),
                 claimed.get(row["id"], 0),
             )
@@ -348,7 +350,7 @@ class StatsService:
         ):
             by_period: dict[float, list[uuid.UUID]] = {}
             for row in solutions:
-                by_period.setdefault(float(row[period_column]), []).append(_uuid(row["id"]))
+                by_period.setdefault(float(row[period_column]), []).append(uuid_of(row["id"]))
             waiting, capped = 0, False
             for period, ids in by_period.items():
                 sql = _Sql()
@@ -388,14 +390,6 @@ def _bounded(count: int, truncated: bool) -> Count:
     return Count(min(count, DUE_SCAN), truncated)
 
 
-def _uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
-def _time(value: Any) -> datetime:
-    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-
-
 QUEUE_DEPTH = Gauge(
     "oste_queue_depth",
     "Activities of the whole deployment by state now (due, future, running, dead), read from the "
@@ -423,4 +417,6 @@ async def refresh_queue_depth(clock: Clock) -> None:
     rows = await _Sql().rows("SELECT id, heartbeat_at FROM node")
     HEARTBEAT_AGE.clear()
     for row in rows:
-        HEARTBEAT_AGE.labels(node=row["id"]).set(max((now - _time(row["heartbeat_at"])).total_seconds(), 0.0))
+        HEARTBEAT_AGE.labels(node=row["id"]).set(
+            max((now - time_of(row["heartbeat_at"])).total_seconds(), 0.0)
+        )

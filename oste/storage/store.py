@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -38,7 +38,9 @@ from oste.domain.ids import hash_secret, new_api_key, new_id, new_signing_secret
 from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
 from oste.storage.activity_inserts import insert_activities
+from oste.storage.changes import cancel_scheduled
 from oste.storage.database import raises_unavailable
+from oste.storage.dialects import json_of, optional_time_of, optional_uuid_of
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -56,16 +58,57 @@ def to_record(cls: type[R], row: Any, **overrides: Any) -> R:
     return cls(**values)
 
 
-def activity_record(row: m.Activity, type_name: str) -> r.Activity:
-    """An activity's record from its ORM row: the one converter every ORM read goes through (raw rows
-    are decoded by ``storage.log_shipping``, whose statements read them without the ORM)."""
+_ACTIVITY_IDS = ("id", "company_id", "solution_id", "activity_type_id", "recurring_activity_id", "caused_by")
+_ACTIVITY_TIMES = (
+    "scheduled_for",
+    "next_attempt_at",
+    "occurrence_at",
+    "created_at",
+    "updated_at",
+    "finished_at",
+)
+_EXECUTION_IDS = ("id", "activity_id")
+_EXECUTION_TIMES = ("started_at", "finished_at")
+
+
+def _decoded(
+    row: Mapping[str, Any], ids: Sequence[str], times: Sequence[str], documents: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A raw statement's row with its ids, times and JSON documents decoded by the dialect's rules."""
+    out = dict(row)
+    for name in ids:
+        out[name] = optional_uuid_of(out[name])
+    for name in times:
+        out[name] = optional_time_of(out[name])
+    for name in documents:
+        out[name] = json_of(out[name])
+    return out
+
+
+def activity_record(row: m.Activity | Mapping[str, Any], type_name: str) -> r.Activity:
+    """An activity's record from its ORM row or a raw statement's row: the one converter every read
+    of an activity goes through."""
+    if isinstance(row, Mapping):
+        row = _decoded(row, _ACTIVITY_IDS, _ACTIVITY_TIMES, ("parameter",))
+        state, outcome = row["state"], row["last_outcome"]
+    else:
+        state, outcome = row.state, row.last_outcome
     return to_record(
         r.Activity,
         row,
         activity_type=type_name,
-        state=r.ActivityState(row.state),
-        last_outcome=r.Outcome(row.last_outcome) if row.last_outcome else None,
+        state=r.ActivityState(state),
+        last_outcome=r.Outcome(outcome) if outcome else None,
     )
+
+
+def execution_record(row: m.Execution | Mapping[str, Any]) -> r.Execution:
+    """An execution's record from its ORM row or a raw statement's row."""
+    if isinstance(row, Mapping):
+        return to_record(
+            r.Execution, _decoded(row, _EXECUTION_IDS, _EXECUTION_TIMES), outcome=r.Outcome(row["outcome"])
+        )
+    return to_record(r.Execution, row, outcome=r.Outcome(row.outcome))
 
 
 def _api_key(row: m.ApiKey) -> r.ApiKey:
@@ -203,13 +246,16 @@ class Store:
             await m.Company.filter(id=company.id).delete()
 
     async def company_usage(self, company: r.Company) -> dict[str, int]:
-        """What a company holds against its quotas: scheduled (and running) activities, activity types
-        and recurring activities. Raises Unavailable when the database cannot be reached."""
+        """What a company holds against its quotas: scheduled (and running) activities, activity types,
+        recurring activities, solutions and API keys not revoked. Raises Unavailable when the database
+        cannot be reached."""
         live = [r.ActivityState.SCHEDULED, r.ActivityState.RUNNING]
         return {
             "scheduled_activities": await m.Activity.filter(company_id=company.id, state__in=live).count(),
             "activity_types": await m.ActivityType.filter(company_id=company.id).count(),
             "recurring_activities": await m.RecurringActivity.filter(company_id=company.id).count(),
+            "solutions": await m.Solution.filter(company_id=company.id).count(),
+            "api_keys": await m.ApiKey.filter(company_id=company.id, revoked_at=None).count(),
         }
 
     # --- API keys ----------------------------------------------------------------------------------
@@ -532,9 +578,7 @@ class Store:
 
     async def list_executions(self, activity: r.Activity, limit: int, cursor: str | None = None) -> r.Page:
         query = m.Execution.filter(activity_id=activity.id)
-        return await page_of(
-            query, limit, cursor, lambda row: to_record(r.Execution, row, outcome=r.Outcome(row.outcome))
-        )
+        return await page_of(query, limit, cursor, execution_record)
 
     # --- recurring activities ----------------------------------------------------------------------
 
@@ -594,14 +638,15 @@ class Store:
         await self._update(query, values, "recurring activity not found")
         return await self.get_recurring(await self._solution_by_id(recurring.solution_id), recurring.id)
 
-    async def delete_recurring(self, recurring: r.RecurringActivity) -> None:
-        """Delete a recurring activity and cancel its occurrences that have not fired yet."""
+    async def delete_recurring(self, recurring: r.RecurringActivity) -> list[uuid.UUID]:
+        """Delete a recurring activity and cancel its scheduled occurrences (the "cancelled" events
+        recorded); returns the ids of those it cancelled, to wake after the commit."""
         now = self.clock.now()
         async with in_transaction():
-            await m.Activity.filter(
-                recurring_activity_id=recurring.id, state=r.ActivityState.SCHEDULED
-            ).update(state=r.ActivityState.CANCELLED, finished_at=now, updated_at=now)
+            occurrences = m.Activity.filter(recurring_activity_id=recurring.id)
+            cancelled = await cancel_scheduled(occurrences, recurring.solution_id, now)
             await m.RecurringActivity.filter(id=recurring.id).delete()
+        return [activity_id for activity_id, _ in cancelled]
 
     # --- helpers -----------------------------------------------------------------------------------
 

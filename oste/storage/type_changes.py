@@ -227,4 +227,4 @@ class TypeRulesChange:
             if pause and unfit:  # as POST .../pause: its unfired occurrences are cancelled too
                 recurrences = RecurrenceStore(self.clock)
                 for row in await m.RecurringActivity.filter(id__in=unfit, paused=False):
-                    await recurrences.pause(recurring_record(row, activity_type.name))
+                    self._dead += await recurrences.pause(recurring_record(row, activity_type.name))

@@ -9,11 +9,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from oste.domain.clock import Clock
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
+from oste.storage.dialects import time_of
 
 TOUCH_AFTER = timedelta(minutes=1)
 """A session's last use is written at most this often (a page view is then a read only)."""
@@ -36,19 +36,13 @@ class SessionRecord:
     """False for the signed-out form's session, which is derived from its cookie and never written."""
 
 
-def _utc(value: Any) -> datetime:
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 def _record(row: m.UiSession, scopes: tuple[str, ...] = ()) -> SessionRecord:
     return SessionRecord(
         row.id,
         row.csrf,
         row.signed_in,
         row.company_id,
-        _utc(row.used_at),
+        time_of(row.used_at),
         list(row.flashes or []),
         row.api_key_id,
         row.api_key_name,
@@ -96,7 +90,7 @@ class UiSessionStore:
         row = await m.UiSession.filter(id=key, used_at__gte=now - self.lifetime).first()
         if row is None:
             return None
-        if row.signed_in and (row.signed_in_at is None or now - _utc(row.signed_in_at) > self.max_age):
+        if row.signed_in and (row.signed_in_at is None or now - time_of(row.signed_in_at) > self.max_age):
             await self.end(key)  # signed in too long ago, however busy since
             return None
         scopes: tuple[str, ...] = ()
@@ -105,7 +99,7 @@ class UiSessionStore:
             if not scopes:  # its key was revoked (revoking also deletes the session: this is the race)
                 await self.end(key)
                 return None
-        if now - _utc(row.used_at) > TOUCH_AFTER:
+        if now - time_of(row.used_at) > TOUCH_AFTER:
             await m.UiSession.filter(id=key).update(used_at=now)
         return _record(row, scopes)
 

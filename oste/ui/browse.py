@@ -50,11 +50,7 @@ async def company(request: Request, viewer: Viewer) -> Response:
     listing = await ui(request).store.list_solutions(found, PAGE_SIZE, cursor)
     quotas = ui(request).operations.context.quotas
     usage = await quotas.usage(found)
-    held = {
-        "max_scheduled_activities": usage["scheduled_activities"],
-        "max_activity_types": usage["activity_types"],
-        "max_recurring_activities": usage["recurring_activities"],
-    }
+    held = {f"max_{name}": used for name, used in usage.items()}
     return await render(
         request,
         "company.html",

@@ -16,7 +16,7 @@ from oste.settings import Settings
 from oste.storage.store import Store
 from tests.engine_support import Receiver
 from tests.integration.api.conftest import Api, api_client, db_rows
-from tests.integration.operations.test_one_path import subscribed
+from tests.integration.operations.test_one_path import subscribed, woken
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -93,3 +93,25 @@ async def test_a_follow_on_the_engine_creates_records_created(engine_api: Api, r
     assert len(follow_ons) == 1, follow_ons
     events = await events_of(api, solution["id"])
     assert events[follow_ons[0]["id"]][:1] == ["created"], events
+
+
+async def test_pausing_or_deleting_a_recurring_activity_records_and_wakes_its_cancelled_occurrences(
+    api: Api,
+) -> None:
+    tenant = await api.tenant()
+    solution = (await api.get(tenant.path, expect=200)).json()
+    await subscribed(api, tenant)
+    body = {
+        "activity_type": tenant.activity_type,
+        "schedule": {"cron": "0 3 * * *"},
+        "parameter": {"SongId": 1},
+    }
+    for ending in ("pause", "delete"):
+        recurring = (await api.post(tenant.recurring, body, expect=201)).json()["id"]
+        path = f"{tenant.recurring}/{recurring}"
+        occurrence = (await api.post(f"{path}/run-now", expect=201)).json()["id"]
+        act = api.post(f"{path}/pause", expect=200) if ending == "pause" else api.delete(path, expect=204)
+        assert await woken(api, tenant, occurrence, "scheduled", act) == "cancelled"
+        assert (await events_of(api, solution["id"]))[occurrence] == ["created", "cancelled"], ending
+        audit = (await api.get(tenant.path + "/audit", params={"resource_id": recurring}, expect=200)).json()
+        assert audit["items"][0]["action"] == ending, audit

@@ -64,11 +64,18 @@ async def test_quotas_are_set_by_the_operator_and_shown_with_usage(api: Api) -> 
     tenant = await api.tenant()
     company = f"/v1/companies/{tenant.company}"
     shown = (await api.get(company, expect=200)).json()
-    assert shown["usage"] == {"scheduled_activities": 0, "activity_types": 1, "recurring_activities": 0}
+    assert shown["usage"] == {
+        "scheduled_activities": 0,
+        "activity_types": 1,
+        "recurring_activities": 0,
+        "solutions": 1,
+        "api_keys": 1,
+    }
     assert shown["quotas"]["max_activity_types"] == 1000  # the setting's default
     quotas = {"max_scheduled_activities": 2, "max_activity_types": 1, "max_recurring_activities": 0}
     patched = (await api.patch(company, {"quotas": quotas}, expect=200)).json()
-    assert patched["quotas"] == {**quotas, "requests_per_second": None}
+    defaults = {"max_solutions": 100, "max_api_keys": 100, "requests_per_second": None}
+    assert patched["quotas"] == {**quotas, **defaults}
     assert_problem(await api.patch(company, {"quotas": {"max_types": 3}}, token=None), 401)
     problem = assert_problem(await api.patch(company, {"quotas": {"max_types": 3}}), 422, "quotas")
     assert "max_types" in problem["detail"]
@@ -85,8 +92,15 @@ def quota_problem(response: httpx.Response, quota: str, limit: int, used: int) -
 async def test_a_create_over_a_quota_is_a_429_naming_it_and_stores_nothing(api: Api) -> None:
     tenant = await api.tenant()
     company = f"/v1/companies/{tenant.company}"
-    quotas = {"max_scheduled_activities": 2, "max_activity_types": 1, "max_recurring_activities": 0}
+    quotas = {
+        "max_scheduled_activities": 2,
+        "max_activity_types": 1,
+        "max_recurring_activities": 0,
+        "max_solutions": 1,
+        "max_api_keys": 2,
+    }
     await api.patch(company, {"quotas": quotas}, expect=200)
+    await key_with(api, tenant, ["read"])  # the second of two keys
     await api.post(tenant.activities, tenant.activity(1, delay="PT1H"), token=tenant.key, expect=201)
     before = await dump(api)
     batch = {"activities": [tenant.activity(i, delay="PT1H") for i in range(2)]}
@@ -103,6 +117,11 @@ async def test_a_create_over_a_quota_is_a_429_naming_it_and_stores_nothing(api: 
     quota_problem(
         await api.post(tenant.recurring, recurring, token=tenant.key), "max_recurring_activities", 0, 0
     )
+    quota_problem(
+        await api.post(f"{company}/solutions", {"name": "more"}, token=tenant.key), "max_solutions", 1, 1
+    )
+    keys = f"{company}/api-keys"
+    quota_problem(await api.post(keys, {"name": "third"}, token=tenant.key), "max_api_keys", 2, 2)
     assert await dump(api) == before
     await api.post(tenant.activities, tenant.activity(2, delay="PT1H"), token=tenant.key, expect=201)
     other = await api.tenant()  # another company is not held back
