@@ -298,8 +298,8 @@ async def _worker(settings: Settings) -> None:
 
 
 async def _migrate(settings: Settings) -> None:
-    await migrate(settings.database_url)
-    print(f"migrated {describe(settings.database_url)}")
+    version = await migrate(settings.database_url)
+    print(f"the {describe(settings.database_url)} is at schema version {version.current}")
 
 
 async def _import(settings: Settings, args: argparse.Namespace) -> int:

@@ -19,8 +19,9 @@ from oste.storage.stats import StatsService
 
 
 async def stats_from_database(database_url: str) -> dict[str, Any]:
-    """The deployment's stats read from the database (migrated first if needed)."""
-    await open_database(database_url)
+    """The deployment's stats read from the database (never migrated: an unmigrated or older schema
+    is refused)."""
+    await open_database(database_url, require_current=True)
     try:
         return render_report(await StatsService(SystemClock()).deployment())
     finally:

@@ -289,7 +289,7 @@ async def import_file(
             reject_file.write(orjson.dumps({"line": line.line, "errors": errors, "text": text}) + b"\n")
 
     started = time.monotonic()
-    await open_database(database_url, apply_migrations=False)
+    await open_database(database_url, require_current=True)
     try:
         store = Store(SystemClock())
         target = await _solution(store, company, solution)
@@ -315,7 +315,7 @@ async def export_file(
     database_url: str, company: str, solution: str, filters: dict[str, Any], output: str | None
 ) -> int:
     """`oste export`: the matching activities as JSON lines to ``output`` (or standard output)."""
-    await open_database(database_url, apply_migrations=False)
+    await open_database(database_url, require_current=True)
     try:
         store = Store(SystemClock())
         target = await _solution(store, company, solution)

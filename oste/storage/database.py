@@ -15,14 +15,21 @@ from urllib.parse import urlsplit
 import asyncpg
 from tortoise import Tortoise
 from tortoise.backends.base import executor
-from tortoise.exceptions import BaseORMException, DBConnectionError, OperationalError
+from tortoise.exceptions import BaseORMException, DBConnectionError
 from tortoise.migrations.api import migrate as run_migrations
 
-from oste.errors import Unavailable
+from oste.errors import OsteError, Unavailable
 from oste.storage.config import COMMAND_TIMEOUT, normalise_url, tortoise_config
+from oste.storage.schema import SchemaVersion, migration_lock, read_version
 from oste.storage.transactions import guard_transaction_entry
 
 log = logging.getLogger("oste.storage")
+
+
+class MigrationFailed(OsteError):
+    """A migration failed for another reason than an outage; the message names it and the cause."""
+
+    title = "Migration failed"
 
 
 def describe(url: str) -> str:
@@ -34,23 +41,81 @@ def describe(url: str) -> str:
     return f"PostgreSQL {host}:{parts.port or 5432}{parts.path}"
 
 
-async def migrate(url: str) -> None:
-    """Apply every pending migration to the database at ``url`` (upgrades in place; idempotent)."""
-    executor.EXECUTOR_CACHE.clear()
+async def migrate(url: str) -> SchemaVersion:
+    """Apply every pending migration to the database at ``url`` under the migration lock (any number of
+    processes may call this at once: one migrates, the others wait and find nothing left). Returns the
+    schema version now. Raises ``SchemaMismatch`` when a newer OSTE migrated the database,
+    ``Unavailable`` when it cannot be reached, and ``MigrationFailed`` naming the migration that failed
+    and why."""
+    where = describe(url)
+    applying: list[str] = []
+
+    def progress(event: str, app: str, name: str) -> None:
+        if event == "apply_start":
+            applying.append(name)
+
     try:
-        await run_migrations(config=tortoise_config(url))
-    except (OSError, DBConnectionError, OperationalError) as exc:
+        async with migration_lock(url, where):
+            before = await read_version(url)
+            before.require_known(where)
+            if not before.pending:
+                return before
+            executor.EXECUTOR_CACHE.clear()
+            try:
+                await run_migrations(config=tortoise_config(url), progress=progress)
+            finally:
+                await Tortoise.close_connections()
+            after = await read_version(url)
+    except OsteError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, OSError | DBConnectionError | asyncpg.PostgresConnectionStatusError) or outage(
+            exc
+        ):
+            raise Unavailable(
+                f"cannot migrate the {where}: {exc}. Is the database running and reachable?"
+            ) from None
+        failed = applying[-1] if applying else "(before the first migration)"
+        raise MigrationFailed(
+            f"migration {failed} of the {where} failed: {type(exc).__name__}: {exc}. The database stays "
+            f"at the last migration that completed; fix the cause and run `oste migrate` again"
+        ) from exc
+    log.info(
+        "migrated the %s from %s to %s (%d migrations)",
+        where,
+        before.current or "an empty database",
+        after.current,
+        len(applying),
+    )
+    return after
+
+
+async def check_schema(url: str, require_current: bool = False) -> SchemaVersion:
+    """The schema version of the database at ``url``, read without changing anything. Raises
+    ``SchemaMismatch`` when this code cannot run on it: a newer OSTE migrated it, or (``require_current``:
+    for commands that must not migrate) it is unmigrated or older."""
+    where = describe(url)
+    try:
+        version = await read_version(url)
+    except (OSError, asyncpg.PostgresError, sqlite3.Error) as exc:
         raise Unavailable(
-            f"cannot migrate the {describe(url)}: {exc}. Is the database running and reachable?"
+            f"cannot read the schema of the {where}: {exc}. Is the database running and reachable?"
         ) from None
-    finally:
-        await Tortoise.close_connections()
+    if require_current:
+        version.require_current(where)
+    else:
+        version.require_known(where)
+    return version
 
 
-async def open_database(url: str, apply_migrations: bool = True) -> None:
-    """Migrate (unless told not to) and connect the ORM for this process."""
-    if apply_migrations:
+async def open_database(url: str, apply_migrations: bool = True, require_current: bool = False) -> None:
+    """Migrate (unless told not to) and connect the ORM for this process. Without migrating, the schema
+    is checked: never one a newer OSTE wrote, and with ``require_current`` (``oste status``, ``oste
+    export``, ``oste import``: commands that never migrate) exactly this code's (``check_schema``)."""
+    if apply_migrations and not require_current:
         await migrate(url)
+    else:
+        await check_schema(url, require_current)
     executor.EXECUTOR_CACHE.clear()
     guard_transaction_entry()
     try:
