@@ -32,6 +32,7 @@ import shutil
 import socket
 import struct
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn
@@ -65,6 +66,9 @@ class FaultyProxy:
         """Connections accepted (and forwarded) so far."""
         self.resets = 0
         """Connections reset by ``reset_all``."""
+        self.request_delay = 0.0
+        """Seconds each chunk from the client waits before it is forwarded (a slow request leg: the
+        server then reads its clock late in the round trip)."""
         self._server: asyncio.Server | None = None
         self._open: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -155,7 +159,7 @@ class FaultyProxy:
         self.accepted += 1
         try:
             pipes = [
-                asyncio.ensure_future(_pipe(reader, up_writer)),
+                asyncio.ensure_future(_pipe(reader, up_writer, lambda: self.request_delay)),
                 asyncio.ensure_future(_pipe(up_reader, writer)),
             ]
             _, pending = await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
@@ -168,9 +172,13 @@ class FaultyProxy:
                 side.transport.abort()
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def _pipe(
+    source: asyncio.StreamReader, sink: asyncio.StreamWriter, delay: Callable[[], float] = lambda: 0.0
+) -> None:
     with contextlib.suppress(OSError, asyncio.IncompleteReadError):
         while data := await source.read(CHUNK):
+            if (wait := delay()) > 0:
+                await asyncio.sleep(wait)  # the fault itself: a slow leg of the network
             sink.write(data)
             await sink.drain()
 

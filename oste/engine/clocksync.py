@@ -1,10 +1,16 @@
 """ClockSync: keeps the engine's clock on the database's time.
 
 Every node reads due times and lease expiries written by other nodes and by the API, so they must all
-agree on "now". The database's clock is the one they share: each heartbeat this service reads it, takes
-the round trip into account, and corrects the node's ``CorrectedClock`` by the difference. A node whose
-own clock is off by more than a second says so in its log (fix its time synchronisation); it still fires
-on the database's time, neither early nor late.
+agree on "now". The database's clock is the one they share: each heartbeat this service reads it and
+corrects the node's ``CorrectedClock`` by the difference. A node whose own clock is off by more than a
+second says so in its log (fix its time synchronisation); it still fires on the database's time.
+
+Never early: the database read its clock somewhere within the round trip, so when its answer arrives
+its clock shows at least what it sent. The correction assumes it read its clock at the last possible
+moment (the answer's arrival), which can only put the node's clock *behind* the database's, by at most
+the round trip, and never ahead, however the round trip was split: a reconnect after a restart or a
+failover, a slow request leg, a promoted standby's other clock. Of several readings the tightest (the
+largest such lower bound) is kept.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ MAX_ROUND_TRIP = 0.5
 round trip, so the offset is only known to within half of it. After a network partition heals, a
 reading that waited out the partition would shift the clock by seconds (firing that much early).
 The first reading is always used: a node starts on the database's time however slow it is."""
+SAMPLES = 3
+"""Readings per sync: the one with the tightest bound is used (a round trip of a few hundred µs on a
+quiet connection; the others may have waited behind the engine's own queries)."""
 
 
 @dataclass(frozen=True)
@@ -47,15 +56,22 @@ class ClockSync:
         self._synced = False
 
     async def run_once(self) -> SyncResult:
-        before = time.monotonic()
-        local = self.clock.base.now()
-        remote = await self.store.database_time()
-        round_trip = time.monotonic() - before
+        best: tuple[timedelta, float] | None = None
+        for _ in range(SAMPLES):
+            before = time.monotonic()
+            local = self.clock.base.now()
+            remote = await self.store.database_time()
+            round_trip = time.monotonic() - before
+            # the database's clock showed ``remote`` at some moment before the answer arrived, so it
+            # shows at least that at arrival: a lower bound of the offset, never ahead of it
+            bound = remote - (local + timedelta(seconds=round_trip))
+            if best is None or bound > best[0]:
+                best = (bound, round_trip)
+        assert best is not None
+        offset, round_trip = best
         if round_trip > MAX_ROUND_TRIP and self._synced:  # too uncertain: keep the offset measured before
             return SyncResult(self.clock.offset.total_seconds(), round_trip, used=False)
         self._synced = True
-        # The database read its clock about halfway through the round trip.
-        offset = remote - (local + timedelta(seconds=round_trip / 2))
         self.clock.correct(offset)
         seconds = offset.total_seconds()
         if abs(seconds) > WARN_AFTER and not self._warned:
