@@ -50,9 +50,18 @@ def connection_config(url: str, command_timeout: float | None = None) -> str | d
     with the pool's release hook (``keep_session``), the session settings (``POSTGRES_SESSION``) and,
     when given, a limit on how long any one statement's answer may take (``COMMAND_TIMEOUT``)."""
     normal = normalise_url(url)
-    if urlsplit(normal).scheme != "postgres":
+    parts = urlsplit(normal)
+    if parts.scheme != "postgres":
         return normal
-    expanded = expand_db_url(normal)
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    if "," in hosts:  # a primary and its standbys: Tortoise's parser takes one host, ours keeps them all
+        first = urlunsplit(parts._replace(netloc=f"{credentials}@localhost" if credentials else "localhost"))
+        expanded = expand_db_url(first)
+        expanded["engine"] = "oste.storage.pgclient"
+        expanded["credentials"]["host"] = hosts
+        expanded["credentials"]["port"] = 5432
+    else:
+        expanded = expand_db_url(normal)
     expanded["credentials"]["reset"] = keep_session
     expanded["credentials"]["server_settings"] = dict(POSTGRES_SESSION)
     if command_timeout is not None:
@@ -86,3 +95,24 @@ def tortoise_config(url: str, command_timeout: float | None = None) -> dict[str,
 
 # For the `tortoise` CLI (`tortoise makemigrations`), configured in pyproject.toml.
 MIGRATION_CONFIG = tortoise_config("sqlite://./oste-makemigrations.sqlite3")
+
+
+def direct_connection_arguments(url: str) -> dict[str, Any]:
+    """``asyncpg.connect`` keyword arguments for a connection of its own to the PostgreSQL database at
+    ``url`` (outside the pool: the migration lock, the schema check): its host or host list, port(s),
+    credentials, database and ``target_session_attrs``, without the pool's settings."""
+    config = connection_config(url)
+    assert isinstance(config, dict), "a PostgreSQL URL"
+    credentials = config["credentials"]
+    if config["engine"] == "oste.storage.pgclient":
+        from oste.storage.pgclient import parse_hosts
+
+        host, port = parse_hosts(credentials["host"])
+    else:
+        host, port = credentials["host"], credentials["port"]
+    wanted = ("user", "password", "database", "ssl", "target_session_attrs")
+    return {
+        "host": host,
+        "port": port,
+        **{k: credentials[k] for k in wanted if credentials.get(k) is not None},
+    }

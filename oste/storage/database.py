@@ -21,6 +21,7 @@ from tortoise.migrations.api import migrate as run_migrations
 from oste.errors import OsteError, Unavailable
 from oste.storage.config import COMMAND_TIMEOUT, normalise_url, tortoise_config
 from oste.storage.schema import SchemaVersion, migration_lock, read_version
+from oste.storage.session_check import warn_without_session_settings
 from oste.storage.transactions import guard_transaction_entry
 
 log = logging.getLogger("oste.storage")
@@ -37,8 +38,10 @@ def describe(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         return f"SQLite file {parts.path}"
-    host = parts.hostname or "localhost"
-    return f"PostgreSQL {host}:{parts.port or 5432}{parts.path}"
+    hosts = parts.netloc.rpartition("@")[2] or "localhost"
+    if "," not in hosts and ":" not in hosts.rpartition("]")[2]:
+        hosts += ":5432"
+    return f"PostgreSQL {hosts}{parts.path}"
 
 
 async def migrate(url: str) -> SchemaVersion:
@@ -69,9 +72,7 @@ async def migrate(url: str) -> SchemaVersion:
     except OsteError:
         raise
     except Exception as exc:
-        if isinstance(exc, OSError | DBConnectionError | asyncpg.PostgresConnectionStatusError) or outage(
-            exc
-        ):
+        if isinstance(exc, OSError | DBConnectionError | asyncpg.PostgresConnectionError) or outage(exc):
             raise Unavailable(
                 f"cannot migrate the {where}: {exc}. Is the database running and reachable?"
             ) from None
@@ -125,6 +126,7 @@ async def open_database(url: str, apply_migrations: bool = True, require_current
             f"cannot open the {describe(url)}: {exc}. Is the database running and reachable?"
         ) from None
     _quiet_driver_outages()
+    await warn_without_session_settings(urlsplit(url).username)
     log.info("database ready: %s", describe(normalise_url(url)))
 
 
@@ -167,6 +169,7 @@ STORAGE_EXCEPTIONS: tuple[type[BaseException], ...] = (
     BaseORMException,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     sqlite3.Error,
 )
 """Every exception type a database failure can surface as (the API maps these through ``outage``)."""
@@ -275,6 +278,9 @@ def _classify(exc: BaseException) -> Unavailable | None:
     ):
         return _unavailable("the database closed or refused the connection", "connection", exc)
     if isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc):
+        return _unavailable("the database connection was lost", "connection", exc)
+    if isinstance(exc, asyncpg.InternalClientError) and "another operation" in str(exc):
+        # a connection whose server died mid-statement, still marked busy by the statement it lost
         return _unavailable("the database connection was lost", "connection", exc)
     if isinstance(exc, asyncpg.InsufficientResourcesError):
         return _unavailable("the database server is out of resources", "resources", exc)

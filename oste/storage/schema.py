@@ -28,10 +28,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
-from tortoise.backends.base.config_generator import expand_db_url
 
 from oste.errors import ConfigurationError, OsteError
-from oste.storage.config import normalise_url
+from oste.storage.config import direct_connection_arguments
 
 log = logging.getLogger("oste.storage")
 
@@ -107,9 +106,7 @@ def _sqlite_path(url: str) -> Path:
 
 
 def _postgres_credentials(url: str) -> dict[str, Any]:
-    credentials = expand_db_url(normalise_url(url))["credentials"]
-    wanted = ("host", "port", "user", "password", "database", "ssl")
-    return {key: credentials[key] for key in wanted if credentials.get(key) is not None}
+    return direct_connection_arguments(url)
 
 
 async def read_version(url: str) -> SchemaVersion:
@@ -117,7 +114,8 @@ async def read_version(url: str) -> SchemaVersion:
     file that does not exist is not created)."""
     if urlsplit(url).scheme == "sqlite":
         return await asyncio.to_thread(_sqlite_version, _sqlite_path(url))
-    connection = await asyncpg.connect(**_postgres_credentials(url))
+    # no statement cache: a named statement could land on another server connection behind PgBouncer
+    connection = await asyncpg.connect(**_postgres_credentials(url), statement_cache_size=0)
     try:
         return await _postgres_version(connection)
     finally:
