@@ -12,13 +12,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api import render, schemas
+from oste.api import render
 from oste.api.context import body, ctx, key_alive, self_audited, solution_in_path, solution_scope
 from oste.api.creation import TypeCache, check_idempotency_key, keyed, new_activity, validate_each, when
 from oste.api.requests import check_storable, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json
 from oste.api.waiting import changed_activity, wait_params
 from oste.domain import records as r
+from oste.domain import schemas
 from oste.domain.bulk import BulkResult, UpdatePlan
 from oste.domain.parameters import ParameterRules, join_path
 from oste.domain.uris import check_target_uri

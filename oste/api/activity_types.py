@@ -10,11 +10,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api import render, schemas
+from oste.api import render
 from oste.api.context import body, ctx, self_audited, solution_in_path, solution_scope
 from oste.api.requests import paging, parse_duration, query_flag, slug_in_path
 from oste.api.tenants import SOLUTION, json, no_content
 from oste.domain import records as r
+from oste.domain import schemas
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
 from oste.errors import Conflict, FieldError, InvalidInput
 from oste.operations import Actor

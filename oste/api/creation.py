@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from oste.api import schemas
 from oste.api.activity_types import rules_of
 from oste.api.requests import check_storable, parse_duration, parse_time
 from oste.domain import records as r
+from oste.domain import schemas
 from oste.domain.parameters import join_path
 from oste.errors import InvalidInput, NotFound
 from oste.storage.store import Store

@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api import schemas
 from oste.api.context import ctx, solution_in_path
 from oste.api.requests import iso
+from oste.domain import schemas
 from oste.domain.durations import format_duration
 from oste.domain.log_shipping import RollerKind, ShippingStatus
 

@@ -14,9 +14,10 @@ from typing import Any
 import orjson
 
 from oste import __version__
-from oste.api import audit, log_shipping, schemas, stats
+from oste.api import audit, log_shipping, stats
 from oste.api.spec_links import links_of
 from oste.api.spec_names import name_shared_schemas
+from oste.domain import schemas
 
 SCHEMA_REF = "#/components/schemas/"
 PROBLEM_JSON = "application/problem+json"

@@ -13,12 +13,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api import render, schemas
+from oste.api import render
 from oste.api.context import body, ctx, principal, self_audited, solution_in_path, solution_scope
 from oste.api.creation import TypeCache
 from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, json, no_content
 from oste.domain import records as r
+from oste.domain import schemas
 from oste.domain.recurrence import (
     Catchup,
     DstAmbiguous,

@@ -1,6 +1,6 @@
 """Named component schemas for the OpenAPI document, so generated clients read well.
 
-The request/response schemas in ``oste.api.schemas`` are written inline (they also validate requests).
+The request/response schemas in ``oste.domain.schemas`` are written inline (they also validate requests).
 Code generators name an inline schema after where it sits (``ActivityLastOutcomeType2Type1``,
 ``BackfillResultCreatedItem``); :func:`name_shared_schemas` lifts the shared pieces of a copy of the
 document into named components (``Outcome``, ``ActivityState``, ``Activity``…) and points every place
@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from oste.api import schemas
+from oste.domain import schemas
 
 SCHEMA_REF = "#/components/schemas/"
 

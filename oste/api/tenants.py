@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api import render, schemas
+from oste.api import render
 from oste.api.context import (
     actor_of,
     body,
@@ -22,6 +22,7 @@ from oste.api.context import (
 )
 from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
 from oste.domain import records as r
+from oste.domain import schemas
 from oste.domain.tenancy import DEFAULT_SCOPES, check_quotas, check_scopes
 from oste.domain.uris import check_target_uri
 from oste.errors import InvalidInput

@@ -6,11 +6,13 @@ its events, its audit row (``via: ui``) and the wake-ups come from there, never 
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from oste.domain import schemas
 from oste.errors import OsteError
 from oste.ui.browse import FILTER_NAMES, FilterError, filters_of
 from oste.ui.context import (
@@ -30,23 +32,23 @@ from oste.ui.context import (
     uuid_in_path,
 )
 
-MAX_QOS = 1000
-MAX_PRIORITY = 1_000_000
-
 
 def _paused(form: dict[str, str]) -> bool:
     return form.get("paused") == "true"
 
 
-def _int_field(form: dict[str, str], name: str, low: int, high: int) -> int:
+def _int_field(form: dict[str, str], name: str) -> int:
+    """A whole number from a form field; its range is the API's body schema's (``checked``)."""
     raw = form.get(name, "").strip()
     try:
-        value = int(raw)
+        return int(raw)
     except ValueError:
         raise Refused(f"{name.replace('_', ' ')} must be a whole number, got {raw!r}") from None
-    if not low <= value <= high:
-        raise Refused(f"{name.replace('_', ' ')} must be {low}-{high}, got {value}")
-    return value
+
+
+def checked(schema: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the API would take it: the same JSON Schema, the same checks, the same messages."""
+    return schemas.check_shape(schema, body)
 
 
 def _word(paused: bool) -> str:
@@ -58,7 +60,7 @@ async def company_settings(request: Request, viewer: Viewer, form: dict[str, str
     """Pause/resume a company or change its QoS level (the operator only, as in the API)."""
     found = await company_in_path(request, viewer)
     require_admin(viewer, "change a company")
-    changes = _settings(form)
+    changes = checked(schemas.COMPANY_PATCH, _settings(form))
     await ui(request).operations.settings.update_company(viewer.actor, found, changes)
     return await _settings_changed(request, viewer, form, changes, "Company", found.name)
 
@@ -66,7 +68,7 @@ async def company_settings(request: Request, viewer: Viewer, form: dict[str, str
 @action
 async def solution_settings(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     company_, found = await solution_in_path(request, viewer)
-    changes = _settings(form)
+    changes = checked(schemas.SOLUTION_PATCH, _settings(form))
     await ui(request).operations.settings.update_solution(viewer.actor, company_, found, changes)
     return await _settings_changed(request, viewer, form, changes, "Solution", found.name)
 
@@ -77,7 +79,7 @@ def _settings(form: dict[str, str]) -> dict[str, object]:
     if "paused" in form:
         changes["paused"] = _paused(form)
     if "qos_level" in form:
-        changes["qos_level"] = _int_field(form, "qos_level", 1, MAX_QOS)
+        changes["qos_level"] = _int_field(form, "qos_level")
     return changes
 
 
@@ -133,7 +135,7 @@ async def cancel_one(request: Request, viewer: Viewer, form: dict[str, str]) -> 
 async def activity_priority(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     company_, found = await solution_in_path(request, viewer)
     item = await ui(request).store.get_activity(found, uuid_in_path(request))
-    priority = _int_field(form, "priority", -MAX_PRIORITY, MAX_PRIORITY)
+    priority = checked(schemas.ACTIVITY_PATCH, {"priority": _int_field(form, "priority")})["priority"]
     await ui(request).operations.activities.update(
         viewer.actor, company_, found, item, {"priority": priority}, ["priority"]
     )

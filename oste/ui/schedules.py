@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from oste.domain import records as r
+from oste.domain import schemas
 from oste.domain.json_values import check_storable
 from oste.domain.parameters import ParameterRules
 from oste.domain.recurrence import DstAmbiguous, DstNonexistent, Recurrence
@@ -36,7 +37,6 @@ from oste.ui.context import (
 )
 
 PREVIEW_COUNT = 8
-MAX_PRIORITY = 1_000_000
 
 
 def form_of_recurring(recurring: r.RecurringActivity | None) -> dict[str, str]:
@@ -136,31 +136,40 @@ async def edit_form(request: Request, viewer: Viewer) -> Response:
 
 
 def _common(form: dict[str, str], kind: r.ActivityType) -> tuple[dict[str, Any], Recurrence]:
-    """Validated values shared by create and edit."""
-    try:
-        recurrence = recurrence_from(form)
-    except (InvalidInput, ValueError) as exc:
-        raise Refused(f"the schedule cannot be used: {_reason(exc)}") from None
+    """Validated values shared by create and edit: the form as the API's create body, through the
+    API's checks (its JSON Schema, then the same domain rules), then the schedule."""
     try:
         parameter = orjson.loads(form.get("parameter", "").strip() or "{}")
     except orjson.JSONDecodeError as exc:
         raise Refused(f"parameter: not valid JSON ({exc})") from None
-    if not isinstance(parameter, dict):
-        raise Refused("parameter: must be a JSON object")
-    try:
-        check_storable({"parameter": parameter})  # the API's own check of every body: NUL, nesting
-        object_id = ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref).check(
-            parameter
-        )
-    except InvalidInput as exc:
-        raise Refused(f"parameter: {_reason(exc)}") from None
     raw_priority = form.get("priority", "0").strip() or "0"
     try:
         priority = int(raw_priority)
     except ValueError:
         raise Refused(f"priority must be a whole number, got {raw_priority!r}") from None
-    if abs(priority) > MAX_PRIORITY:
-        raise Refused(f"priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}")
+    body: dict[str, Any] = {
+        "activity_type": kind.name,
+        "schedule": schedule_from(form),
+        "timezone": form.get("timezone", "").strip() or "UTC",
+        "parameter": parameter,
+        "priority": priority,
+    }
+    body.update({name: form[name] for name in ("dst_nonexistent", "dst_ambiguous") if form.get(name)})
+    try:
+        check_storable(body)  # the API's own check of every body: NUL, nesting
+        schemas.check_shape(schemas.RECURRING_CREATE, body)
+    except InvalidInput as exc:
+        raise Refused(_reason(exc)) from None
+    try:
+        recurrence = recurrence_from(form)
+    except (InvalidInput, ValueError) as exc:
+        raise Refused(f"the schedule cannot be used: {_reason(exc)}") from None
+    try:
+        object_id = ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref).check(
+            parameter
+        )
+    except InvalidInput as exc:
+        raise Refused(f"parameter: {_reason(exc)}") from None
     schedule = recurrence.schedule
     values = {
         "schedule": schedule_from(form),

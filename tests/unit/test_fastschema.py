@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema.validators import Draft202012Validator
 
-from oste.api import schemas
+from oste.domain import schemas
 from oste.domain.fastschema import compile_check
 from oste.domain.parameters import ParameterRules
 

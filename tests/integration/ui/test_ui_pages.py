@@ -190,6 +190,13 @@ async def test_requeue_cancel_pause_and_qos_change_what_the_api_reports(
     assert (await api.get(f"{tenant.activities}/{ids['activity']}", expect=200)).json()["priority"] == 9
     await admin.post(f"{page}/priority", {"priority": "lots", "back": page})
     assert "whole number" in (await admin.get(page)).text
+    # the API's own bounds, from its body schema (the UI once allowed ±1,000,000, the API ±1,000)
+    api_problem = await api.patch(f"{tenant.activities}/{ids['activity']}", {"priority": 5000})
+    assert api_problem.status_code == 422
+    await admin.post(f"{page}/priority", {"priority": "5000", "back": page})
+    shown = (await admin.get(page)).text
+    assert "priority" in shown and "1000" in shown, shown
+    assert (await api.get(f"{tenant.activities}/{ids['activity']}", expect=200)).json()["priority"] == 9
     await admin.post(f"{page}/run-now", {"back": page})
     ran = (await api.get(f"{tenant.activities}/{ids['activity']}", expect=200)).json()
     due, planned = (datetime.fromisoformat(ran[k]) for k in ("next_attempt_at", "scheduled_for"))
@@ -269,6 +276,11 @@ async def test_the_schedule_editor_creates_and_reschedules_with_a_preview(
     )
     stored = (await api.get(f"{tenant.recurring}/{recurring_id}", expect=200)).json()
     assert stored["schedule"] == {"hour": "6", "minute": "0"}
+    # out of the API's bounds: refused with the API's words, nothing stored
+    await admin.post(f"{base}/recurring/{recurring_id}/edit", {**form, "priority": "5000"})
+    refused = (await admin.get(f"{base}/recurring/{recurring_id}/edit")).text
+    assert "priority" in refused and "1000" in refused, refused
+    assert (await api.get(f"{tenant.recurring}/{recurring_id}", expect=200)).json()["priority"] == 2
     # a parameter the type refuses is shown, not stored
     await admin.post(f"{base}/recurring/{recurring_id}/edit", {**form, "parameter": "{}"})
     assert "parameter" in (await admin.get(f"{base}/recurring/{recurring_id}/edit")).text
