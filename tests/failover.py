@@ -125,7 +125,18 @@ class PostgresPair:
         if node.data.exists():
             shutil.rmtree(node.data)
         conninfo = f"host=127.0.0.1 port={source.port} user=postgres application_name={node.name}"
-        self._run(str(self.bin / "pg_basebackup"), "-d", conninfo, "-D", str(node.data), "-R", "-X", "stream", "-c", "fast")
+        self._run(
+            str(self.bin / "pg_basebackup"),
+            "-d",
+            conninfo,
+            "-D",
+            str(node.data),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+        )
         with open(node.data / "postgresql.auto.conf", "a") as out:
             out.write(f"port = {node.port}\n")
 
