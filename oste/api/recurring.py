@@ -29,7 +29,7 @@ from oste.domain.recurrence import (
     check_choice,
     policy_of,
 )
-from oste.domain.schedule import Schedule, check_schedule_time, parse_schedule
+from oste.domain.schedule import Schedule, check_fires, check_schedule_time, parse_schedule
 from oste.errors import InvalidInput
 from oste.storage.occurrences import RecurrenceStore, recurrence_of
 
@@ -61,7 +61,10 @@ def schedule_of(data: dict[str, Any], current: r.RecurringActivity | None = None
     start_at, end_at = _bounds(data, current)
     raw = data.get("schedule", current.schedule if current else None)
     timezone = data.get("timezone") or (current.timezone if current else "UTC")
-    return parse_schedule(raw, timezone, start_at, end_at)
+    schedule = parse_schedule(raw, timezone, start_at, end_at)
+    if "schedule" in data:  # a stored schedule is not re-checked: its years may have passed since
+        check_fires(schedule, "schedule/cron" if "cron" in data["schedule"] else "schedule")
+    return schedule
 
 
 def policy_values(data: dict[str, Any]) -> dict[str, Any]:

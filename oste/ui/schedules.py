@@ -20,7 +20,7 @@ from oste.domain.json_values import check_storable
 from oste.domain.parameters import ParameterRules
 from oste.domain.recurrence import DstAmbiguous, DstNonexistent, Recurrence
 from oste.domain.schedule import FIELDS as CRON_FIELDS
-from oste.domain.schedule import parse_schedule
+from oste.domain.schedule import check_fires, parse_schedule
 from oste.errors import InvalidInput
 from oste.ui.browse import TYPES_SHOWN
 from oste.ui.context import (
@@ -62,7 +62,9 @@ def schedule_from(values: dict[str, str]) -> dict[str, str]:
 
 def recurrence_from(values: dict[str, str]) -> Recurrence:
     """The schedule and DST policy a form names (InvalidInput naming the field that is wrong)."""
-    schedule = parse_schedule(schedule_from(values), values.get("timezone", "").strip() or "UTC")
+    raw = schedule_from(values)
+    schedule = parse_schedule(raw, values.get("timezone", "").strip() or "UTC")
+    check_fires(schedule, "schedule/cron" if "cron" in raw else "schedule")
     return Recurrence(
         schedule,
         DstNonexistent(values.get("dst_nonexistent") or DstNonexistent.SHIFT),

@@ -445,3 +445,18 @@ async def test_wrong_method_is_405(sqlite_api: Api, world: World, subtests: Any)
             response = await sqlite_api.call(method, path, json={})
             assert_problem(response, 405)
             assert allowed <= {m.strip() for m in response.headers["allow"].split(",")}
+
+
+async def test_a_schedule_that_never_fires_is_a_422_at_create_patch_and_preview(api: Api) -> None:
+    tenant = await api.tenant()
+    never = {"cron": "0 0 31 4,6,9,11 *"}  # 31 April, June, September, November
+    body = {"activity_type": tenant.activity_type, "schedule": never, "parameter": {"SongId": 1}}
+    problem = await rejected(api, "POST", tenant.recurring, 422, "schedule/cron", json=body)
+    assert "never fires" in problem["detail"]
+    created = (
+        await api.post(tenant.recurring, {**body, "schedule": {"cron": "0 3 * * *"}}, expect=201)
+    ).json()
+    path = f"{tenant.recurring}/{created['id']}"
+    await rejected(api, "PATCH", path, 422, "schedule/cron", json={"schedule": never})
+    await rejected(api, "POST", "/v1/schedule-preview", 422, "schedule/cron", json={"schedule": never})
+    await api.patch(path, {"priority": 3}, expect=200)  # what is stored is not checked again
