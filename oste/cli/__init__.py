@@ -1,4 +1,5 @@
-"""`oste serve | api | worker | migrate | import | export | openapi | settings | bench` — the command line."""
+"""`oste serve | api | worker | migrate | import | export | backup | restore | openapi | settings | bench`:
+the command line."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = add("status", "Show nodes, partitions, queue depth, deliveries and fire lag (DB or --url).")
     status.add_argument("--url", help="read GET /v1/stats of a running server instead of the database")
     status.add_argument("--token", help="admin token for --url (default: OSTE_ADMIN_TOKEN or the data dir's)")
+    add_backup_parsers(add)
     add_bench_parser(commands)
     return parser
 
@@ -79,6 +81,23 @@ def add_transfer_parsers(add: Any) -> None:
     exports.add_argument("--object-id", help="object id (from the type's object_id_ref)")
     exports.add_argument("--scheduled-after", help="RFC 3339 instant: scheduled_for at or after it")
     exports.add_argument("--scheduled-before", help="RFC 3339 instant: scheduled_for before it")
+
+
+def add_backup_parsers(add: Any) -> None:
+    """`oste backup PATH [--force]` and `oste restore BACKUP` (SQLite; PostgreSQL has pg_dump)."""
+    backup = add(
+        "backup",
+        "Copy the SQLite database to PATH, also while `oste serve` runs (a consistent snapshot, checked "
+        "before it is renamed to PATH). PostgreSQL: use pg_dump (deploy/README.md, Backups and restore).",
+    )
+    backup.add_argument("path", help="the backup file to write (refused if it exists, unless --force)")
+    backup.add_argument("--force", action="store_true", help="replace PATH if it exists")
+    restore = add(
+        "restore",
+        "Put a backup made by `oste backup` in place of the SQLite database: stop `oste serve` first. The "
+        "backup is checked first; the replaced file is kept beside it as <name>.replaced-<time>.",
+    )
+    restore.add_argument("backup", help="the backup file (it is copied, not moved)")
 
 
 BENCH_HELP = (
@@ -241,6 +260,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     settings = settings_from(args)
     configure_logging(settings.log_level, settings.log_format)
+    if args.command in ("backup", "restore"):  # before prepare_data_dir: a backup creates nothing there
+        return eventloop.run(_backup(settings, args))
     prepare_data_dir(settings)
     runners: dict[str, Any] = {
         "serve": lambda: run_http(settings, engine=True),
@@ -315,6 +336,25 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     return 3 if result.rejected else 0
+
+
+async def _backup(settings: Settings, args: argparse.Namespace) -> int:
+    """`oste backup PATH` and `oste restore BACKUP` (SQLite only: PostgreSQL is refused with advice)."""
+    from oste.storage.backup import backup, restore
+
+    if args.command == "backup":
+        snapshot = await backup(settings.database_url, Path(args.path), force=args.force)
+        print(f"wrote {snapshot.path}: {snapshot.describe()}; copied in {snapshot.seconds:.2f} s")
+        return 0
+    restored = await restore(settings.database_url, Path(args.backup))
+    print(f"restored {restored.snapshot.path} from {args.backup}: {restored.snapshot.describe()}")
+    if restored.replaced is not None:
+        print(f"the database it replaced is kept as {restored.replaced}")
+    print(
+        "Start `oste serve` now: what is scheduled in the backup fires; activities that fired after the "
+        "backup was taken fire again, with the same Idempotency-Key"
+    )
+    return 0
 
 
 async def _status(settings: Settings, args: argparse.Namespace) -> None:
