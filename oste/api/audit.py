@@ -149,6 +149,7 @@ COMPONENT_SCHEMAS: dict[str, Any] = {
             },
             "details": {
                 "type": ["object", "null"],
+                "additionalProperties": True,
                 "description": "what the change was: `fields` a PATCH set; `count` of a batch create; "
                 "`filter`, `set`, `uri`, `matched`, `changed`, `skipped` of a bulk change; `cascade`",
             },

@@ -42,7 +42,11 @@ ID = {"type": "string", "format": "uuid", "description": "time-sortable id (UUID
 QOS = {"type": "integer", "minimum": 1, "maximum": 1000}
 PRIORITY = {"type": "integer", "minimum": -1000, "maximum": 1000, "default": 0}
 RETRIES = {"type": "integer", "minimum": 0, "maximum": 100}
-PARAMETER = {"type": "object", "description": "fills the URI pattern; the JSON body of POST/PUT/PATCH"}
+PARAMETER = {
+    "type": "object",
+    "additionalProperties": True,  # free-form: said outright, or generators type it as an empty object
+    "description": "fills the URI pattern; the JSON body of POST/PUT/PATCH",
+}
 HEADER_VALUE: dict[str, Any] = {
     "oneOf": [
         {"type": "string", "maxLength": 8192},
@@ -120,7 +124,11 @@ ACTIVITY_TYPE_CREATE = _obj(
         "name": SLUG_SCHEMA,
         "verb": {"type": "string", "enum": list(VERBS)},
         "uri_pattern": {**URI, "example": "https://api.example.com/song/{SongId}/republish"},
-        "parameter_schema": {"type": ["object", "null"], "description": "JSON Schema (2020-12)"},
+        "parameter_schema": {
+            "type": ["object", "null"],
+            "additionalProperties": True,
+            "description": "JSON Schema (2020-12)",
+        },
         "retries": RETRIES,
         "timeout": DURATION,
         "object_id_ref": {
