@@ -77,7 +77,7 @@ def pod_specs() -> dict[str, dict[str, Any]]:
 def test_the_workloads_are_there() -> None:
     assert set(of_kind("Deployment")) == {"oste-api", "oste-worker"}
     assert not of_kind("Job")  # a Job's template is immutable: re-applying a new image would fail
-    assert set(of_kind("Service")) == {"oste-api"}
+    assert set(of_kind("Service")) == {"oste-api"} and set(of_kind("Ingress")) == {"oste-api"}
     assert set(of_kind("PodDisruptionBudget")) == {"oste-api", "oste-worker"}
     assert set(of_kind("ConfigMap")) == {"oste-config"} and set(of_kind("Secret")) == {"oste-secrets"}
     (hpa,) = of_kind("HorizontalPodAutoscaler").values()
@@ -244,8 +244,53 @@ def test_compose_runs_postgres_migrate_api_and_two_workers() -> None:
     for role in ("api", "worker"):
         assert services[role]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert services["worker"]["deploy"]["replicas"] == 2
-    assert services["worker"]["healthcheck"] == {"disable": True}  # no HTTP in a worker
+    worker_check = " ".join(services["worker"]["healthcheck"]["test"])
+    port = services["worker"]["environment"]["OSTE_METRICS_PORT"]
+    assert f"127.0.0.1:{port}/healthz" in worker_check  # the worker's own health endpoint
     assert services["api"]["environment"]["OSTE_DATABASE_URL"].startswith("postgres://")
+
+
+def test_compose_requires_a_database_password_and_tags_a_version() -> None:
+    text = (DEPLOY / "compose.yaml").read_text()
+    assert "${POSTGRES_PASSWORD:?" in text and "POSTGRES_PASSWORD:-" not in text
+    (compose,) = documents(DEPLOY / "compose.yaml")
+    images = {svc["image"] for name, svc in compose["services"].items() if name != "postgres"}
+    assert images and not any(image.endswith(":latest") or ":" not in image for image in images), images
+
+
+def test_the_kustomization_pins_the_release_version_and_the_ingress_is_tls_only() -> None:
+    (kustomization,) = documents(KUBERNETES / "kustomization.yaml")
+    (image,) = kustomization["images"]
+    version = re.search(r'^version = "([^"]+)"', (DEPLOY.parent / "pyproject.toml").read_text(), re.M)
+    assert version is not None and image["newTag"] == version.group(1) != "latest"
+    (ingress,) = of_kind("Ingress").values()
+    hosts = {rule["host"] for rule in ingress["spec"]["rules"]}
+    assert hosts <= {h for tls in ingress["spec"]["tls"] for h in tls["hosts"]}
+    paths = {p["path"]: p["backend"]["service"] for r in ingress["spec"]["rules"] for p in r["http"]["paths"]}
+    assert {"/v1", "/ui"} <= set(paths) and not any(path.startswith("/metrics") for path in paths)
+    assert all(backend == {"name": "oste-api", "port": {"name": "http"}} for backend in paths.values())
+    (config,) = of_kind("ConfigMap").values()
+    assert config["data"]["OSTE_FORWARDED_ALLOW_IPS"]  # the proxy's X-Forwarded-Proto is believed
+
+
+HARDENING = ("NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "ReadWritePaths", "RestartSec")
+
+
+def test_the_systemd_units_are_locked_down_alike() -> None:
+    for unit in UNITS:
+        parser = configparser.ConfigParser(strict=True, interpolation=None)
+        parser.optionxform = str  # type: ignore[assignment,method-assign]
+        parser.read_string((DEPLOY / unit).read_text())
+        service = parser["Service"]
+        assert {name: service.get(name) for name in HARDENING} == {
+            "NoNewPrivileges": "true",
+            "ProtectSystem": "strict",
+            "ProtectHome": "true",
+            "PrivateTmp": "true",
+            "ReadWritePaths": "/var/lib/oste",
+            "RestartSec": "2",
+        }, unit
+        assert parser["Unit"]["Documentation"], unit
 
 
 def _unit_copies(tmp_path: Path) -> list[Path]:
