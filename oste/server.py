@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
 import secrets
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -20,11 +22,13 @@ from typing import TYPE_CHECKING
 from oste.domain.clock import Clock, SystemClock
 from oste.domain.tenancy import QuotaDefaults
 from oste.engine import Engine
-from oste.errors import ConfigurationError
+from oste.errors import ConfigurationError, OsteError
+from oste.metrics import set_up as set_up_metrics
 from oste.operations.throttle import SignInThrottle
 from oste.settings import Settings
 from oste.storage import Storage
 from oste.storage.database import close_database, describe, open_database
+from oste.storage.notices import listen_through
 from oste.storage.store import Store
 
 if TYPE_CHECKING:
@@ -139,6 +143,7 @@ def create_app(
     from oste.api.ratelimit import RateLimit
     from oste.ui import mount as ui_routes
 
+    set_up_metrics()
     clock = clock or SystemClock()
     throttle = throttle or SignInThrottle()
     storage = Storage(clock)
@@ -153,6 +158,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         with collecting_eagerly() if freeze_after_start else contextlib.nullcontext():
             await open_database(settings.database_url, apply_migrations)
+        if settings.is_postgres and settings.listen_database_url not in ("", settings.database_url):
+            listen_through(settings.listen_database_url)
         stop_metrics_port = None
         try:
             if settings.metrics_port is not None:
@@ -181,6 +188,7 @@ def create_app(
         quota_defaults=quota_defaults,
         throttle=throttle,
         metrics_token=settings.metrics_token,
+        signing_secret_grace=settings.signing_secret_grace,
     )
     app.state.engine = engine
     if settings.api_rate_limit > 0:
@@ -189,6 +197,30 @@ def create_app(
     if settings.forwarded_allow_ips:  # outermost: everything inside sees the client's scheme and address
         app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
     return app
+
+
+def bind_error(host: str, port: int, exc: OSError, setting: str = "OSTE_PORT") -> OsteError:
+    """One line for a socket that cannot be bound: where, why, and what to do (``setting``: the
+    variable that chose the port; its flag is named beside it)."""
+    where = f"{host}:{port}"
+    flag = "--" + setting.removeprefix("OSTE_").lower().replace("_", "-")
+    if exc.errno == errno.EADDRINUSE:
+        return OsteError(
+            f"cannot listen on {where}: the address is already in use (another OSTE, or another program, "
+            f"listens there: `ss -ltnp 'sport = :{port}'` shows which). Stop it, or choose another port "
+            f"with {setting} or {flag}"
+        )
+    if exc.errno == errno.EACCES:
+        return OsteError(
+            f"cannot listen on {where}: permission denied (ports below 1024 need privileges). Choose a port "
+            f"of 1024 or more with {setting} or {flag}"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return OsteError(
+            f"cannot listen on {where}: {exc.strerror or exc}; OSTE_HOST must be an address of this "
+            "machine (127.0.0.1, 0.0.0.0 for every interface, or one of its own)"
+        )
+    return OsteError(f"cannot listen on {where}: {exc.strerror or exc}")
 
 
 async def serve_metrics_port(settings: Settings, port: int, clock: Clock) -> Callable[[], Awaitable[None]]:
@@ -223,7 +255,11 @@ async def serve_metrics_port(settings: Settings, port: int, clock: Clock) -> Cal
     app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz), web.get("/readyz", readyz)])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, settings.host, port).start()
+    try:
+        await web.TCPSite(runner, settings.host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise bind_error(settings.host, port, exc, "OSTE_METRICS_PORT") from None
     log.info("metrics and probes on http://%s:%s (no credentials)", settings.host, port)
     return runner.cleanup
 
@@ -235,6 +271,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     processes of a deployment share their settings."""
     if settings.admin_token:
         check_admin_token(settings.admin_token)
+    set_up_metrics()
     with collecting_eagerly():
         await open_database(settings.database_url)
     engine = Engine(settings)

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from oste.domain.durations import parse_duration_seconds
+from oste.domain.records import MAX_SIGNING_SECRET_GRACE
 from oste.errors import ConfigurationError
+
+ROLLER_RETRY_BASE = 60.0
+"""Seconds a failed log shipment waits at most before its first retry (by default)."""
+ROLLER_RETRY_MAX = 6 * 3600.0
+"""Seconds between two tries of a failed log shipment at most (by default)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,14 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "OSTE_DATABASE_URL",
         "sqlite://<data dir>/oste.sqlite3",
         "Database: a `sqlite://PATH` file or `postgres://user@host:port/db` (scale-out).",
+    ),
+    SettingSpec(
+        "listen_database_url",
+        "OSTE_LISTEN_DATABASE_URL",
+        "(OSTE_DATABASE_URL)",
+        "PostgreSQL only: the URL of the one connection an API process holds to `LISTEN` for activity "
+        "changes (long-poll wake-ups). Point it at the server itself when OSTE_DATABASE_URL goes "
+        "through PgBouncer in transaction mode, where `LISTEN` does not work.",
     ),
     SettingSpec(
         "admin_token",
@@ -83,6 +97,20 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Most bytes of uncompressed JSON in one shipped batch (a single larger record goes alone).",
     ),
     SettingSpec(
+        "roller_retry_base",
+        "OSTE_ROLLER_RETRY_BASE",
+        "(OSTE_ROLLER_INTERVAL, at most PT1M)",
+        "How long a log shipment the receiver refused (or did not answer) waits before its first retry; "
+        "doubled after each further failure up to OSTE_ROLLER_RETRY_MAX, each wait jittered to half to "
+        "all of it (seconds or ISO 8601 duration). Retries happen on the rollers' next look after it.",
+    ),
+    SettingSpec(
+        "roller_retry_max",
+        "OSTE_ROLLER_RETRY_MAX",
+        "(360 times OSTE_ROLLER_INTERVAL, at most PT6H)",
+        "Longest wait between two tries of a failed log shipment (at least OSTE_ROLLER_RETRY_BASE).",
+    ),
+    SettingSpec(
         "max_in_flight", "OSTE_MAX_IN_FLIGHT", "64", "Outbound requests one node may have open at once."
     ),
     SettingSpec(
@@ -97,6 +125,14 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "1000",
         "Requests per second one bearer token (API key or admin token) may make to one API process, "
         "in bursts of as many; more answer 429 with Retry-After. 0 turns the limit off.",
+    ),
+    SettingSpec(
+        "signing_secret_grace",
+        "OSTE_SIGNING_SECRET_GRACE",
+        "PT24H",
+        "After a solution's signing secret is rotated, how long the old secret keeps signing requests "
+        "beside the new one (both signatures in `webhook-signature`), so receivers move over without "
+        "refusing a request; a rotation's `?grace=` overrides it. 0 ends the old secret at once.",
     ),
     SettingSpec(
         "quota_max_scheduled_activities",
@@ -155,6 +191,14 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "OSTE_LOG_FORMAT",
         "(by terminal)",
         "Log lines as `json` (one object per line) or `text`; default: text on a terminal, JSON otherwise.",
+    ),
+    SettingSpec(
+        "access_log",
+        "OSTE_ACCESS_LOG",
+        "off",
+        "`on`: one INFO line per request to the API and UI port (logger `oste.access`: client, method, "
+        "path and query, status, bytes, duration). Off by default: the delivery lines already say what "
+        "the engine does, and a busy API would drown them.",
     ),
     SettingSpec(
         "metrics_port",
@@ -221,15 +265,20 @@ class Settings:
     port: int = 8080
     data_dir: Path = Path("./oste-data")
     database_url: str = ""
+    listen_database_url: str = ""
     admin_token: str | None = None
     allowed_targets: tuple[str, ...] = ()
     forwarded_allow_ips: tuple[str, ...] = ()
     roller_interval: float = 3600.0
     roller_batch_records: int = 1000
     roller_batch_bytes: int = 5 * 1024 * 1024
+    roller_retry_base: float | None = None
+    """None: derived from ``roller_interval`` (see ``roller_retry``)."""
+    roller_retry_max: float | None = None
     max_in_flight: int = 64
     max_body_bytes: int = 4 * 1024 * 1024
     api_rate_limit: float = 1000.0
+    signing_secret_grace: float = 24 * 3600.0
     quota_max_scheduled_activities: int | None = 1_000_000
     quota_max_activity_types: int | None = 1000
     quota_max_recurring_activities: int | None = 100_000
@@ -240,6 +289,7 @@ class Settings:
     node_name: str = ""
     log_level: str = "INFO"
     log_format: str | None = None
+    access_log: bool = False
     metrics_port: int | None = None
     metrics_token: str | None = None
     claim_lease: float = 30.0
@@ -247,6 +297,18 @@ class Settings:
     rescue_interval: float = 5.0
     heartbeat_interval: float = 2.0
     node_timeout: float = 10.0
+
+    @property
+    def roller_retry(self) -> tuple[float, float]:
+        """(base, cap) of the waits before a failed log shipment is tried again: as set, or derived
+        from ``roller_interval`` (a minute and six hours at most; a short interval retries soon)."""
+        base = self.roller_retry_base
+        if base is None:
+            base = min(ROLLER_RETRY_BASE, self.roller_interval)
+        cap = self.roller_retry_max
+        if cap is None:
+            cap = max(base, min(ROLLER_RETRY_MAX, 360 * self.roller_interval))
+        return base, cap
 
     @property
     def is_postgres(self) -> bool:
@@ -272,6 +334,25 @@ class Settings:
                 raw[key] = value
         return cls._validated(raw)
 
+    @staticmethod
+    def sources(
+        environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> dict[str, str]:
+        """Where each setting's value comes from, by field: ``flag`` (an override, e.g. a CLI flag),
+        ``environment`` (its ``OSTE_*`` variable) or ``default`` — read as ``from_env`` reads them."""
+        env = os.environ if environ is None else environ
+        given = {key for key, value in (overrides or {}).items() if value is not None}
+        found: dict[str, str] = {}
+        for spec in SETTINGS:
+            value = env.get(spec.env)
+            if spec.field in given:
+                found[spec.field] = "flag"
+            elif value is not None and value.strip() != "":
+                found[spec.field] = "environment"
+            else:
+                found[spec.field] = "default"
+        return found
+
     @classmethod
     def _validated(cls, raw: dict[str, Any]) -> Settings:
         values: dict[str, Any] = {}
@@ -290,11 +371,38 @@ class Settings:
             raise ConfigurationError(
                 f"OSTE_DATABASE_URL must start with sqlite:// or postgres://, got {settings.database_url!r}"
             )
+        settings = _with_listen_url(settings)
         if not settings.node_name:
             settings = dataclasses.replace(settings, node_name=os.uname().nodename)
         _check_timings(settings)
+        _check_roller_retry(settings)
         _check_metrics_token(settings)
         return settings
+
+
+def _check_roller_retry(settings: Settings) -> None:
+    base, cap = settings.roller_retry
+    if cap < base:
+        raise ConfigurationError(
+            f"OSTE_ROLLER_RETRY_MAX must not be shorter than OSTE_ROLLER_RETRY_BASE ({base:g} s), "
+            f"got {cap:g} s"
+        )
+
+
+def _with_listen_url(settings: Settings) -> Settings:
+    """The LISTEN connection's URL: OSTE_DATABASE_URL unless given; only ever a PostgreSQL URL."""
+    if not settings.listen_database_url:
+        return dataclasses.replace(settings, listen_database_url=settings.database_url)
+    if not settings.listen_database_url.startswith(("postgres://", "postgresql://", "asyncpg://")):
+        raise ConfigurationError(
+            f"OSTE_LISTEN_DATABASE_URL must start with postgres://, got {settings.listen_database_url!r}"
+        )
+    if not settings.is_postgres:
+        raise ConfigurationError(
+            "OSTE_LISTEN_DATABASE_URL is for PostgreSQL only (a direct connection beside a PgBouncer), "
+            f"but OSTE_DATABASE_URL is {settings.database_url!r}"
+        )
+    return settings
 
 
 def _check_timings(settings: Settings) -> None:
@@ -397,6 +505,13 @@ def _interval(value: Any) -> float:
     return seconds
 
 
+def _grace(value: Any) -> float:
+    seconds = 0.0 if str(value).strip() in ("0", "PT0S") else _interval(value)
+    if seconds > MAX_SIGNING_SECRET_GRACE:
+        raise ValueError(f"must be at most {MAX_SIGNING_SECRET_GRACE / 86400:.0f} days")
+    return seconds
+
+
 def _quota(value: Any) -> int | None:
     if value is None or str(value).strip().lower() in ("none", "null", "unlimited"):
         return None
@@ -411,6 +526,17 @@ def _log_level(value: Any) -> str:
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
     return level
+
+
+def _switch(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in {"on", "true", "yes", "1"}:
+        return True
+    if word in {"off", "false", "no", "0"}:
+        return False
+    raise ValueError("must be on or off")
 
 
 def _log_format(value: Any) -> str:
@@ -428,6 +554,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "roller_interval": _interval,
     "roller_batch_records": _int_in(1, 100_000),
     "roller_batch_bytes": _int_in(1024, 1024**3),
+    "roller_retry_base": _interval,
+    "roller_retry_max": _interval,
     "max_in_flight": _int_in(1, 100_000),
     "max_body_bytes": _int_in(1024, 1024**3),
     "api_rate_limit": _rate,
@@ -438,8 +566,10 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "quota_max_api_keys": _quota,
     "quota_requests_per_second": _quota,
     "ui_session_max_age": _interval,
+    "signing_secret_grace": _grace,
     "log_level": _log_level,
     "log_format": _log_format,
+    "access_log": _switch,
     "metrics_port": _port,
     "claim_lease": _interval,
     "poll_interval": _interval,

@@ -52,6 +52,8 @@ async def fresh_database(server_url: str | None, work_dir: Path) -> AsyncIterato
 
     ``server_url`` None or SQLite: a new SQLite file in ``work_dir``. PostgreSQL: a new database named
     ``oste_bench_<random>`` on that server (the URL's own database is only used to create and drop it).
+    The URL's query (OSTE's pool parameters: ``?statement_cache_size=0`` through PgBouncer) is kept in
+    the yielded URL and left out of the connections that create and drop the database.
     """
     if not is_postgres(server_url):
         path = work_dir / f"oste-{uuid.uuid4().hex[:8]}.sqlite3"
@@ -63,7 +65,7 @@ async def fresh_database(server_url: str | None, work_dir: Path) -> AsyncIterato
     assert server_url is not None
     admin = _admin_dsn(server_url)
     name = f"oste_bench_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(admin, timeout=10)
+    conn = await asyncpg.connect(_without_query(admin), timeout=10, statement_cache_size=0)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
@@ -71,11 +73,15 @@ async def fresh_database(server_url: str | None, work_dir: Path) -> AsyncIterato
     try:
         yield urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
     finally:
-        conn = await asyncpg.connect(admin, timeout=10)
+        conn = await asyncpg.connect(_without_query(admin), timeout=10, statement_cache_size=0)
         try:
             await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             await conn.close()
+
+
+def _without_query(url: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(query=""))
 
 
 def _remove_sqlite(path: Path) -> None:

@@ -25,6 +25,10 @@ from oste.storage.dispatch import DispatchStore
 log = logging.getLogger("oste.engine.poller")
 ERROR_PAUSE = 1.0
 """Seconds the poller waits after a failed claim before trying again."""
+TIMER_SLACK = 0.001
+"""Seconds added to each timer: the event loop's timers count whole milliseconds and can fire up to
+one early. A timer that still fires before the claim is due is set again for the rest (``_due``), so
+a claim is never dispatched before its due time by the node's clock."""
 
 
 class ClaimBook:
@@ -177,16 +181,16 @@ class Poller:
 
     def _schedule(self, claim: Claim) -> None:
         delay = (claim.due_at - self.clock.now()).total_seconds()
-        if delay <= 0.0005:
+        if delay <= 0:
             self.dispatch(claim)
             return
-        handle = asyncio.get_running_loop().call_later(delay, self._due, claim.activity_id)
+        handle = asyncio.get_running_loop().call_later(delay + TIMER_SLACK, self._due, claim.activity_id)
         self._timers[claim.activity_id] = (handle, claim)
 
     def _due(self, activity_id: uuid.UUID) -> None:
         entry = self._timers.pop(activity_id, None)
         if entry is not None:
-            self.dispatch(entry[1])
+            self._schedule(entry[1])  # dispatched now, or set again if the timer fired early
 
     def wake(self, when: datetime | None = None) -> None:
         """Poll now if something is due (at ``when``) before the next poll would claim it."""

@@ -11,6 +11,9 @@ until the deadline, never a wrong answer.
   that has waiters holds one dedicated ``LISTEN`` connection (not from the pool), opened when the
   first waiter arrives and closed when the last leaves, reconnected after a database restart. A
   reconnect wakes every waiter (notices sent while it was away are lost; the waiters re-read).
+  ``LISTEN`` is session state, which PgBouncer's transaction pooling does not keep: ``listen_through``
+  (``OSTE_LISTEN_DATABASE_URL``) gives that one connection a URL of its own, the server itself,
+  while every ``NOTIFY`` goes through the pool as usual (it is an ordinary statement).
 - **SQLite** (``oste serve``: API and engine in one process): the hub is woken in-process.
 """
 
@@ -25,6 +28,8 @@ from typing import Any
 
 import asyncpg
 from tortoise import connections
+
+from oste.storage.config import POSTGRES_SESSION, direct_connection_arguments
 
 log = logging.getLogger("oste.storage.notices")
 
@@ -42,7 +47,8 @@ def _identity(connection: str) -> tuple[Any, ...]:
     client = connections.get(connection)
     if client.capabilities.dialect != "postgres":
         return ("sqlite", getattr(client, "filename", connection))
-    return ("postgres", client.host, client.port, client.user, client.database, client.schema)
+    # str(): a client given a list of hosts (``oste.storage.pgclient``) holds lists
+    return ("postgres", str(client.host), str(client.port), client.user, client.database, client.schema)
 
 
 def hub_for(connection: str = "default") -> ChangeHub:
@@ -52,6 +58,15 @@ def hub_for(connection: str = "default") -> ChangeHub:
     if hub is None:
         hub = _HUBS[key] = ChangeHub(connection, key[0] == "postgres")
     return hub
+
+
+def listen_through(url: str, connection: str = "default") -> None:
+    """Open this process's LISTEN connection for the database behind ``connection`` at ``url`` (a
+    PostgreSQL URL of the same database, reached directly) instead of where the pool connects. Needed
+    when the pool goes through PgBouncer in transaction mode, where a ``LISTEN`` is lost with its
+    transaction. At each (re)connect the listener checks that ``url`` reaches the pool's database and
+    server, and logs a warning when it does not (long-polls would then wait until their deadline)."""
+    hub_for(connection).listen_url = url
 
 
 def chunk_payloads(ids: Iterable[uuid.UUID], limit: int = MAX_PAYLOAD) -> list[str]:
@@ -99,6 +114,8 @@ class ChangeHub:
     def __init__(self, connection: str, postgres: bool) -> None:
         self.connection = connection
         self.postgres = postgres
+        self.listen_url: str | None = None
+        """Where the LISTEN connection goes (``listen_through``); None: where the pool connects."""
         self._waiters: dict[uuid.UUID, set[asyncio.Event]] = {}
         self._count = 0
         self._listener: asyncio.Task[None] | None = None
@@ -157,20 +174,14 @@ class ChangeHub:
 
     async def _listen(self, listening: asyncio.Event) -> None:
         """Hold a dedicated LISTEN connection until cancelled, reconnecting after it is lost."""
-        client: Any = connections.get(self.connection)
         while True:
             conn = None
             try:
-                conn = await asyncpg.connect(
-                    host=client.host,
-                    port=client.port,
-                    user=client.user,
-                    password=client.password,
-                    database=client.database,
-                    server_settings=dict(client.server_settings or {}),
-                )
+                conn = await self._connect()
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                if self.listen_url is not None:
+                    await self._check_same_database(conn)
                 await conn.add_listener(CHANNEL, self._notified)
                 listening.set()
                 self.wake_all()  # whatever changed while no connection listened is re-read
@@ -183,6 +194,38 @@ class ChangeHub:
                 if conn is not None and not conn.is_closed():
                     conn.terminate()
             await asyncio.sleep(RECONNECT_PAUSE)
+
+    async def _connect(self) -> asyncpg.Connection:
+        """The dedicated LISTEN connection: at ``listen_url`` when given, else where the pool connects."""
+        if self.listen_url is not None:
+            arguments = direct_connection_arguments(self.listen_url)
+            return await asyncpg.connect(**arguments, server_settings=dict(POSTGRES_SESSION))
+        client: Any = connections.get(self.connection)
+        return await asyncpg.connect(
+            host=client.host,
+            port=client.port,
+            user=client.user,
+            password=client.password,
+            database=client.database,
+            server_settings=dict(client.server_settings or {}),
+            **getattr(client, "connect_options", {}),  # a host list: only the primary LISTENs
+        )
+
+    async def _check_same_database(self, conn: asyncpg.Connection) -> None:
+        """Warn when the LISTEN connection reaches another database than the pool's."""
+        query = (
+            "SELECT current_database() || ' on the server started at epoch '"
+            " || extract(epoch FROM pg_postmaster_start_time())::text AS here"
+        )
+        listened = await conn.fetchval(query)
+        pooled = (await connections.get(self.connection).execute_query_dict(query))[0]["here"]
+        if listened != pooled:
+            log.warning(
+                "OSTE_LISTEN_DATABASE_URL reaches %s but OSTE_DATABASE_URL reaches %s: long-polls "
+                "are not woken by changes and wait until their deadline",
+                listened,
+                pooled,
+            )
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         ids = []
