@@ -18,18 +18,22 @@ from oste.api import (
 )
 from oste.api.context import ApiContext
 from oste.api.problems import STORAGE_HANDLERS, http_error, oste_error, unexpected_error
+from oste.api.queries import refuse_unknown_queries
 from oste.errors import OsteError
 
 __all__ = ["EXCEPTION_HANDLERS", "ApiContext", "api_routes"]
 
 
 def api_routes() -> list[BaseRoute]:
-    """Every route of the API, in matching order (each changing one records its audit row)."""
-    return audit.check_audited(
-        [
-            *_routes(),
-            *audit.ROUTES,
-        ]
+    """Every route of the API, in matching order (each changing one records its audit row, each
+    refuses query parameters its OpenAPI operation does not list)."""
+    return refuse_unknown_queries(
+        audit.check_audited(
+            [
+                *_routes(),
+                *audit.ROUTES,
+            ]
+        )
     )
 
 

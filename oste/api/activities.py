@@ -16,7 +16,7 @@ from oste.api import render
 from oste.api.context import body, ctx, key_alive, self_audited, solution_in_path, solution_scope
 from oste.api.creation import TypeCache, check_idempotency_key, keyed, new_activity, validate_each, when
 from oste.api.requests import check_storable, paging, parse_time, parse_uuid
-from oste.api.tenants import SOLUTION, json
+from oste.api.tenants import SOLUTION, created, json, solution_path
 from oste.api.waiting import changed_activity, wait_params
 from oste.domain import records as r
 from oste.domain import schemas
@@ -36,15 +36,19 @@ async def create(request: Request) -> Response:
     now = api.store.clock.now()
     if isinstance(data, dict) and "activities" in data:
         items = await _validated_batch(cache, data, now)
-        created = await api.operations.activities.create_many(actor, company, solution, items)
-        return json({"activities": [render.activity(a) for a in created]}, 201)
+        made = await api.operations.activities.create_many(actor, company, solution, items)
+        # no Location: a batch creates many resources, each listed with its id (RFC 9110: the target
+        # URI, the listing, identifies what was created)
+        return json({"activities": [render.activity(a) for a in made]}, 201)
     schemas.check_shape(schemas.ACTIVITY_CREATE, data)
     item = await new_activity(data, cache, now)
     key = request.headers.get("idempotency-key")
     if key is not None:
         item = keyed(item, check_idempotency_key(key), data)
     activity, fresh = await api.operations.activities.create(actor, company, solution, item)
-    return json(render.activity(activity), 201 if fresh else 200)
+    if not fresh:  # the Idempotency-Key's replay: the activity created before
+        return json(render.activity(activity), 200)
+    return created(render.activity(activity), *solution_path(company, solution), "activities", activity.id)
 
 
 async def _validated_batch(cache: TypeCache, data: dict[str, Any], now: datetime) -> list[r.NewActivity]:

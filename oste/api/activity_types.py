@@ -13,7 +13,7 @@ from starlette.routing import Route
 from oste.api import render
 from oste.api.context import body, ctx, self_audited, solution_in_path, solution_scope
 from oste.api.requests import paging, parse_duration, query_flag, slug_in_path
-from oste.api.tenants import SOLUTION, json, no_content
+from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
@@ -208,8 +208,9 @@ async def create_type(request: Request) -> Response:
     data = schemas.check_shape(schemas.ACTIVITY_TYPE_CREATE, await body(request))
     values = type_values(data)
     await check_chain_types(ctx(request).store, solution, values, values["name"])
-    created = await ctx(request).operations.settings.create_type(actor, company, solution, values)
-    return json(render.activity_type(created, solution.name), 201)
+    kind = await ctx(request).operations.settings.create_type(actor, company, solution, values)
+    rendered = render.activity_type(kind, solution.name)
+    return created(rendered, *solution_path(company, solution), "activity-types", kind.name)
 
 
 async def type_in_path(request: Request) -> tuple[Actor, r.Company, r.Solution, r.ActivityType]:

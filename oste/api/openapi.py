@@ -223,7 +223,11 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "rotateSigningSecret",
             "Rotate the signing secret",
             "Solution",
-            description="A new `signing_secret` signs every request from now on.",
+            query=("grace",),
+            description="A new `signing_secret` signs every request from now on. The secret it replaces "
+            "keeps signing beside it (both signatures in `webhook-signature`) for `grace` "
+            "(default `OSTE_SIGNING_SECRET_GRACE`, 24 h; `PT0S` ends it at once; at most 30 days), "
+            "so receivers can switch without refusing a request.",
         ),
     ),
     "Log shipping": (
@@ -481,7 +485,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
                 "description": "`id: <txid>-<seq>`, `event: <name>`, `data: {JSON}` blocks and `:` comments",
             },
             media="text/event-stream",
-            query=("activity_type", "object_id"),
+            query=("activity_type", "object_id", "last_event_id"),
             headers=("Last-Event-ID",),
             description="A stream that stays open: one event per state change of the solution's activities "
             "(`created`, `running`, `succeeded`, `retry_scheduled`, `dead`, `cancelled`, `requeued`), each "
@@ -592,6 +596,27 @@ TABLE: dict[str, tuple[Op, ...]] = {
 }
 """Every operation of the API, grouped by tag, in the order of the document."""
 
+LOCATIONS: dict[str, tuple[str, bool]] = {
+    "createCompany": ("The created company's path: `/v1/companies/{company}`", True),
+    "createApiKey": ("The created key's path: `/v1/companies/{company}/api-keys/{key_id}`", True),
+    "createSolution": ("The created solution's path: `/v1/companies/{company}/solutions/{solution}`", True),
+    "createActivityType": ("The created activity type's path: `…/activity-types/{type}`", True),
+    "createActivities": (
+        "A single create: the created activity's path, `…/activities/{id}`. A batch (`activities`) "
+        "has none: it creates many, each listed with its `id` in the answer",
+        False,
+    ),
+    "createRecurringActivity": ("The created recurring activity's path: `…/recurring-activities/{id}`", True),
+    "runRecurringActivityNow": ("The created occurrence's path: `…/activities/{id}`", True),
+    "backfillRecurringActivity": (
+        "The listing of the recurring activity's occurrences, where the created ones show: "
+        "`…/activities?recurring_activity={id}`",
+        True,
+    ),
+}
+"""The ``Location`` of each operation answering 201 (by operation id): what it names, and whether every
+201 carries it."""
+
 _PATH_PARAMETERS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "company": ("company", "Name of the company", schemas.SLUG_SCHEMA),
     "solution": ("solution", "Name of the solution", schemas.SLUG_SCHEMA),
@@ -615,6 +640,11 @@ _QUERY_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
         "scheduled ones become dead letters, the recurring ones are paused (otherwise 409)",
         {"type": "boolean", "default": False},
     ),
+    "grace": (
+        "How long the replaced signing secret keeps signing beside the new one (ISO 8601, at most "
+        "P30D; default `OSTE_SIGNING_SECRET_GRACE`)",
+        {**schemas.DURATION, "example": "PT24H"},
+    ),
     "state": (
         "Listing: only activities in this state. Getting one activity with `wait`: wait until its "
         "state differs from this one (default: from its state when the request came)",
@@ -627,6 +657,11 @@ _QUERY_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "activity_type": ("Only activities of this activity type", schemas.SLUG_SCHEMA),
     "object_id": ("Only activities about this object (see `object_id_ref`)", {"type": "string"}),
+    "last_event_id": (
+        "For clients that cannot send the `Last-Event-ID` header (the header wins when both are sent): "
+        "the id of the last event seen",
+        {"type": "string", "pattern": "^[0-9]{1,19}-[0-9]{1,19}$"},
+    ),
     "scheduled_after": ("Only activities scheduled at or after this time", schemas.DATETIME),
     "scheduled_before": ("Only activities scheduled before this time", schemas.DATETIME),
     "recurring_activity": (
@@ -697,8 +732,7 @@ def _error_codes(op: Op) -> list[int]:
         codes.add(403)
     if op.body:
         codes |= {400, 413, 415, 422}
-    if op.query or op.headers:
-        codes.add(422)
+    codes.add(422)  # every operation refuses a query parameter it does not list (oste.api.queries)
     if op.conflict:
         codes.add(409)
     return sorted(codes)
@@ -710,6 +744,10 @@ def _responses(op: Op) -> dict[str, Any]:
         success.update(_content(_ref(op.returns) if isinstance(op.returns, str) else op.returns, op.media))
     if links := links_of(op.operation_id):
         success["links"] = links
+    if op.status == 201:  # every create names what it created (a KeyError: a 201 row without one)
+        description, always = LOCATIONS[op.operation_id]
+        location = {"description": description, "required": always, "schema": {"type": "string"}}
+        success["headers"] = {"Location": location}
     responses: dict[str, Any] = {str(op.status): success}
     for code in _error_codes(op):
         responses[str(code)] = {"$ref": "#/components/responses/" + _ERRORS[code][0]}

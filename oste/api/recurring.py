@@ -17,7 +17,7 @@ from oste.api import render
 from oste.api.context import body, ctx, principal, self_audited, solution_in_path, solution_scope
 from oste.api.creation import TypeCache
 from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
-from oste.api.tenants import SOLUTION, json, no_content
+from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.recurrence import (
@@ -111,8 +111,9 @@ async def create(request: Request) -> Response:
         **policy,
     }
     recurrence = Recurrence(schedule, **_dst(policy))
-    created = await api.operations.recurring.create(actor, company, solution, kind, values, recurrence)
-    return json(await _rendered(request, solution, created.id), 201)
+    made = await api.operations.recurring.create(actor, company, solution, kind, values, recurrence)
+    rendered = await _rendered(request, solution, made.id)
+    return created(rendered, *solution_path(company, solution), "recurring-activities", made.id)
 
 
 def _dst(policy: dict[str, Any]) -> dict[str, Any]:
@@ -127,21 +128,20 @@ async def _rendered(request: Request, solution: r.Solution, recurring_id: Any) -
     api = ctx(request)
     recurring = await api.store.get_recurring(solution, recurring_id)
     now = api.store.clock.now()
-    upcoming = await _upcoming(store_of(request), recurring, now)
+    upcoming = _upcoming(recurring, now)
     rendered = render.recurring(recurring, upcoming)
     rendered["next_fire_at"] = rendered["next_fire_times"][0] if upcoming else None
     return rendered
 
 
-async def _upcoming(store: RecurrenceStore, recurring: r.RecurringActivity, now: datetime) -> list[datetime]:
+def _upcoming(recurring: r.RecurringActivity, now: datetime) -> list[datetime]:
     """The next fire times from now, as many as ``max_runs`` still allows."""
     if recurring.next_fire_at is None and recurring.last_occurrence_at is None:
         return []
     policy = policy_of(recurring.__dict__)
     count = NEXT_FIRE_TIMES_SHOWN
-    if policy.max_runs is not None:
-        waiting = await store.created_ahead(recurring.id, now)
-        count = min(count, max(policy.max_runs - recurring.runs + waiting, 0))
+    if policy.max_runs is not None:  # ``runs`` counts the fired ones: the waiting ones are still to come
+        count = min(count, max(policy.max_runs - recurring.runs, 0))
     if count == 0:
         return []
     return recurrence_of(recurring).fire_times(now - timedelta(microseconds=1), count)
@@ -239,8 +239,8 @@ async def run_now(request: Request) -> Response:
     recurring = await _recurring_of(request, solution)
     api = ctx(request)
     kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
-    created = await api.operations.recurring.run_now(actor, company, solution, recurring, kind)
-    return json(render.activity(created), 201)
+    fired = await api.operations.recurring.run_now(actor, company, solution, recurring, kind)
+    return created(render.activity(fired), *solution_path(company, solution), "activities", fired.id)
 
 
 @self_audited
@@ -259,15 +259,18 @@ async def backfill(request: Request) -> Response:
         raise InvalidInput.field("to", "must not be in the future: backfill covers past occurrences")
     overlap = Overlap(check_choice(Overlap, data.get("overlap", "allow"), "overlap"))
     kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
-    created, queued, skipped = await api.operations.recurring.backfill(
+    made, queued, skipped = await api.operations.recurring.backfill(
         actor, company, solution, recurring, kind, (start, end), overlap
     )
     result = {
-        "created": [render.activity(a) for a in created],
+        "created": [render.activity(a) for a in made],
         "queued": queued,
         "skipped": skipped,
     }
-    return json(result, 201)
+    response = created(result, *solution_path(company, solution), "activities")
+    # the listing of its occurrences, where the created ones (and those the backlog releases) show
+    response.headers["Location"] += f"?recurring_activity={recurring.id}"
+    return response
 
 
 async def preview(request: Request) -> Response:

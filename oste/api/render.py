@@ -54,9 +54,11 @@ def solution(s: r.Solution, company_name: str, who: Principal) -> dict[str, Any]
         "paused": s.paused,
         "created_at": iso(s.created_at),
         "updated_at": iso(s.updated_at),
+        "previous_secret_expires_at": iso(s.previous_secret_expires_at),
     }
     if who.company is not None and who.company.id == s.company_id:
         out["signing_secret"] = s.signing_secret
+        out["previous_signing_secret"] = s.previous_signing_secret
     return out
 
 
@@ -96,7 +98,7 @@ def activity(a: r.Activity) -> dict[str, Any]:
         "scheduled_for": iso(a.scheduled_for),
         "next_attempt_at": iso(a.next_attempt_at),
         "parameter": a.parameter,
-        "retries": a.retries,
+        "retries": max(a.retries, 0),  # a dead letter an older version stored holds -1: none left
         "priority": a.priority,
         "object_id": a.object_id,
         "state": a.state.value,

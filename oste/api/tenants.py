@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from starlette.requests import Request
@@ -36,6 +37,24 @@ def json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
+def created(data: Any, *path: object) -> Response:
+    """201 Created with ``Location``: the path of the created resource, from its segments (each one
+    percent-encoded), e.g. ``created(body, "v1", "companies", name)``."""
+    response = json(data, 201)
+    response.headers["Location"] = "/" + "/".join(quote(str(segment), safe="") for segment in path)
+    return response
+
+
+def company_path(company: r.Company) -> tuple[str, ...]:
+    """The segments of a company's path, for ``created``."""
+    return ("v1", "companies", company.name)
+
+
+def solution_path(company: r.Company, solution: r.Solution) -> tuple[str, ...]:
+    """The segments of a solution's path, for ``created``."""
+    return (*company_path(company), "solutions", solution.name)
+
+
 def no_content() -> Response:
     return Response(status_code=204)
 
@@ -59,7 +78,7 @@ async def create_company(request: Request) -> Response:
     company = await ctx(request).operations.settings.create_company(
         actor_of(who), data["name"], data.get("qos_level", 1), data.get("paused", False)
     )
-    return json(await _company(request, company), 201)
+    return created(await _company(request, company), *company_path(company))
 
 
 async def get_company(request: Request) -> Response:
@@ -110,7 +129,7 @@ async def create_api_key(request: Request) -> Response:
     key, secret = await ctx(request).operations.settings.create_api_key(
         actor_of(who), company, data.get("name", "default"), scopes
     )
-    return json(render.api_key(key, secret), 201)
+    return created(render.api_key(key, secret), *company_path(company), "api-keys", key.id)
 
 
 @self_audited
@@ -165,7 +184,7 @@ async def create_solution(request: Request) -> Response:
     data = schemas.check_shape(schemas.SOLUTION_CREATE, await body(request))
     values = solution_values(data, creating=True)
     solution = await ctx(request).operations.settings.create_solution(actor_of(who), company, values)
-    return json(render.solution(solution, company.name, who), 201)
+    return created(render.solution(solution, company.name, who), *solution_path(company, solution))
 
 
 async def get_solution(request: Request) -> Response:
@@ -188,7 +207,12 @@ async def patch_solution(request: Request) -> Response:
 async def rotate_signing_secret(request: Request) -> Response:
     who, solution = await solution_in_path(request)
     company = request.state.company
-    updated = await ctx(request).operations.settings.rotate_signing_secret(actor_of(who), company, solution)
+    grace = ctx(request).signing_secret_grace
+    if "grace" in request.query_params:
+        grace = parse_duration(request.query_params["grace"], "grace", r.MAX_SIGNING_SECRET_GRACE)
+    updated = await ctx(request).operations.settings.rotate_signing_secret(
+        actor_of(who), company, solution, grace
+    )
     return json(render.solution(updated, request.path_params["company"], who))
 
 

@@ -201,8 +201,9 @@ class Importer:
 def export_line(activity: r.Activity) -> bytes:
     """One activity as an import line: what creating it again needs, and its idempotency key.
 
-    State, attempts and history are not carried: importing creates a new scheduled activity. A
-    negative remaining ``retries`` (a dead letter) is left out, so the type's retries apply again.
+    State, attempts and history are not carried: importing creates a new scheduled activity. The
+    remaining ``retries`` of a dead letter that spent them all (0, or -1 as stored before) is left out,
+    so the type's retries apply again.
     """
     line: dict[str, Any] = {
         "activity_type": activity.activity_type,
@@ -210,7 +211,8 @@ def export_line(activity: r.Activity) -> bytes:
         "parameter": activity.parameter,
         "priority": activity.priority,
     }
-    if activity.retries >= 0:
+    spent = activity.state == r.ActivityState.DEAD and activity.retries <= 0
+    if activity.retries >= 0 and not spent:
         line["retries"] = activity.retries
     if activity.idempotency_key is not None:
         line[KEY_FIELD] = activity.idempotency_key

@@ -34,10 +34,21 @@ def classify(status: int, success_statuses: tuple[int, ...] | None = None) -> Ou
     return Outcome.FAILED
 
 
+def backoff_ceiling(attempt: int, base: float, cap: float) -> float:
+    """The longest wait after attempt ``attempt`` fails: ``min(cap, base * 2**(attempt-1))``."""
+    return max(min(cap, base * (2.0 ** min(max(attempt - 1, 0), 62))), 0.0)
+
+
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**(attempt-1))]."""
-    ceiling = min(cap, base * (2.0 ** min(max(attempt - 1, 0), 62)))
-    return (rng or random).uniform(0.0, max(ceiling, 0.0))
+    """Exponential backoff with full jitter: uniform in [0, ``backoff_ceiling``]."""
+    return (rng or random).uniform(0.0, backoff_ceiling(attempt, base, cap))
+
+
+def longest_retry_span(retries: int, base: float, cap: float) -> float:
+    """Seconds the waits between the attempts of an activity with ``retries`` retries add up to at
+    most (each wait is drawn between 0 and its ceiling: half this on average). Attempts' own
+    durations, and a receiver's ``Retry-After``, come on top."""
+    return sum(backoff_ceiling(attempt, base, cap) for attempt in range(1, retries + 1))
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
@@ -79,7 +90,7 @@ def next_step(
     """(state, retries left, next attempt time) after an attempt with this outcome.
 
     ``ok`` succeeds; ``failed`` is dead at once; ``retry``/``error`` spend one retry and are scheduled
-    after the backoff, or are dead when the retries left drop below zero.
+    after the backoff, or are dead (with 0 retries left, never fewer) when no retry was left to spend.
     """
     if outcome == Outcome.OK:
         return ActivityState.SUCCEEDED, retries, None
@@ -87,7 +98,7 @@ def next_step(
         return ActivityState.DEAD, retries, None
     left = retries - 1
     if left < 0:
-        return ActivityState.DEAD, left, None
+        return ActivityState.DEAD, 0, None
     delay = retry_delay(attempt, base, cap, retry_after, rng)
     return ActivityState.SCHEDULED, left, now + timedelta(seconds=delay)
 

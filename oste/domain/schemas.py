@@ -352,6 +352,15 @@ SOLUTION = _obj(
             "type": "string",
             "description": "Standard Webhooks secret (whsec_…); shown to the owning company only",
         },
+        "previous_signing_secret": {
+            "type": ["string", "null"],
+            "description": "the secret the last rotation replaced; requests carry its signature too until "
+            "`previous_secret_expires_at`; shown to the owning company only",
+        },
+        "previous_secret_expires_at": {
+            **NULLABLE_DATETIME,
+            "description": "when the previous secret stops signing (null: no rotation with a grace period)",
+        },
         **_TIMES,
     },
     ("id", "company", "name", "qos_level", "success_period", "dead_letter_period", "paused"),
@@ -416,7 +425,11 @@ RECURRING = _obj(
         "object_id": {"type": ["string", "null"]},
         "next_fire_at": NULLABLE_DATETIME,
         "next_fire_times": {"type": "array", "items": DATETIME},
-        "runs": {"type": "integer", "minimum": 0, "description": "occurrences the schedule created"},
+        "runs": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "occurrences of the schedule that fired (run-now and backfills not counted)",
+        },
         "skipped": {
             "type": "integer",
             "minimum": 0,

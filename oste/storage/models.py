@@ -79,6 +79,9 @@ class Solution(Model):
     dead_letter_uri = fields.TextField(null=True)
     dead_letter_period = fields.FloatField()
     signing_secret = fields.CharField(max_length=128)
+    previous_signing_secret = fields.CharField(max_length=128, null=True)
+    """The secret the last rotation replaced: requests are signed with it too until it expires."""
+    previous_secret_expires_at = fields.DatetimeField(null=True)
     paused = fields.BooleanField(default=False)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
@@ -197,6 +200,8 @@ class Activity(Model):
     depth = fields.IntField(default=0, db_default=0)
     chain_note = fields.TextField(null=True)
     uri_override = fields.TextField(null=True)
+    off_schedule = fields.BooleanField(null=True)
+    """An occurrence made by run-now, a backfill or the backlog: not counted in its schedule's ``runs``."""
 
     class Meta:
         table = "activity"

@@ -10,6 +10,11 @@
   PATCH, a pause or another expander never writes a stale plan.
 - **Nothing silent.** Occurrences skipped by the catch-up, window or overlap policies are counted in
   ``skipped``; occurrences created by the schedule in ``runs``.
+- **Runs are given back.** An occurrence the schedule created and then cancelled or deleted unfired
+  (a pause, a PATCH, the catch-up policy) no longer counts in ``runs``, so pausing, resuming or
+  editing never uses up ``max_runs``. Occurrences made by run-now, a backfill or the backlog are marked
+  ``off_schedule`` and never count. The stored ``runs`` therefore counts the schedule's occurrences
+  fired or still to fire; ``Store.get_recurring`` shows the fired ones.
 - Raises ``NotFound`` for a recurring activity that no longer exists, ``Unavailable`` when the database
   cannot be reached.
 """
@@ -23,12 +28,11 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from tortoise.exceptions import IntegrityError
-from tortoise.expressions import F
-from tortoise.queryset import QuerySet
+from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
@@ -66,6 +70,8 @@ MAX_BACKFILL = 1000
 """Occurrences one backfill may create."""
 _TICK = timedelta(microseconds=1)
 _UNFIRED = {"state": r.ActivityState.SCHEDULED, "attempts": 0}
+_ON_SCHEDULE = Q(off_schedule__isnull=True) | Q(off_schedule=False)
+"""Occurrences the schedule created (and counted in ``runs``)."""
 
 
 @dataclass(frozen=True)
@@ -219,13 +225,20 @@ class RecurrenceStore:
         )
         async with _db():
             rows = await query.values_list(
-                "id", "recurring_activity_id", "occurrence_at", "state", "attempts", "next_attempt_at"
+                "id",
+                "recurring_activity_id",
+                "occurrence_at",
+                "state",
+                "attempts",
+                "next_attempt_at",
+                "off_schedule",
             )
         found: dict[uuid.UUID, _Pending] = {}
-        for activity_id, recurring_id, occurrence_at, state, attempts, due in rows:
+        for activity_id, recurring_id, occurrence_at, state, attempts, due, off_schedule in rows:
             entry = found.setdefault(recurring_id, _Pending({}, False))
             unfired = state == r.ActivityState.SCHEDULED and attempts == 0
-            overdue = unfired and due < late_before and occurrence_at is not None
+            # run-now and backfilled occurrences fire whatever the catch-up policy says: never overdue
+            overdue = unfired and due < late_before and occurrence_at is not None and not off_schedule
             if overdue:
                 entry.overdue[occurrence_at] = activity_id
             if not unfired or due <= now:  # an overdue one is left to the catch-up, not busy by itself
@@ -241,6 +254,7 @@ class RecurrenceStore:
         facts = await self._type_facts({ra.activity_type_id for ra, _ in plans})
         rows: list[m.Activity] = []
         cancel: list[uuid.UUID] = []
+        given_back: dict[uuid.UUID, int] = {}
         stale = skipped = 0
         async with _db(), in_transaction():
             current = await self._lock_revisions([ra.id for ra, _ in plans])
@@ -256,9 +270,13 @@ class RecurrenceStore:
             fresh = [(ra, _fired_anyway(p, wanted[ra.id], gone)) for ra, p in fresh]
             for ra, p in fresh:
                 skipped += p.skipped
+                given_back[ra.id] = sum(1 for activity_id in wanted[ra.id] if activity_id in gone)
                 retries, limited = facts.get(ra.activity_type_id, (0, False))
-                rows.extend(_occurrence_row(ra, f, retries, limited, now) for f in p.fire)
-            await self._advance(fresh, now)
+                released = set(ra.backlog)  # a backlog occurrence released now is not the schedule's run
+                rows.extend(
+                    _occurrence_row(ra, f, retries, limited, now, f.occurrence_at in released) for f in p.fire
+                )
+            await self._advance(fresh, now, given_back)
             if rows:
                 await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
                 await record_created([(row.solution_id, row.id) for row in rows], now)
@@ -272,9 +290,15 @@ class RecurrenceStore:
         query = m.RecurringActivity.filter(id__in=ids).order_by("id").select_for_update()
         return {row.id: row.revision for row in await query.only("id", "revision")}
 
-    async def _advance(self, plans: list[tuple[r.RecurringActivity, Plan]], now: datetime) -> None:
+    async def _advance(
+        self,
+        plans: list[tuple[r.RecurringActivity, Plan]],
+        now: datetime,
+        given_back: dict[uuid.UUID, int],
+    ) -> None:
         """Move the cursors and counters of recurring activities locked at the revision they were read
-        at: one UPDATE per distinct set of values (a herd on one schedule moves in one statement)."""
+        at: one UPDATE per distinct set of values (a herd on one schedule moves in one statement).
+        ``given_back``: runs of occurrences the catch-up cancelled unfired, by recurring activity."""
         groups: dict[tuple[Any, ...], list[uuid.UUID]] = {}
         for ra, p in plans:
             ahead = [f.occurrence_at for f in p.fire if f.occurrence_at >= now]
@@ -285,7 +309,7 @@ class RecurrenceStore:
                 p.expand_at,
                 p.last_occurrence_at,
                 tuple(_iso(t) for t in p.backlog),
-                p.runs - ra.runs,
+                p.runs - ra.runs - given_back.get(ra.id, 0),
                 p.skipped,
             )
             groups.setdefault(key, []).append(ra.id)
@@ -358,12 +382,6 @@ class RecurrenceStore:
                 return result
         return ExpandResult(stale=1)
 
-    async def created_ahead(self, recurring_id: uuid.UUID, after: datetime) -> int:
-        """How many of its occurrences at or after ``after`` exist and have not fired yet."""
-        query = m.Activity.filter(recurring_activity_id=recurring_id, occurrence_at__gte=after, **_UNFIRED)
-        async with _db():
-            return await query.count()
-
     async def replace_unfired(self, recurring: r.RecurringActivity, changes: dict[str, Any]) -> None:
         """Apply changes and delete the occurrences not yet fired, re-planning from now.
 
@@ -374,37 +392,55 @@ class RecurrenceStore:
         async with _db(), in_transaction():
             row = await self._lock(recurring.id)
             unfired = m.Activity.filter(recurring_activity_id=recurring.id, **_UNFIRED)
-            instants = await _occurrence_instants(unfired)
-            await unfired.delete()
+            # locked first (PostgreSQL): one claimed meanwhile is neither deleted nor given back
+            doomed = await unfired.select_for_update().only("id", "occurrence_at", "off_schedule")
+            await m.Activity.filter(id__in=[row.id for row in doomed]).delete()
+            counted = sum(1 for row in doomed if not row.off_schedule)
+            instants = [row.occurrence_at for row in doomed]
             floor = min([now, *(t - _TICK for t in instants if t is not None)])
             if row.planned_until is not None:
                 floor = min(floor, row.planned_until)
             values = dict(
-                changes, planned_until=floor, expand_at=now, revision=row.revision + 1, updated_at=now
+                changes,
+                planned_until=floor,
+                expand_at=now,
+                revision=row.revision + 1,
+                updated_at=now,
+                runs=max(row.runs - counted, 0),  # the deleted ones never fired: they give their run back
             )
             await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
 
     async def pause(self, recurring: r.RecurringActivity) -> list[uuid.UUID]:
         """Pause it and cancel its occurrences not yet fired (they show as ``cancelled``, with their
-        events). Returns the ids cancelled, to wake after the commit. Resuming re-plans them under the
-        catch-up policy.
+        events, while it stays paused; they give their runs back). Returns the ids cancelled, to wake
+        after the commit. Resuming re-plans them under the catch-up policy.
         """
         now = self.clock.now()
         async with _db(), in_transaction():
             row = await self._lock(recurring.id)
             unfired = m.Activity.filter(recurring_activity_id=recurring.id, attempts=0)
             cancelled = await cancel_scheduled(unfired, recurring.solution_id, now)
+            ids = [activity_id for activity_id, _ in cancelled]
+            counted = await m.Activity.filter(_ON_SCHEDULE, id__in=ids).count() if ids else 0
             instants = [at for _, at in cancelled]
             floor = min([now, *(t - _TICK for t in instants if t is not None)])
             if row.planned_until is not None:
                 floor = min(floor, row.planned_until)
-            values = {"paused": True, "planned_until": floor, "revision": row.revision + 1, "updated_at": now}
+            values = {
+                "paused": True,
+                "planned_until": floor,
+                "revision": row.revision + 1,
+                "updated_at": now,
+                "runs": max(row.runs - counted, 0),
+            }
             await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
         return [activity_id for activity_id, _ in cancelled]
 
     async def resume(self, recurring: r.RecurringActivity) -> None:
-        """Resume it: the occurrences its pause cancelled are forgotten and everything after its cursor
-        is re-planned from now under the catch-up policy (call ``materialise`` next)."""
+        """Resume it: the occurrences its pause cancelled are deleted (each instant is then planned anew,
+        with the same ``Idempotency-Key``, or skipped and counted, so no instant is listed twice) and
+        everything after its cursor is re-planned from now under the catch-up policy (call
+        ``materialise`` next)."""
         now = self.clock.now()
         async with _db(), in_transaction():
             row = await self._lock(recurring.id)
@@ -423,7 +459,7 @@ class RecurrenceStore:
     async def run_now(self, recurring: r.RecurringActivity, kind: r.ActivityType) -> r.Activity:
         """Create one occurrence due now, keyed by now, without moving the schedule or counting a run."""
         now = self.clock.now()
-        row = _occurrence_row(recurring, Fire(now, now), kind.retries, kind.limited, now)
+        row = _occurrence_row(recurring, Fire(now, now), kind.retries, kind.limited, now, off_schedule=True)
         try:
             async with _db(), in_transaction():
                 await row.save(force_create=True)
@@ -477,7 +513,9 @@ class RecurrenceStore:
         now = self.clock.now()
         # due now, a microsecond apart: they are claimed oldest first
         rows = [
-            _occurrence_row(recurring, Fire(t, now + i * _TICK), kind.retries, kind.limited, now)
+            _occurrence_row(
+                recurring, Fire(t, now + i * _TICK), kind.retries, kind.limited, now, off_schedule=True
+            )
             for i, t in enumerate(instants)
         ]
         async with _db(), in_transaction():
@@ -521,11 +559,17 @@ def _fired_anyway(p: Plan, wanted: list[uuid.UUID], gone: set[uuid.UUID]) -> Pla
 
 
 def _occurrence_row(
-    ra: r.RecurringActivity, fire: Fire, type_retries: int, limited: bool, now: datetime
+    ra: r.RecurringActivity,
+    fire: Fire,
+    type_retries: int,
+    limited: bool,
+    now: datetime,
+    off_schedule: bool = False,
 ) -> m.Activity:
     """An occurrence as an activity row, keyed by (recurring activity, occurrence instant).
 
-    ``limited``: its type has limits, so the occurrence lives in the type's partition (else spread)."""
+    ``limited``: its type has limits, so the occurrence lives in the type's partition (else spread).
+    ``off_schedule``: made by run-now, a backfill or the backlog (not counted in ``runs``)."""
     activity_id = new_id()
     at = fire.occurrence_at.astimezone(UTC)
     type_partition = r.partition_of(ra.company_id, ra.solution_id, ra.activity_type_id)
@@ -548,12 +592,8 @@ def _occurrence_row(
         idempotency_key=idempotency_key(activity_id, ra.id, at),
         created_at=now,
         updated_at=now,
+        off_schedule=off_schedule or None,
     )
-
-
-async def _occurrence_instants(query: QuerySet[m.Activity]) -> list[datetime | None]:
-    """The ``occurrence_at`` of the query's activities (Tortoise types a flat values_list as tuples)."""
-    return cast("list[datetime | None]", await query.values_list("occurrence_at", flat=True))
 
 
 def _iso(value: datetime) -> str:

@@ -24,11 +24,11 @@ import base64
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tortoise.exceptions import IntegrityError
-from tortoise.expressions import F, Subquery
+from tortoise.expressions import F, Q, Subquery
 from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
@@ -119,6 +119,28 @@ def recurring_record(row: Any, type_name: str) -> r.RecurringActivity:
     """A recurring activity's record from its row (the backlog's instants parsed)."""
     backlog = tuple(datetime.fromisoformat(t) for t in (row.backlog or []))
     return to_record(r.RecurringActivity, row, activity_type=type_name, backlog=backlog)
+
+
+async def with_fired_runs(records: Sequence[r.RecurringActivity]) -> list[r.RecurringActivity]:
+    """The records with ``runs`` as users see it: the schedule's occurrences that fired. The stored
+    count also holds the occurrences created ahead and not fired yet (so the planner never creates more
+    than ``max_runs``); those are taken off here."""
+    if not records:
+        return []
+    query = m.Activity.filter(
+        Q(off_schedule__isnull=True) | Q(off_schedule=False),
+        recurring_activity_id__in=[ra.id for ra in records],
+        state=r.ActivityState.SCHEDULED,
+        attempts=0,
+    )
+    waiting: dict[uuid.UUID, int] = {}
+    for recurring_id in await query.values_list("recurring_activity_id", flat=True):
+        key = cast("uuid.UUID", recurring_id)
+        waiting[key] = waiting.get(key, 0) + 1
+    return [
+        dataclasses.replace(ra, runs=max(ra.runs - waiting.get(ra.id, 0), 0)) if ra.id in waiting else ra
+        for ra in records
+    ]
 
 
 def encode_cursor(last_id: uuid.UUID) -> str:
@@ -343,9 +365,16 @@ class Store:
         await self._update(m.Solution.filter(id=solution.id), changes, "solution not found")
         return await self._solution_by_id(solution.id)
 
-    async def rotate_signing_secret(self, solution: r.Solution) -> r.Solution:
-        """Replace the solution's signing secret with a new random one."""
-        return await self.update_solution(solution, {"signing_secret": new_signing_secret()})
+    async def rotate_signing_secret(self, solution: r.Solution, grace: float) -> r.Solution:
+        """Replace the solution's signing secret with a new random one; the one it replaces keeps
+        signing requests (beside the new one) for ``grace`` seconds (0: not at all)."""
+        now = self.clock.now()
+        changes: dict[str, Any] = {
+            "signing_secret": new_signing_secret(),
+            "previous_signing_secret": solution.signing_secret if grace > 0 else None,
+            "previous_secret_expires_at": now + timedelta(seconds=grace) if grace > 0 else None,
+        }
+        return await self.update_solution(solution, changes)
 
     async def delete_solution(self, solution: r.Solution, cascade: bool = False) -> None:
         """Delete a solution. Without ``cascade`` raises Conflict while it has activity types."""
@@ -603,7 +632,8 @@ class Store:
         query = m.RecurringActivity.filter(id=recurring_id, solution_id=solution.id)
         row = await self._one(query, "recurring activity not found")
         names = await self._type_names(solution.id)
-        return recurring_record(row, names[row.activity_type_id])
+        (record,) = await with_fired_runs([recurring_record(row, names[row.activity_type_id])])
+        return record
 
     async def list_recurring(
         self,
@@ -616,12 +646,13 @@ class Store:
         if activity_type is not None:
             query = query.filter(activity_type_id=activity_type.id)
         names = await self._type_names(solution.id)
-        return await page_of(
+        page = await page_of(
             query,
             limit,
             cursor,
             lambda row: recurring_record(row, names[row.activity_type_id]),
         )
+        return r.Page(await with_fired_runs(page.items), page.next_cursor)
 
     async def update_recurring(
         self,

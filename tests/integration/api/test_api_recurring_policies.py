@@ -26,7 +26,7 @@ async def test_create_materialises_the_next_occurrence_at_once(api: Api) -> None
     [first] = await occurrences(api, tenant, created["id"])
     assert first["state"] == "scheduled" and first["occurrence_at"] == created["next_fire_at"]
     assert first["scheduled_for"] == created["next_fire_at"] and first["parameter"] == {"SongId": 1}
-    assert created["runs"] == 1 and created["skipped"] == 0
+    assert created["runs"] == 0 and created["skipped"] == 0  # created, not fired yet
     assert created["last_occurrence_at"] == first["occurrence_at"]
     assert (created["catchup"], created["overlap"], created["dst_nonexistent"], created["dst_ambiguous"]) == (
         "latest",
@@ -101,7 +101,7 @@ async def test_run_now_fires_without_moving_the_schedule(api: Api) -> None:
     assert before - timedelta(seconds=1) <= datetime.fromisoformat(ran["scheduled_for"]) <= datetime.now(UTC)
     assert ran["occurrence_at"] == ran["scheduled_for"]
     read = (await api.get(path, expect=200)).json()
-    assert read["next_fire_at"] == created["next_fire_at"] and read["runs"] == 1
+    assert read["next_fire_at"] == created["next_fire_at"] and read["runs"] == 0
     assert len(await occurrences(api, tenant, created["id"])) == 2
 
 

@@ -98,7 +98,7 @@ async def test_retries_exhausted_is_dead_with_every_execution(
     receiver.behaviour = respond(503, "down")
     activity = await fire_one(store, receiver.url + "/x", retries=3)
     done = await settled(store, activity)
-    assert done.state == r.ActivityState.DEAD and done.attempts == 4 and done.retries == -1
+    assert done.state == r.ActivityState.DEAD and done.attempts == 4 and done.retries == 0
     assert done.last_outcome == r.Outcome.ERROR
     runs = await executions_of(store, done)
     assert [(e.attempt, e.http_status) for e in runs] == [(1, 503), (2, 503), (3, 503), (4, 503)]

@@ -104,7 +104,7 @@ def test_next_step() -> None:
     state, left, at = next_step(Outcome.RETRY, 1, 2, 1.0, 60.0, NOW, 5.0, rng)
     assert (state, left) == (ActivityState.SCHEDULED, 0)
     assert at is not None and at >= NOW + timedelta(seconds=5)
-    assert next_step(Outcome.ERROR, 0, 4, 1.0, 60.0, NOW) == (ActivityState.DEAD, -1, None)
+    assert next_step(Outcome.ERROR, 0, 4, 1.0, 60.0, NOW) == (ActivityState.DEAD, 0, None)  # none left
 
 
 def test_expired_claim_counts_the_attempt() -> None:
