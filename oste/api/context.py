@@ -37,6 +37,8 @@ class ApiContext:
     """Wrong tokens per client address (shared with the UI's sign-in form)."""
     metrics_token: str | None = None
     """OSTE_METRICS_TOKEN: reads /metrics on this port (so does the admin token)."""
+    signing_secret_grace: float = 24 * 3600.0
+    """OSTE_SIGNING_SECRET_GRACE: how long a rotated signing secret keeps signing by default."""
 
     @functools.cached_property
     def operations(self) -> Operations:

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from oste.domain import records as r
-from oste.domain.outbound import USER_AGENT, OutboundRequest, rfc3339, sign
+from oste.domain.outbound import USER_AGENT, OutboundRequest, rfc3339, signature_header
 
 REDACTED = "[redacted]"
 GZIP_LEVEL = 6
@@ -63,6 +63,9 @@ class RollTarget:
     period: float
     """Seconds an activity stays queryable after it ended."""
     signing_secret: str
+    previous_signing_secret: str | None = None
+    """The secret a rotation replaced, signing batches too until ``previous_secret_expires_at``."""
+    previous_secret_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ def record_json(record: LogRecord, secrets: Sequence[str] = ()) -> dict[str, Any
         "parameter": a.parameter,
         "state": str(a.state),
         "attempts": a.attempts,
-        "retries": a.retries,
+        "retries": max(a.retries, 0),
         "priority": a.priority,
         "last_outcome": str(a.last_outcome) if a.last_outcome else None,
         "recurring_activity": str(a.recurring_activity_id) if a.recurring_activity_id else None,
@@ -192,7 +195,15 @@ def batch_request(
         "OSTE-Batch-Records": str(count),
         "webhook-id": key,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(target.signing_secret, key, timestamp, document),
+        "webhook-signature": signature_header(
+            target.signing_secret,
+            target.previous_signing_secret,
+            target.previous_secret_expires_at,
+            key,
+            timestamp,
+            document,
+            now,
+        ),
     }
     body = gzip.compress(document, compresslevel=GZIP_LEVEL, mtime=0)
     return OutboundRequest("POST", target.uri, headers, body)

@@ -56,6 +56,24 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(mac.digest()).decode()
 
 
+def signature_header(
+    secret: str,
+    previous: str | None,
+    previous_until: datetime | None,
+    message_id: str,
+    timestamp: int,
+    body: bytes,
+    now: datetime,
+) -> str:
+    """The ``webhook-signature`` value: the current secret's signature, then, while a rotation's grace
+    period runs (``now`` before ``previous_until``), the previous secret's (space-separated, as
+    Standard Webhooks allows: a receiver that knows either secret accepts the request)."""
+    value = sign(secret, message_id, timestamp, body)
+    if previous and previous_until is not None and now < previous_until:
+        value += " " + sign(previous, message_id, timestamp, body)
+    return value
+
+
 def rfc3339(instant: datetime) -> str:
     """An instant as RFC 3339 in UTC with a ``Z`` (``2026-01-02T03:04:05.123456Z``)."""
     if instant.tzinfo is not UTC:
@@ -96,7 +114,15 @@ def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> Ou
             "OSTE-Scheduled-For": rfc3339(claim.scheduled_for),
             "webhook-id": key,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": sign(target.signing_secret, key, timestamp, body or b""),
+            "webhook-signature": signature_header(
+                target.signing_secret,
+                target.previous_signing_secret,
+                target.previous_secret_expires_at,
+                key,
+                timestamp,
+                body or b"",
+                now,
+            ),
             "traceparent": traceparent(claim, span_id),
         }
     )

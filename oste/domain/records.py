@@ -108,6 +108,21 @@ class Solution:
     paused: bool
     created_at: datetime
     updated_at: datetime
+    previous_signing_secret: str | None = None
+    """The secret the last rotation replaced, still signing requests until ``previous_secret_expires_at``."""
+    previous_secret_expires_at: datetime | None = None
+
+    def signing_secrets(self, now: datetime) -> tuple[str, ...]:
+        """The secrets requests are signed with at ``now``: the current one, and the previous one
+        during its grace period."""
+        previous, until = self.previous_signing_secret, self.previous_secret_expires_at
+        return (
+            (self.signing_secret, previous) if previous and until and now < until else (self.signing_secret,)
+        )
+
+
+MAX_SIGNING_SECRET_GRACE = 30 * 86400.0
+"""The longest a replaced signing secret may keep signing (a forgotten rotation must end)."""
 
 
 @dataclass(frozen=True)

@@ -89,14 +89,16 @@ class SettingsOperations:
         return solution
 
     async def rotate_signing_secret(
-        self, actor: Actor, company: r.Company, solution: r.Solution
+        self, actor: Actor, company: r.Company, solution: r.Solution, grace: float
     ) -> r.Solution:
-        """Give the solution a new random signing secret (the answer shows it)."""
+        """Give the solution a new random signing secret (the answer shows it); the secret it replaces
+        keeps signing requests beside it for ``grace`` seconds, so receivers can move over without
+        refusing a request (rotating again ends an earlier grace at once)."""
         actor.require(WRITE, "rotate a signing secret")
         async with atomic():
-            updated = await self.store.rotate_signing_secret(solution)
+            updated = await self.store.rotate_signing_secret(solution, grace)
             await self.context.record_audit(
-                actor, company, solution, "rotate_signing_secret", "solution", solution.name
+                actor, company, solution, "rotate_signing_secret", "solution", solution.name, {"grace": grace}
             )
         return updated
 

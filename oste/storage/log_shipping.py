@@ -77,11 +77,21 @@ class RollerStore:
         uri, period = ("success_uri", "success_period")
         if kind == RollerKind.DEAD_LETTER:
             uri, period = ("dead_letter_uri", "dead_letter_period")
+        columns = ("signing_secret", "previous_signing_secret", "previous_secret_expires_at")
         rows = await self._guarded(
-            m.Solution.all().order_by("id").values("id", "name", uri, period, "signing_secret")
+            m.Solution.all().order_by("id").values("id", "name", uri, period, *columns)
         )
         return [
-            RollTarget(row["id"], row["name"], kind, row[uri] or None, row[period], row["signing_secret"])
+            RollTarget(
+                row["id"],
+                row["name"],
+                kind,
+                row[uri] or None,
+                row[period],
+                row["signing_secret"],
+                row["previous_signing_secret"],
+                row["previous_secret_expires_at"],
+            )
             for row in rows
         ]
 
@@ -92,7 +102,16 @@ class RollerStore:
             uri, period = solution.success_uri, solution.success_period
         else:
             uri, period = solution.dead_letter_uri, solution.dead_letter_period
-        return RollTarget(solution.id, solution.name, kind, uri or None, period, solution.signing_secret)
+        return RollTarget(
+            solution.id,
+            solution.name,
+            kind,
+            uri or None,
+            period,
+            solution.signing_secret,
+            solution.previous_signing_secret,
+            solution.previous_secret_expires_at,
+        )
 
     async def secret_values(self, solution_id: uuid.UUID) -> tuple[str, ...]:
         """The values of the solution's secret static headers (to redact from what is shipped)."""

@@ -199,3 +199,17 @@ def test_engine_timings_reach_the_engine_config() -> None:
     assert config.lease_seconds == 2.0 and config.poller.interval == 0.2
     assert config.rescuer.interval == 0.3 and config.balancer.interval == 0.25
     assert config.balancer.node_ttl == config.balancer.partition_ttl == 1.5
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("PT24H", 86400.0), ("0", 0.0), ("PT0S", 0.0), ("90", 90.0), ("P30D", 2592000.0)]
+)
+def test_the_signing_secret_grace_is_a_duration_of_zero_to_30_days(value: str, seconds: float) -> None:
+    assert Settings.from_env({"OSTE_SIGNING_SECRET_GRACE": value}).signing_secret_grace == seconds
+
+
+@pytest.mark.parametrize("value", ["P31D", "-5", "soon"])
+def test_a_signing_secret_grace_out_of_range_is_refused_naming_the_setting(value: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({"OSTE_SIGNING_SECRET_GRACE": value})
+    assert "OSTE_SIGNING_SECRET_GRACE" in caught.value.detail

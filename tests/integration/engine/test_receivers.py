@@ -202,7 +202,8 @@ async def test_the_documented_receiver_refuses_a_wrong_secret(
     store: Store, documented_receiver, fire, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, hits, processed = documented_receiver
-    await store.rotate_signing_secret(await store.get_solution(await store.get_company("acme"), "songs"))
+    solution = await store.get_solution(await store.get_company("acme"), "songs")
+    await store.rotate_signing_secret(solution, grace=0)  # no grace: the old secret signs nothing more
     activity = await fire(url + "/songs/{SongId}")
     assert activity.state is r.ActivityState.DEAD  # signed with the new secret; the receiver has the old
     assert len(hits) == 1 and processed == []
