@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client import Counter, Histogram
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REQUESTS = Counter(
@@ -50,9 +51,23 @@ class RequestMetrics:
             raise
 
 
-def _observe(scope: Scope, status: int, started: float) -> None:
+def route_template(scope: Scope) -> str:
+    """The template of the route that answered, with the path of the mounts it is inside (the UI's
+    ``/ui/companies/{company}``, not ``/companies/{company}``); a mounted app without routes of its own
+    (static files) is ``/ui/static/{path}``; ``(unmatched)`` when no route matched."""
     route = scope.get("route")
-    template = getattr(route, "path", None) or UNMATCHED
+    path = getattr(route, "path", None)
+    if route is None or path is None:
+        return UNMATCHED
+    root, app_root = scope.get("root_path", ""), scope.get("app_root_path", "")
+    prefix = root[len(app_root) :] if root.startswith(app_root) else root
+    if isinstance(route, Mount):  # the mount matched last: its path is in the prefix already
+        return prefix + "/{path}"
+    return prefix + path
+
+
+def _observe(scope: Scope, status: int, started: float) -> None:
+    template = route_template(scope)
     method = scope.get("method", "GET")
     REQUESTS.labels(method, template, str(status)).inc()
     DURATION.labels(method, template).observe(time.perf_counter() - started)

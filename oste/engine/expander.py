@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from oste.domain.recurrence import MISFIRE_GRACE
+from oste.engine import metrics
 from oste.storage.occurrences import DEFAULT_LOOKAHEAD, ExpandResult, RecurrenceStore
 
 log = logging.getLogger("oste.engine.expander")
@@ -94,6 +95,7 @@ class Expander:
         planned, created, cancelled, skipped, stale = totals
         seconds = time.perf_counter() - started
         outcome = ExpandRunResult(planned, created, cancelled, skipped, stale, seconds)
+        metrics.skipped(skipped)
         if outcome.created or outcome.skipped:
             log.debug("expanded %d recurring activities: %s", outcome.planned, outcome)
         return outcome

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oste.engine.metrics")
 delivery_log = logging.getLogger("oste.deliveries")
-"""One INFO line per delivery attempt (``OSTE_LOG_LEVEL=WARNING`` turns them off at no cost)."""
+"""One line per delivery attempt, naming its company, solution and type and, when it failed, why: INFO,
+or WARNING when it makes the activity a dead letter (``OSTE_LOG_LEVEL=WARNING`` keeps only those)."""
+UNKNOWN_NAMES = ("unknown", "unknown", "unknown")
 
 MAX_TYPE_LABELS = 200
 """Distinct ``activity_type`` label values per process; later types are counted as ``other``."""
@@ -88,6 +90,22 @@ LEASE_EXPIRIES = Counter(
     "oste_lease_expiries",
     "Completions of this node ignored because their lease had expired and the activity was taken over.",
 )
+OCCURRENCES_SKIPPED = Counter(
+    "oste_occurrences_skipped",
+    "Occurrences of recurring activities this node's expander skipped under their catchup or overlap "
+    "policy (missed while the engine was down or behind, or due while the previous one still ran).",
+)
+LOG_BATCHES = Counter(
+    "oste_log_shipping_batches",
+    "Log-shipping batches this node sent to a solution's success_uri or dead_letter_uri, by kind "
+    "(success, dead_letter) and result (shipped: answered 2xx; failed: to be retried after a backoff).",
+    ["kind", "result"],
+)
+LOG_RECORDS_SHIPPED = Counter(
+    "oste_log_shipping_records_shipped",
+    "Records (ended activities) this node shipped in batches answered 2xx, then purged, by kind.",
+    ["kind"],
+)
 _RESCHEDULED = RESCUED.labels(result="rescheduled")
 _DEAD = RESCUED.labels(result="dead")
 _DURATIONS = tuple(REQUEST_DURATION.labels(outcome=o) for o in OUTCOMES)
@@ -107,6 +125,21 @@ def rescued(rescheduled: int, dead: int) -> None:
         _RESCHEDULED.inc(rescheduled)
     if dead:
         _DEAD.inc(dead)
+
+
+def skipped(count: int) -> None:
+    """The expander skipped ``count`` occurrences under their catch-up or overlap policy."""
+    if count:
+        OCCURRENCES_SKIPPED.inc(count)
+
+
+def shipped(kind: str, batches: int, records: int, failed: int) -> None:
+    """A log roller's run of ``kind`` shipped ``batches`` (``records`` in all); ``failed`` failed."""
+    if batches:
+        LOG_BATCHES.labels(kind=kind, result="shipped").inc(batches)
+        LOG_RECORDS_SHIPPED.labels(kind=kind).inc(records)
+    if failed:
+        LOG_BATCHES.labels(kind=kind, result="failed").inc(failed)
 
 
 def watch(engine: Engine) -> None:
@@ -144,6 +177,7 @@ class DeliveryRecorder:
         self.store = store or StatsStore()
         self.write_interval = write_interval
         self._children: dict[uuid.UUID, tuple[Any, ...]] = {}
+        self._names: dict[uuid.UUID, tuple[str, str, str]] = {}
         self._type_labels: set[tuple[str, str, str]] = set()
         self._rollups: dict[tuple[int, uuid.UUID], Rollup] = {}
         self._written_at = time.monotonic()
@@ -207,8 +241,9 @@ class DeliveryRecorder:
             log.warning("reading activity type names for metrics failed: %s", exc)
             names = {}
         for type_id in new:
-            company, solution, type_name = names.get(type_id, ("unknown", "unknown", "unknown"))
+            company, solution, type_name = names.get(type_id, UNKNOWN_NAMES)
             labels = (company, solution, type_name)
+            self._names[type_id] = labels
             if labels not in self._type_labels:
                 if len(self._type_labels) >= MAX_TYPE_LABELS:
                     type_name = OTHER
@@ -224,6 +259,8 @@ class DeliveryRecorder:
 
     def _count(self, batch: Sequence[tuple[Claim, Completion]]) -> None:
         logging_on = delivery_log.isEnabledFor(logging.INFO)
+        warnings_on = delivery_log.isEnabledFor(logging.WARNING)
+        names = self._names
         rollups = self._rollups
         for claim, completion in batch:
             report = completion.report
@@ -232,7 +269,8 @@ class DeliveryRecorder:
             lag = fire_lag(claim, report.started_at)
             children = self._children[target.activity_type_id]
             children[index].inc()
-            if completion.state is DEAD:
+            dead = completion.state is DEAD
+            if dead:
                 children[-1].inc()
             FIRE_LAG.observe(lag)
             _DURATIONS[index].observe(report.duration_ms / 1000.0)
@@ -241,8 +279,8 @@ class DeliveryRecorder:
             if rollup is None:
                 rollup = rollups[key] = Rollup(key[0], target.company_id, target.solution_id, key[1])
             rollup.add(index, lag)
-            if logging_on:
-                log_delivery(claim, completion, lag)
+            if logging_on or (dead and warnings_on):
+                log_delivery(claim, completion, lag, names.get(target.activity_type_id, UNKNOWN_NAMES))
 
 
 def fire_lag(claim: Claim, started_at: datetime) -> float:
@@ -258,27 +296,86 @@ def fire_lag(claim: Claim, started_at: datetime) -> float:
     return started_at.timestamp() - due
 
 
-def log_delivery(claim: Claim, completion: Completion, lag: float) -> None:
-    """The INFO line of one delivery attempt: ids, attempt, outcome, status, duration and lag; never
-    the parameter, the headers or the URL (they may carry secrets)."""
+def log_delivery(
+    claim: Claim, completion: Completion, lag: float, names: tuple[str, str, str] = UNKNOWN_NAMES
+) -> None:
+    """The line of one delivery attempt: the activity, its company/solution/type, the attempt, what
+    happened (the HTTP status, or why there was none: refused, DNS, timeout, the SSRF guard), duration,
+    lag and what comes next. INFO; WARNING with what to do when it makes the activity a dead letter.
+    Never the parameter, the headers or the URL (they may carry secrets)."""
     report = completion.report
+    state = completion.state
+    activity = str(claim.activity_id)
+    company, solution, type_name = names
+    error = report.error
+    extra = {
+        "activity_id": activity,
+        "company": company,
+        "solution": solution,
+        "activity_type": type_name,
+        "attempt": claim.attempt,
+        "outcome": str(report.outcome),
+        "http_status": report.http_status,
+        "duration_ms": round(report.duration_ms, 3),
+        "lag_s": round(lag, 6),
+        "state": str(state),
+    }
+    if (
+        error is None and state is not DEAD
+    ):  # the hot path: one format, nothing built per line beyond the fields
+        delivery_log.info(
+            "delivery %s %s/%s/%s attempt %d: %s (HTTP %s) in %.1f ms, lag %.3f s; %s",
+            activity,
+            company,
+            solution,
+            type_name,
+            claim.attempt,
+            report.outcome,
+            report.http_status,
+            report.duration_ms,
+            lag,
+            state,
+            extra=extra,
+        )
+        return
+    error = error or f"HTTP {report.http_status}"
+    extra["error"] = error
+    if state is DEAD:
+        delivery_log.warning(
+            "dead letter %s %s/%s/%s after attempt %d: %s (%s) in %.1f ms; %s. Fix the cause, then "
+            "requeue it: POST /v1/companies/%s/solutions/%s/activities/%s/requeue",
+            activity,
+            company,
+            solution,
+            type_name,
+            claim.attempt,
+            report.outcome,
+            error,
+            report.duration_ms,
+            "not retried (a permanent failure)" if report.outcome == "failed" else "no retry left",
+            company,
+            solution,
+            activity,
+            extra=extra,
+        )
+        return
+    next_step = str(state)
+    if completion.next_attempt_at is not None:
+        next_step = (
+            f"retry at {completion.next_attempt_at.isoformat(timespec='seconds')} "
+            f"({completion.retries} retries left)"
+        )
     delivery_log.info(
-        "delivery %s attempt %d: %s (HTTP %s) in %.1f ms, lag %.3f s, next %s",
-        claim.activity_id,
+        "delivery %s %s/%s/%s attempt %d: %s (%s) in %.1f ms, lag %.3f s; %s",
+        activity,
+        company,
+        solution,
+        type_name,
         claim.attempt,
         report.outcome,
-        report.http_status,
+        error,
         report.duration_ms,
         lag,
-        completion.state,
-        extra={
-            "activity_id": str(claim.activity_id),
-            "attempt": claim.attempt,
-            "outcome": str(report.outcome),
-            "http_status": report.http_status,
-            "duration_ms": round(report.duration_ms, 3),
-            "lag_s": round(lag, 6),
-            "state": str(completion.state),
-            "activity_type": claim.target.name,
-        },
+        next_step,
+        extra=extra,
     )

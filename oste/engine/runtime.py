@@ -28,9 +28,9 @@ from oste.engine.completions import CompletionWriter
 from oste.engine.config import EngineConfig
 from oste.engine.executor import Executor
 from oste.engine.expander import Expander, ExpanderConfig
-from oste.engine.log_shipping import RollerConfig, rollers_for
+from oste.engine.log_shipping import LogRoller, RollerConfig, RollResult, rollers_for
 from oste.engine.maintenance import LeaseKeeper, Rescuer
-from oste.engine.metrics import DeliveryRecorder, watch
+from oste.engine.metrics import DeliveryRecorder, shipped, watch
 from oste.engine.poller import ClaimBook, Poller
 from oste.errors import Unavailable
 from oste.settings import Settings
@@ -143,7 +143,7 @@ class Engine:
         self._spawn("expander", _every(self.expander_config.interval, self.expander.run_once, "expander"))
         rollers = RollerConfig.from_settings(self.settings, resolver=cfg.executor.resolver)
         for roller in rollers_for(rollers, self.clock, self.node.id, self.storage.log_shipping):
-            self._spawn(roller.name, _every(rollers.interval, roller.run_once, roller.name))
+            self._spawn(roller.name, _every(rollers.interval, _counted(roller), roller.name))
         watch(self)
         log.info("engine started: node %s with %d partitions", self.node.id, len(self.partitions()))
 
@@ -241,6 +241,17 @@ class Engine:
             if own:
                 await executor.close()
         return DrainResult(sum(outcomes.values()), dict(outcomes), stale)
+
+
+def _counted(roller: LogRoller) -> Callable[[], Awaitable[RollResult]]:
+    """``roller.run_once`` whose batches are counted on /metrics (``oste_log_shipping_*``)."""
+
+    async def run_once() -> RollResult:
+        result = await roller.run_once()
+        shipped(str(roller.kind), result.batches_shipped, result.records_shipped, result.batches_failed)
+        return result
+
+    return run_once
 
 
 async def _every(interval: float, job: Callable[[], Awaitable[object]], name: str) -> None:

@@ -406,14 +406,25 @@ HEARTBEAT_AGE = Gauge(
 )
 
 
+SHIPPING_WAITING = Gauge(
+    "oste_log_shipping_waiting",
+    "Ended activities of the whole deployment past their solution's period and not shipped (or purged) "
+    f"yet, by kind (success, dead_letter), read from the database when scraped; each count stops at "
+    f"{COUNT_CAP} per period. The same from every process: use max().",
+    ["kind"],
+)
+
+
 async def refresh_queue_depth(clock: Clock) -> None:
-    """Set ``oste_queue_depth`` and ``oste_node_heartbeat_age_seconds`` from the database (before a
-    scrape); an outage leaves them as they were."""
+    """Set ``oste_queue_depth``, ``oste_log_shipping_waiting`` and ``oste_node_heartbeat_age_seconds``
+    from the database (before a scrape); an outage leaves them as they were."""
     service = StatsService(clock)
     now = clock.now()
     depth = await service.queue(Scope({}), now)
     for state in ("due", "future", "running", "dead"):
         QUEUE_DEPTH.labels(state=state).set(getattr(depth, state).value)
+    for kind, backlog in (await service.rollers()).items():
+        SHIPPING_WAITING.labels(kind=kind).set(backlog.waiting.value)
     rows = await _Sql().rows("SELECT id, heartbeat_at FROM node")
     HEARTBEAT_AGE.clear()
     for row in rows:

@@ -32,6 +32,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from oste.domain.delivery import backoff_ceiling, longest_retry_span
+from oste.domain.durations import parse_duration_seconds
+from oste.settings import Settings
 from tests.conftest import PG_ADMIN_DSN, require_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +47,7 @@ SHARED_PAGES = (
     "bulk-operations.md",
     "qos-and-throttles.md",
     "log-shipping.md",
+    "receivers.md",
 )
 """How-tos run against the quickstart's `make run` and receiver (their background blocks are its)."""
 POSTGRES_PAGE = "scaling-out.md"
@@ -300,6 +304,63 @@ def test_howto_runs_as_written(page: str, quickstart: Stage) -> None:
     if page != "quickstart.md":
         assert not any(b.background for b in blocks(page)), f"{page} should use the quickstart's processes"
     run_page(quickstart, page, start_background=False)
+
+
+def test_the_quickstart_names_the_ssrf_guard_when_make_run_lacks_allowed_targets(tmp_path: Path) -> None:
+    # A reader coming from the README has `make run` running without OSTE_ALLOWED_TARGETS: the
+    # quickstart's activity dies on the SSRF guard. The page says to restart first, and its wait loop
+    # ends at once on the dead letter with the reason, instead of waiting forever.
+    text = (DOCS / "quickstart.md").read_text()
+    step_one = text[text.index("## 1.") : text.index("```sh background")]
+    assert "Stop it (Ctrl-C) and start it again" in step_one and "OSTE_ALLOWED_TARGETS" in step_one
+    stage = Stage(tmp_path, free_port(), free_port())
+    try:
+        for block in blocks("quickstart.md"):
+            if block.background:
+                plain = block.text.replace("OSTE_ALLOWED_TARGETS=127.0.0.1 ", "")
+                stage.start(Block(block.page, block.line, plain, True))
+        assert "OSTE_ALLOWED_TARGETS" not in " ".join(str(p.args) for p, _ in stage.processes)
+        started = time.monotonic()
+        with pytest.raises(pytest.fail.Exception) as failed:
+            run_page(stage, "quickstart.md", start_background=False)
+        elapsed = time.monotonic() - started
+    finally:
+        stage.stop()
+    message = str(failed.value)
+    assert f"quickstart.md: the block at line {wait_block_line()} failed" in message, message
+    assert "dead letter: refused by OSTE's SSRF guard: 127.0.0.1 is not a public address" in message
+    assert elapsed < CHUNK_DEADLINE / 2, f"the wait loop took {elapsed:.1f} s to end"
+    assert "dead letter: refused by OSTE's SSRF guard: 127.0.0.1 is not a public address" in text
+
+
+def wait_block_line() -> int:
+    """The line of the quickstart's block that creates the first activity and waits for it."""
+    return next(b.line for b in blocks("quickstart.md") if "until " in b.text)
+
+
+def test_the_retry_figures_of_the_docs_are_computed_by_the_backoff_code() -> None:
+    text = " ".join((DOCS / "retries-and-dead-letters.md").read_text().split())
+    claims = re.findall(
+        r"`retries: (\d+)`, `backoff_base: (\w+)` and `backoff_max: (\w+)`[^`]*?"
+        r"at most ([\d,]+) s \(about (\d+) (minutes|hours)\)",
+        text,
+    )
+    assert len(claims) == 2, "the page's two worked examples of the retry policy are gone"
+    for retries, base, cap, total, about, unit in claims:
+        span = longest_retry_span(int(retries), parse_duration_seconds(base), parse_duration_seconds(cap))
+        assert int(total.replace(",", "")) == round(span), f"retries: {retries}: the waits add up to {span} s"
+        assert int(about) == round(span / (60 if unit == "minutes" else 3600)), (retries, span)
+    ceilings = re.search(r"ceilings are 1, 2, 4 … (\d+) s", text)
+    assert ceilings and float(ceilings.group(1)) == backoff_ceiling(10, 1.0, 3600.0)
+
+
+def test_the_receiver_example_does_not_take_osts_port() -> None:
+    # OSTE listens on 8080; the example receiver of docs/receivers.md takes the how-tos' receiver port.
+    text = (DOCS / "receivers.md").read_text()
+    [port] = re.findall(r"web\.run_app\(app, [^)]*port=(\d+)\)", text)
+    assert port == "9000" != str(Settings().port)
+    assert "Only a company API key sees the signing secret" in text
+    assert "the admin token never sees it" in text
 
 
 def test_scaling_out_on_postgresql_runs_as_written(tmp_path: Path, quickstart: Stage) -> None:
