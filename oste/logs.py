@@ -50,8 +50,14 @@ def json_wanted(log_format: str | None, stream: TextIO) -> bool:
     return not (isatty is not None and isatty())
 
 
+CHATTY_LOGGERS = ("tortoise", "hypercorn.error")
+"""Libraries whose INFO lines say nothing an operator acts on ("Tortoise-ORM shutdown" while migrating,
+Hypercorn's "Running on" before OSTE's own line): shown at DEBUG only."""
+
+
 def configure_logging(level: str, log_format: str | None, stream: TextIO | None = None) -> None:
-    """Send the root logger's records to ``stream`` (standard error) as JSON or text, at ``level``."""
+    """Send the root logger's records to ``stream`` (standard error) as JSON or text, at ``level``;
+    ``CHATTY_LOGGERS`` at WARNING unless ``level`` is DEBUG."""
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
     formatter = JsonFormatter() if json_wanted(log_format, stream) else logging.Formatter(TEXT_FORMAT)
@@ -61,3 +67,5 @@ def configure_logging(level: str, log_format: str | None, stream: TextIO | None 
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if level == "DEBUG" else logging.WARNING)

@@ -15,13 +15,20 @@ from typing import Any
 from oste import __version__, eventloop
 from oste.errors import ConfigurationError, OsteError
 from oste.logs import configure_logging
-from oste.server import SHUTDOWN_GRACE_SECONDS, create_app, prepare_data_dir, resolve_admin_token, run_worker
-from oste.settings import SETTINGS, Settings
+from oste.server import create_app, prepare_data_dir, run_worker
+from oste.settings import Settings
 from oste.storage.database import describe, migrate
 
 log = logging.getLogger("oste")
 
 EPILOG = "Settings come from OSTE_* environment variables (see the README); flags override them."
+METRICS_HELP = (
+    "With OSTE_METRICS_PORT (or --metrics-port) set, it also serves /metrics, /healthz and /readyz "
+    "without credentials on that port of OSTE_HOST, for Prometheus and probes; unset, it opens no port."
+)
+ONE_SHOT_LOG_LEVEL = "WARNING"
+"""Log level of the commands that run and exit (migrate, import, export, status, backup, restore) when
+OSTE_LOG_LEVEL is not set: their output is what they print, not the engine's INFO lines."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,26 +40,58 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"oste {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, help_text: str, network: bool = False) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text, epilog=EPILOG)
+    def add(
+        name: str, help_text: str, network: bool = False, metrics: bool = False
+    ) -> argparse.ArgumentParser:
+        description = f"{help_text} {METRICS_HELP}" if metrics else help_text
+        sub = commands.add_parser(name, help=help_text, description=description, epilog=EPILOG)
         sub.add_argument("--data-dir", help="data directory (OSTE_DATA_DIR, default ./oste-data)")
         sub.add_argument("--database-url", help="sqlite://PATH or postgres://… (OSTE_DATABASE_URL)")
         if network:
             sub.add_argument("--host", help="listen address (OSTE_HOST, default 127.0.0.1)")
             sub.add_argument("--port", help="listen port (OSTE_PORT, default 8080)")
+        if metrics:
+            sub.add_argument(
+                "--metrics-port",
+                help="serve /metrics, /healthz and /readyz without credentials on this port "
+                "(OSTE_METRICS_PORT, default: none)",
+            )
         return sub
 
-    add("serve", "Run the API, the UI and the engine in one process (the embedded SQLite default).", True)
-    add("api", "Run the API and UI only (scale-out with PostgreSQL; run `oste worker` beside it).", True)
-    add("worker", "Run the dispatch engine only (scale-out with PostgreSQL; run as many as the load needs).")
+    add(
+        "serve",
+        "Run the API, the UI and the engine in one process (the embedded SQLite default).",
+        network=True,
+        metrics=True,
+    )
+    add(
+        "api",
+        "Run the API and UI only (scale-out with PostgreSQL; run `oste worker` beside it).",
+        network=True,
+        metrics=True,
+    )
+    add(
+        "worker",
+        "Run the dispatch engine only (scale-out with PostgreSQL; run as many as the load needs).",
+        metrics=True,
+    )
     add("migrate", "Apply pending database migrations and exit (serve, api and worker migrate on start too).")
     spec = commands.add_parser("openapi", help="Print the OpenAPI 3.1 document (YAML) or write it to a file.")
     spec.add_argument("--output", "-o", help="file to write (default: standard output)")
-    commands.add_parser("settings", help="List every setting: environment variable, default and meaning.")
+    shown = add(
+        "settings",
+        "List every setting as this command line would run with it: environment variable, the value in "
+        "effect, where it came from (flag, environment or default), the default and what it means. "
+        "Secrets are not shown, only whether they are set.",
+        network=True,
+        metrics=True,
+    )
+    shown.add_argument("--json", action="store_true", help="print the settings as a JSON array")
     add_transfer_parsers(add)
     status = add("status", "Show nodes, partitions, queue depth, deliveries and fire lag (DB or --url).")
     status.add_argument("--url", help="read GET /v1/stats of a running server instead of the database")
     status.add_argument("--token", help="admin token for --url (default: OSTE_ADMIN_TOKEN or the data dir's)")
+    status.add_argument("--json", action="store_true", help="print the report as JSON (GET /v1/stats's)")
     add_backup_parsers(add)
     add_bench_parser(commands)
     return parser
@@ -171,14 +210,19 @@ def add_bench_parser(commands: Any) -> None:
     add("--work-dir", help="where the scratch directory (SQLite files, process logs) is made")
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
-    overrides = {
+def overrides_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command line's flags set (None: not given)."""
+    return {
         "data_dir": getattr(args, "data_dir", None),
         "database_url": getattr(args, "database_url", None),
         "host": getattr(args, "host", None),
         "port": getattr(args, "port", None),
+        "metrics_port": getattr(args, "metrics_port", None),
     }
-    return Settings.from_env(overrides=overrides)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(overrides=overrides_of(args))
 
 
 def spec_yaml() -> str:
@@ -191,36 +235,10 @@ def spec_yaml() -> str:
 
 
 async def run_http(settings: Settings, engine: bool) -> None:
-    from hypercorn.asyncio import serve as hypercorn_serve
-    from hypercorn.config import Config as HypercornConfig
+    """`oste serve` (``engine``) and `oste api`: Hypercorn, loaded only by these commands."""
+    from oste.cli.serving import run_http as serve_http
 
-    if settings.metrics_port == settings.port:
-        raise ConfigurationError(
-            f"OSTE_METRICS_PORT must differ from OSTE_PORT (both {settings.port}): the metrics port answers "
-            "without credentials, the API port needs them"
-        )
-    token, generated = resolve_admin_token(settings)
-    if generated:
-        print(
-            f"Generated the admin token (stored in {Path(settings.data_dir) / 'admin-token'}):\n  {token}\n",
-            flush=True,
-        )
-    app = create_app(settings, token, run_engine=engine, freeze_after_start=True)
-    config = HypercornConfig()
-    config.bind = [f"{settings.host}:{settings.port}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")  # ours: one line, in OSTE's log format
-    config.graceful_timeout = SHUTDOWN_GRACE_SECONDS
-    stop = asyncio.Event()
-    _on_signals(stop)
-    log.info(
-        "OSTE %s listening on http://%s:%s (%s)",
-        __version__,
-        settings.host,
-        settings.port,
-        describe(settings.database_url),
-    )
-    await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]  # Hypercorn types its app as its own ASGI protocol, which Starlette satisfies at run time
+    await serve_http(settings, engine)
 
 
 def _on_signals(stop: asyncio.Event) -> None:
@@ -255,11 +273,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "bench":
         return _bench(args)
     if args.command == "settings":
-        for spec in SETTINGS:
-            print(f"{spec.env:<24} default {spec.default:<28} {spec.help}")
-        return 0
+        return _settings(args)
     settings = settings_from(args)
-    configure_logging(settings.log_level, settings.log_format)
+    level = settings.log_level
+    if args.command not in ("serve", "api", "worker") and Settings.sources()["log_level"] == "default":
+        level = ONE_SHOT_LOG_LEVEL
+    configure_logging(level, settings.log_format)
     if args.command in ("backup", "restore"):  # before prepare_data_dir: a backup creates nothing there
         return eventloop.run(_backup(settings, args))
     prepare_data_dir(settings)
@@ -273,6 +292,27 @@ def _dispatch(args: argparse.Namespace) -> int:
         "status": lambda: _status(settings, args),
     }
     return eventloop.run(runners[args.command]()) or 0
+
+
+SETTINGS_VALUE_WIDTH = 40
+"""Width of `oste settings`' value column (a longer value, a database URL, pushes its line on)."""
+
+
+def _settings(args: argparse.Namespace) -> int:
+    """`oste settings`: each setting's value in effect and where it came from."""
+    from oste.cli.settings_report import settings_rows
+
+    overrides = overrides_of(args)
+    rows = settings_rows(Settings.from_env(overrides=overrides), Settings.sources(overrides=overrides))
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    width = max(len(row["variable"]) for row in rows)
+    value_width = min(max(len(row["value"]) for row in rows), SETTINGS_VALUE_WIDTH)
+    for row in rows:  # one line per setting, its variable first (scripts split on it)
+        source = row["source"] if row["source"] == "default" else f"{row['source']}; default {row['default']}"
+        print(f"{row['variable']:<{width}}  {row['value']:<{value_width}}  ({source})  {row['meaning']}")
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -357,6 +397,10 @@ async def _backup(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+STATUS_WIDTH = 400
+"""Columns of `oste status` written to a pipe: wider than any of its tables, so none is cut."""
+
+
 async def _status(settings: Settings, args: argparse.Namespace) -> None:
     from rich.console import Console
 
@@ -372,7 +416,11 @@ async def _status(settings: Settings, args: argparse.Namespace) -> None:
         stats = await stats_from_server(args.url, token)
     else:
         stats = await stats_from_database(settings.database_url)
-    print_status(stats, Console())
+    if args.json:
+        sys.stdout.write(json.dumps(stats, indent=2) + "\n")
+        return
+    # piped (a file, grep, a pager): the tables at their full width, not cut to 80 columns
+    print_status(stats, Console() if sys.stdout.isatty() else Console(width=STATUS_WIDTH))
 
 
 async def _export(settings: Settings, args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@ and fire lag over the last minutes — read from the database directly or from a
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -51,6 +52,19 @@ def _count(stats: dict[str, Any], name: str) -> str:
     return f"≥{value:,}" if name in stats.get("queue_at_least", []) else f"{value:,}"
 
 
+def _instant(text: str | None) -> str:
+    """An RFC 3339 instant of the report, to the second in UTC, saying so: ``2026-03-01 09:00:00 UTC``."""
+    if not text:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return text
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
@@ -65,14 +79,14 @@ def print_status(stats: dict[str, Any], console: Console) -> None:
             node["id"],
             node["name"],
             node["role"],
-            node["started_at"][:19],
-            node["heartbeat_at"][:19],
+            _instant(node["started_at"]),
+            _instant(node["heartbeat_at"]),
             str(node["partitions"]),
             str(node["claims_held"]),
         )
     console.print(nodes)
 
-    queue = Table(title=f"Queue at {stats['at'][:19]}", title_justify="left")
+    queue = Table(title=f"Queue at {_instant(stats['at'])}", title_justify="left")
     for column in ("due", "future", "running", "dead", "paused (due)", "limited (due)"):
         queue.add_column(column, justify="right")
     throttled = stats["throttled"]

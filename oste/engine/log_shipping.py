@@ -44,7 +44,8 @@ DEFAULT_LEASE_SECONDS = 300.0
 """How long a roller holds a solution; renewed before every batch (a batch takes one request)."""
 DEFAULT_REQUEST_TIMEOUT = 60.0
 DEFAULT_RETRY_BASE = 60.0
-"""Seconds before the first retry of a failed batch; doubled per failure up to ``DEFAULT_RETRY_MAX``."""
+"""Seconds before the first retry of a failed batch; doubled per failure up to ``DEFAULT_RETRY_MAX``
+(the engine's come from ``Settings.roller_retry``: OSTE_ROLLER_RETRY_BASE and OSTE_ROLLER_RETRY_MAX)."""
 DEFAULT_RETRY_MAX = 6 * 3600.0
 DEFAULT_LOAD_CHUNK = 100
 """Records read per query while a batch is built (memory holds one chunk beyond the batch)."""
@@ -73,10 +74,13 @@ class RollerConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings, **changes: Any) -> RollerConfig:
+        retry_base, retry_max = settings.roller_retry
         base = cls(
             interval=settings.roller_interval,
             max_records=settings.roller_batch_records,
             max_bytes=settings.roller_batch_bytes,
+            retry_base=retry_base,
+            retry_max=retry_max,
             allowed_targets=settings.allowed_targets,
         )
         return dataclasses.replace(base, **changes)
@@ -93,6 +97,19 @@ class RollResult:
     """Purged without shipping (no URI, or cancelled)."""
     solutions_busy: int = 0
     """Solutions another node's lease held."""
+
+    def describe(self) -> str:
+        """What the run did, in words: ``shipped 2 batches (1,500 records), purged 12 unshipped``."""
+        parts = []
+        if self.batches_shipped:
+            parts.append(f"shipped {self.batches_shipped:,} batches ({self.records_shipped:,} records)")
+        if self.batches_failed:
+            parts.append(f"{self.batches_failed:,} batches failed (retried later)")
+        if self.records_purged:
+            parts.append(f"purged {self.records_purged:,} records unshipped (no receiver, or cancelled)")
+        if self.solutions_busy:
+            parts.append(f"skipped {self.solutions_busy:,} solutions another node is rolling")
+        return ", ".join(parts) or "nothing to do"
 
     def __add__(self, other: RollResult) -> RollResult:
         return RollResult(
@@ -142,7 +159,7 @@ class LogRoller:
         finally:
             await self._close()
         if total != RollResult():
-            log.info("%s: %s", self.name, total)
+            log.info("%s: %s", self.name, total.describe())
         return total
 
     async def roll(self, target: ls.RollTarget) -> RollResult:
@@ -198,12 +215,18 @@ class LogRoller:
                 retry_at = self.clock.now() + timedelta(seconds=delay)
                 await self.store.batch_failed(target, batch.id, error, retry_at)
                 log.warning(
-                    "%s: batch %s of %s failed (%s); retrying at %s",
+                    "%s: could not ship batch %s (%d records) of solution %s (%s): %s; retrying at %s. "
+                    "Its records stay queryable and the solution's later ones wait behind it: check the "
+                    "receiver at the solution's %s_uri",
                     self.name,
                     batch.id,
+                    len(batch.ids),
                     target.solution,
-                    error,
-                    retry_at,
+                    target.solution_id,
+                    " ".join(error.split()),  # one line, whatever the receiver answered
+                    retry_at.isoformat(timespec="seconds"),
+                    self.kind,
+                    extra={"solution": target.solution, "solution_id": str(target.solution_id)},
                 )
                 return result + RollResult(batches_failed=1)
             await self.store.purge(batch.ids, states, self.config.purge_chunk)

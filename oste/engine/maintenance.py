@@ -71,4 +71,11 @@ class Rescuer:
             rescheduled, dead = rescheduled + again, dead + died
             metrics.rescued(again, died)
             if again + died < self.config.batch_size:
+                if dead:
+                    log.warning(
+                        "rescuer: %d expired claims had no retry left and are dead letters (their node "
+                        "died or stalled mid-request); list them with GET …/activities?state=dead, fix the "
+                        "cause, then requeue them",
+                        dead,
+                    )
                 return RescueResult(rescheduled, dead)

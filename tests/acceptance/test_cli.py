@@ -158,3 +158,104 @@ def _stop_and_read(proc: subprocess.Popen[str]) -> str:
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     return out
+
+
+def start_serve(cwd: Path, **env: str) -> tuple[str, subprocess.Popen[str]]:
+    """`oste serve` on a free port in ``cwd`` with ``env``, once /readyz answers: (base URL, process)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*OSTE, "serve"],
+        cwd=cwd,
+        env=clean_env(OSTE_PORT=str(port), **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
+                return base, proc
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"oste serve did not become ready: {proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.05)
+
+
+def test_a_port_in_use_is_one_line_naming_it_and_what_to_do(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = clean_env(OSTE_PORT=str(port))
+        result = subprocess.run(
+            [*OSTE, "serve"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=30
+        )
+    assert result.returncode == 1, result
+    assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr  # one line, no traceback
+    assert f"127.0.0.1:{port}" in result.stderr and "already in use" in result.stderr, result.stderr
+    assert "OSTE_PORT" in result.stderr and "--port" in result.stderr, result.stderr
+    assert "listening" not in result.stdout and not (tmp_path / "oste-data" / "admin-token").exists()
+
+
+def test_serve_says_listening_once_started_and_logs_requests_only_when_asked(tmp_path: Path) -> None:
+    quiet, loud = tmp_path / "quiet", tmp_path / "loud"
+    quiet.mkdir()
+    loud.mkdir()
+    outputs = {}
+    for cwd, env in ((quiet, {}), (loud, {"OSTE_ACCESS_LOG": "on"})):
+        base, proc = start_serve(cwd, **env)
+        httpx.get(base + "/v1/companies?limit=2", timeout=5)  # 401 without a token
+        outputs[cwd] = _stop_and_read(proc)
+
+    lines = [json.loads(line) for line in outputs[quiet].splitlines() if line.startswith("{")]
+    messages = [line["message"] for line in lines]
+    listening = next(i for i, m in enumerate(messages) if " listening on http://127.0.0.1:" in m)
+    started = next(i for i, m in enumerate(messages) if m.startswith("engine started"))
+    assert started < listening, messages  # said once the port is bound and the app started
+    assert not [m for m in messages if "Tortoise-ORM" in m or m.startswith("Running on")], messages
+    assert not [line for line in lines if line["logger"] == "oste.access"]
+
+    access = [json.loads(line) for line in outputs[loud].splitlines() if '"oste.access"' in line]
+    [request] = [line for line in access if line["path"] == "/v1/companies?limit=2"]
+    assert (request["method"], request["status"], request["client"]) == ("GET", 401, "127.0.0.1")
+    assert "GET /v1/companies?limit=2 401" in request["message"] and request["duration_ms"] >= 0
+
+
+def test_commands_that_run_and_exit_print_no_info_lines(tmp_path: Path) -> None:
+    env = clean_env(OSTE_DATA_DIR=str(tmp_path / "data"))
+    result = subprocess.run([*OSTE, "migrate"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "schema version" in result.stdout
+    env.update(OSTE_LOG_LEVEL="INFO", OSTE_DATA_DIR=str(tmp_path / "other"))  # asked for: shown
+    result = subprocess.run([*OSTE, "migrate"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0 and "migrated the SQLite file" in result.stderr, result.stderr
+
+
+def test_worker_help_names_the_metrics_port() -> None:
+    out = subprocess.run([*OSTE, "worker", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "OSTE_METRICS_PORT" in out and "--metrics-port" in out and "/healthz" in out
+
+
+def test_settings_shows_the_values_in_effect_and_where_they_came_from(tmp_path: Path) -> None:
+    token = "t" * 40
+    env = clean_env(OSTE_PORT="9999", OSTE_ADMIN_TOKEN=token, OSTE_DATA_DIR=str(tmp_path))
+    command = [*OSTE, "settings", "--host", "0.0.0.0"]
+    rows = {
+        row["variable"]: row
+        for row in json.loads(
+            subprocess.run([*command, "--json"], capture_output=True, text=True, env=env, check=True).stdout
+        )
+    }
+    assert (rows["OSTE_HOST"]["value"], rows["OSTE_HOST"]["source"]) == ("0.0.0.0", "flag")
+    assert (rows["OSTE_PORT"]["value"], rows["OSTE_PORT"]["source"]) == ("9999", "environment")
+    assert (rows["OSTE_MAX_IN_FLIGHT"]["value"], rows["OSTE_MAX_IN_FLIGHT"]["source"]) == ("64", "default")
+    assert rows["OSTE_DATABASE_URL"]["value"] == f"sqlite://{(tmp_path / 'oste.sqlite3').resolve()}"
+    assert rows["OSTE_ADMIN_TOKEN"]["value"] == "(set, 40 characters)"
+    text = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
+    assert token not in text
+    [port_line] = [line for line in text.splitlines() if line.startswith("OSTE_PORT ")]
+    assert "9999" in port_line and "(environment; default 8080)" in port_line

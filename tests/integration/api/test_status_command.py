@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+from asyncio.subprocess import PIPE
 from pathlib import Path
 
-from tests.integration.api.conftest import ADMIN_TOKEN, Api
+from oste.settings import Settings
+from tests.integration.api.conftest import ADMIN_TOKEN, Api, api_client
 
 OSTE = str(Path(sys.executable).parent / "oste")
 
@@ -44,3 +47,30 @@ async def test_status_prints_tables_from_the_database_and_from_a_server(sqlite_a
 
     code, out, err = await oste("status", "--url", base_url, "--token", "wrong")
     assert code == 1 and "401" in err, err
+
+
+async def test_status_piped_keeps_every_column_says_utc_and_has_json(sqlite_url: str, tmp_path: Path) -> None:
+    # Piped, as into a file or grep: no COLUMNS, no terminal. The node's row is wider than 80 columns.
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"OSTE_LOG_LEVEL": "WARNING"}
+
+    async def status(*args: str) -> str:
+        process = await asyncio.create_subprocess_exec(
+            OSTE, "status", "--database-url", sqlite_url, *args, stdout=PIPE, stderr=PIPE, env=env
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0, err.decode()
+        return out.decode()
+
+    async with api_client(Settings(data_dir=tmp_path, database_url=sqlite_url), run_engine=True) as api:
+        tenant = await api.tenant()
+        await api.post(tenant.activities, tenant.activity(1, delay="PT1H"), expect=201)
+        report = json.loads(await status("--json"))
+        text = await status()
+
+    (node,) = report["nodes"]
+    assert report["queue"]["future"] == 1 and report["at"].endswith(("Z", "+00:00"))
+    assert "…" not in text, text  # nothing cut to fit 80 columns
+    row = next(line for line in text.splitlines() if node["id"] in line)
+    assert node["role"] in row and "last heartbeat" in text, text
+    assert row.count(" UTC") == 2, row  # started and last heartbeat
+    assert text.split("Queue at ", 1)[1].splitlines()[0].strip().endswith(" UTC"), text

@@ -1,0 +1,127 @@
+"""The engine's log lines say what happened and what to do: a delivery line names the company, solution
+and type and, when there was no HTTP answer, why (refused, DNS, timeout, the SSRF guard); a dead letter is
+a WARNING saying how to requeue it; the log rollers' lines are sentences, a failed shipment a WARNING."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+
+from oste.domain import records as r
+from oste.domain.clock import SystemClock
+from oste.engine import Engine
+from oste.engine.log_shipping import SuccessRoller
+from oste.logs import JsonFormatter
+from oste.storage.store import Store
+from tests.engine_support import Receiver, eventually, fast_config, free_port, settled, test_settings
+from tests.factories import make_activities, make_type
+from tests.integration.engine.test_log_rollers import PERIOD, set_uris
+from tests.rollers_support import LogReceiver, ended_activities, later_clock, roller_config
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
+    running = Engine(test_settings(database_url), config=fast_config())
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop(grace=2.0)
+
+
+async def lines_of(
+    caplog: pytest.LogCaptureFixture, activity: r.Activity, count: int
+) -> list[logging.LogRecord]:
+    """The delivery records of ``activity``, once there are ``count`` (written after the batch)."""
+
+    def mine() -> list[logging.LogRecord]:
+        return [
+            record
+            for record in caplog.records
+            if record.name == "oste.deliveries" and getattr(record, "activity_id", None) == str(activity.id)
+        ]
+
+    async def written() -> bool:
+        return len(mine()) >= count
+
+    await eventually(written, what=f"{count} delivery lines of {activity.id}")
+    return mine()
+
+
+async def test_a_refused_connection_says_why_and_the_dead_letter_is_a_warning_with_what_to_do(
+    store: Store, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="oste.deliveries")
+    kind = await make_type(store, f"http://127.0.0.1:{free_port()}/x", retries=1)  # nobody listens
+    [activity] = await make_activities(store, kind, SystemClock().now())
+    assert (await settled(store, activity)).state == r.ActivityState.DEAD
+
+    first, last = await lines_of(caplog, activity, 2)
+    assert first.levelno == logging.INFO
+    message = first.getMessage()
+    assert "acme/songs/republish attempt 1" in message, message
+    assert "Cannot connect to host 127.0.0.1" in message and "HTTP None" not in message, message
+    assert "retry at" in message and "(0 retries left)" in message, message
+    assert (first.company, first.solution, first.activity_type) == ("acme", "songs", "republish")  # type: ignore[attr-defined]
+
+    assert last.levelno == logging.WARNING
+    message = last.getMessage()
+    assert message.startswith(f"dead letter {activity.id} acme/songs/republish after attempt 2"), message
+    assert "no retry left" in message and "Cannot connect to host" in message, message
+    assert f"POST /v1/companies/acme/solutions/songs/activities/{activity.id}/requeue" in message, message
+    assert "\n" not in JsonFormatter().format(last)
+
+
+async def test_ssrf_refusal_and_dns_failure_are_named_in_the_dead_letter_line(
+    store: Store, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="oste.deliveries")  # dead letters show at WARNING alone
+    refused = await make_type(store, "http://169.254.169.254/x", name="metadata", retries=0)
+    unknown = await make_type(store, "http://no-such-host.invalid/x", name="nowhere", retries=0)
+    [blocked] = await make_activities(store, refused, SystemClock().now())
+    [lost] = await make_activities(store, unknown, SystemClock().now())
+
+    [line] = await lines_of(caplog, blocked, 1)
+    assert line.levelno == logging.WARNING
+    message = line.getMessage()
+    assert "acme/songs/metadata" in message and "refused by OSTE's SSRF guard" in message, message
+    assert "OSTE_ALLOWED_TARGETS may allow it" in message and "not retried" in message, message
+
+    [line] = await lines_of(caplog, lost, 1)
+    message = line.getMessage()
+    assert "acme/songs/nowhere" in message and "no-such-host.invalid" in message, message
+    assert "HTTP None" not in message, message
+
+
+async def test_log_shipping_lines_are_sentences_and_a_failed_shipment_is_a_warning(
+    store: Store, database_url: str, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="oste.engine.log_shipping")
+    kind = await make_type(store, receiver.url + "/song/{n}")
+    await ended_activities(store, database_url, kind, 3)
+    port = free_port()
+    solution = await set_uris(store, success=f"http://127.0.0.1:{port}/logs")
+    clock = later_clock(PERIOD + 1)
+    roller = SuccessRoller(roller_config(retry_base=10.0), clock, "node-a")
+
+    assert (await roller.run_once()).batches_failed == 1  # nobody listens on the port
+    [failed] = [record for record in caplog.records if record.levelno == logging.WARNING]
+    message = failed.getMessage()
+    assert message.startswith("success roller: could not ship batch"), message
+    assert f"of solution songs ({solution.id})" in message and "retrying at" in message, message
+    assert "check the receiver at the solution's success_uri" in message, message
+
+    caplog.clear()
+    log_receiver = await LogReceiver(statuses=[200], port=port).start()
+    try:
+        clock.advance(3600.0)
+        assert (await roller.run_once()).records_shipped == 3
+    finally:
+        await log_receiver.stop()
+    [summary] = [record.getMessage() for record in caplog.records]
+    assert summary == "success roller: shipped 1 batches (3 records)"
+    assert "RollResult" not in summary
