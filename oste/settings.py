@@ -129,7 +129,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "signing_secret_grace",
         "OSTE_SIGNING_SECRET_GRACE",
-        "PT24H",
+        "P1D",
         "After a solution's signing secret is rotated, how long the old secret keeps signing requests "
         "beside the new one (both signatures in `webhook-signature`), so receivers move over without "
         "refusing a request; a rotation's `?grace=` overrides it. 0 ends the old secret at once.",

@@ -54,7 +54,7 @@ def solution(s: r.Solution, company_name: str, who: Principal) -> dict[str, Any]
         "paused": s.paused,
         "created_at": iso(s.created_at),
         "updated_at": iso(s.updated_at),
-        "previous_secret_expires_at": iso(s.previous_secret_expires_at),
+        "previous_signing_secret_expires_at": iso(s.previous_signing_secret_expires_at),
     }
     if who.company is not None and who.company.id == s.company_id:
         out["signing_secret"] = s.signing_secret

@@ -69,8 +69,8 @@ class DispatchTarget:
     on_dead_letter: str | None = None
     """The handler type created when an activity of this type goes dead (None: no handler)."""
     previous_signing_secret: str | None = None
-    """The secret a rotation replaced, signing requests too until ``previous_secret_expires_at``."""
-    previous_secret_expires_at: datetime | None = None
+    """The secret a rotation replaced, signing requests too until ``previous_signing_secret_expires_at``."""
+    previous_signing_secret_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,8 @@ class RollTarget:
     """Seconds an activity stays queryable after it ended."""
     signing_secret: str
     previous_signing_secret: str | None = None
-    """The secret a rotation replaced, signing batches too until ``previous_secret_expires_at``."""
-    previous_secret_expires_at: datetime | None = None
+    """The secret a rotation replaced, signing batches too until ``previous_signing_secret_expires_at``."""
+    previous_signing_secret_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ def batch_request(
         "webhook-signature": signature_header(
             target.signing_secret,
             target.previous_signing_secret,
-            target.previous_secret_expires_at,
+            target.previous_signing_secret_expires_at,
             key,
             timestamp,
             document,

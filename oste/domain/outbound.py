@@ -117,7 +117,7 @@ def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> Ou
             "webhook-signature": signature_header(
                 target.signing_secret,
                 target.previous_signing_secret,
-                target.previous_secret_expires_at,
+                target.previous_signing_secret_expires_at,
                 key,
                 timestamp,
                 body or b"",

@@ -109,13 +109,13 @@ class Solution:
     created_at: datetime
     updated_at: datetime
     previous_signing_secret: str | None = None
-    """The secret the last rotation replaced, still signing requests until ``previous_secret_expires_at``."""
-    previous_secret_expires_at: datetime | None = None
+    """The secret the last rotation replaced, still signing requests until its expiry (below)."""
+    previous_signing_secret_expires_at: datetime | None = None
 
     def signing_secrets(self, now: datetime) -> tuple[str, ...]:
         """The secrets requests are signed with at ``now``: the current one, and the previous one
         during its grace period."""
-        previous, until = self.previous_signing_secret, self.previous_secret_expires_at
+        previous, until = self.previous_signing_secret, self.previous_signing_secret_expires_at
         return (
             (self.signing_secret, previous) if previous and until and now < until else (self.signing_secret,)
         )

@@ -355,9 +355,9 @@ SOLUTION = _obj(
         "previous_signing_secret": {
             "type": ["string", "null"],
             "description": "the secret the last rotation replaced; requests carry its signature too until "
-            "`previous_secret_expires_at`; shown to the owning company only",
+            "`previous_signing_secret_expires_at`; shown to the owning company only",
         },
-        "previous_secret_expires_at": {
+        "previous_signing_secret_expires_at": {
             **NULLABLE_DATETIME,
             "description": "when the previous secret stops signing (null: no rotation with a grace period)",
         },

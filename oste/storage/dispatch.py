@@ -506,7 +506,7 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         on_success_delay=row.on_success_delay,
         on_dead_letter=row.on_dead_letter,
         previous_signing_secret=row.solution.previous_signing_secret,
-        previous_secret_expires_at=row.solution.previous_secret_expires_at,
+        previous_signing_secret_expires_at=row.solution.previous_signing_secret_expires_at,
     )
 
 

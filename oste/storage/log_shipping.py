@@ -77,7 +77,7 @@ class RollerStore:
         uri, period = ("success_uri", "success_period")
         if kind == RollerKind.DEAD_LETTER:
             uri, period = ("dead_letter_uri", "dead_letter_period")
-        columns = ("signing_secret", "previous_signing_secret", "previous_secret_expires_at")
+        columns = ("signing_secret", "previous_signing_secret", "previous_signing_secret_expires_at")
         rows = await self._guarded(
             m.Solution.all().order_by("id").values("id", "name", uri, period, *columns)
         )
@@ -90,7 +90,7 @@ class RollerStore:
                 row[period],
                 row["signing_secret"],
                 row["previous_signing_secret"],
-                row["previous_secret_expires_at"],
+                row["previous_signing_secret_expires_at"],
             )
             for row in rows
         ]
@@ -110,7 +110,7 @@ class RollerStore:
             period,
             solution.signing_secret,
             solution.previous_signing_secret,
-            solution.previous_secret_expires_at,
+            solution.previous_signing_secret_expires_at,
         )
 
     async def secret_values(self, solution_id: uuid.UUID) -> tuple[str, ...]:

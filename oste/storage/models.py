@@ -81,7 +81,7 @@ class Solution(Model):
     signing_secret = fields.CharField(max_length=128)
     previous_signing_secret = fields.CharField(max_length=128, null=True)
     """The secret the last rotation replaced: requests are signed with it too until it expires."""
-    previous_secret_expires_at = fields.DatetimeField(null=True)
+    previous_signing_secret_expires_at = fields.DatetimeField(null=True)
     paused = fields.BooleanField(default=False)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from tortoise.exceptions import IntegrityError
@@ -426,6 +426,12 @@ class RecurrenceStore:
             floor = min([now, *(t - _TICK for t in instants if t is not None)])
             if row.planned_until is not None:
                 floor = min(floor, row.planned_until)
+            # never back past an instant the schedule already fired (or is firing): resuming would plan
+            # it again, its insert would meet the existing Idempotency-Key and still use up a run
+            kept = m.Activity.filter(_ON_SCHEDULE, recurring_activity_id=recurring.id).exclude(id__in=ids)
+            latest = await kept.order_by("-occurrence_at").first().values_list("occurrence_at", flat=True)
+            if latest is not None:
+                floor = max(floor, cast("datetime", latest))
             values = {
                 "paused": True,
                 "planned_until": floor,

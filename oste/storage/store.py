@@ -372,7 +372,7 @@ class Store:
         changes: dict[str, Any] = {
             "signing_secret": new_signing_secret(),
             "previous_signing_secret": solution.signing_secret if grace > 0 else None,
-            "previous_secret_expires_at": now + timedelta(seconds=grace) if grace > 0 else None,
+            "previous_signing_secret_expires_at": now + timedelta(seconds=grace) if grace > 0 else None,
         }
         return await self.update_solution(solution, changes)
 

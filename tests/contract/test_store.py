@@ -354,11 +354,11 @@ async def test_rotating_the_signing_secret_replaces_it(store: Store, clock: Manu
     assert await store.get_solution(company, solution.name) == rotated
     # the replaced secret keeps signing for the grace period, then not
     assert rotated.previous_signing_secret == solution.signing_secret
-    assert rotated.previous_secret_expires_at == clock.now() + timedelta(hours=1)
+    assert rotated.previous_signing_secret_expires_at == clock.now() + timedelta(hours=1)
     assert rotated.signing_secrets(clock.now()) == (rotated.signing_secret, solution.signing_secret)
     assert rotated.signing_secrets(clock.now() + timedelta(hours=1)) == (rotated.signing_secret,)
     at_once = await store.rotate_signing_secret(rotated, grace=0)
-    assert at_once.previous_signing_secret is None and at_once.previous_secret_expires_at is None
+    assert at_once.previous_signing_secret is None and at_once.previous_signing_secret_expires_at is None
 
 
 async def test_solution_names_are_unique_per_company_only(store: Store) -> None:

@@ -4,7 +4,7 @@ from tortoise.migrations import operations as ops
 
 class Migration(migrations.Migration):
     """Zero-downtime rotation of a solution's signing secret: the secret it replaced stays valid (every
-    request is signed with both) until ``previous_secret_expires_at``."""
+    request is signed with both) until ``previous_signing_secret_expires_at``."""
 
     dependencies = [('oste', '0012_off_schedule_occurrences')]
 
@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
         ),
         ops.AddField(
             model_name='Solution',
-            name='previous_secret_expires_at',
+            name='previous_signing_secret_expires_at',
             field=fields.DatetimeField(null=True, auto_now=False, auto_now_add=False),
         ),
     ]

@@ -57,11 +57,11 @@ async def test_during_the_grace_period_both_the_old_and_the_new_secret_verify_ev
     rotated = (await api.post(tenant.path + "/rotate-signing-secret", token=tenant.key, expect=200)).json()
     new = rotated["signing_secret"]
     assert new != old and rotated["previous_signing_secret"] == old
-    expires = datetime.fromisoformat(rotated["previous_secret_expires_at"])
+    expires = datetime.fromisoformat(rotated["previous_signing_secret_expires_at"])
     assert abs(expires - (datetime.now(UTC) + timedelta(hours=24))) < timedelta(minutes=1)
     admin_view = (await api.get(tenant.path, expect=200)).json()
     assert "signing_secret" not in admin_view and "previous_signing_secret" not in admin_view
-    assert admin_view["previous_secret_expires_at"] == rotated["previous_secret_expires_at"]
+    assert admin_view["previous_signing_secret_expires_at"] == rotated["previous_signing_secret_expires_at"]
 
     # the receiver still knows only the old secret: every request passes, until one carries both
     song, both = 2, False
