@@ -177,7 +177,16 @@ def create_app(
             await close_database()
 
     quota_defaults = quota_defaults_of(settings)
-    ui = ui_routes(storage, admin_token, notify_due, quota_defaults, settings.ui_session_max_age, throttle)
+    ui = ui_routes(
+        storage,
+        admin_token,
+        notify_due,
+        quota_defaults,
+        settings.ui_session_max_age,
+        throttle,
+        settings.signing_secret_grace,
+        settings.destination_max_in_flight,
+    )
     routes = [*api_routes(), *ui]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.api = ApiContext(
@@ -189,6 +198,7 @@ def create_app(
         throttle=throttle,
         metrics_token=settings.metrics_token,
         signing_secret_grace=settings.signing_secret_grace,
+        destination_max_in_flight=settings.destination_max_in_flight,
     )
     app.state.engine = engine
     if settings.api_rate_limit > 0:

@@ -10,6 +10,7 @@ import dataclasses
 import ipaddress
 import math
 import os
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "loopback or link-local (the SSRF guard refuses those otherwise).",
     ),
     SettingSpec(
+        "ca_file",
+        "OSTE_CA_FILE",
+        "(none)",
+        "A PEM file of CA certificates to trust, beside the system's, for HTTPS receivers and OAuth 2.0 "
+        "token endpoints (receivers whose certificates a private CA issued). Checked at start.",
+    ),
+    SettingSpec(
         "forwarded_allow_ips",
         "OSTE_FORWARDED_ALLOW_IPS",
         "(none)",
@@ -125,6 +133,35 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "1000",
         "Requests per second one bearer token (API key or admin token) may make to one API process, "
         "in bursts of as many; more answer 429 with Retry-After. 0 turns the limit off.",
+    ),
+    SettingSpec(
+        "breaker_failures",
+        "OSTE_BREAKER_FAILURES",
+        "5",
+        "Network errors, timeouts or 5xx answers in a row (from every node together) that open a "
+        "destination's circuit breaker: its due activities then wait without spending a retry until a "
+        "probe request succeeds. An activity type's `breaker_failures` overrides it; 0 turns breakers off.",
+    ),
+    SettingSpec(
+        "breaker_cooldown",
+        "OSTE_BREAKER_COOLDOWN",
+        "PT5S",
+        "How long an opened circuit breaker waits before its first probe request (seconds or ISO 8601).",
+    ),
+    SettingSpec(
+        "breaker_max_cooldown",
+        "OSTE_BREAKER_MAX_COOLDOWN",
+        "PT5M",
+        "The longest wait between probes: each failed probe doubles the wait up to this.",
+    ),
+    SettingSpec(
+        "destination_max_in_flight",
+        "OSTE_DESTINATION_MAX_IN_FLIGHT",
+        "none",
+        "Requests in flight to one destination (scheme://host:port) at most, across every node, type and "
+        "company (`none`: no cap). The operator sets a destination's own with PATCH /v1/destinations/…; "
+        "a capped destination costs each node a database round trip about every quarter second while it "
+        "sends there.",
     ),
     SettingSpec(
         "signing_secret_grace",
@@ -268,6 +305,7 @@ class Settings:
     listen_database_url: str = ""
     admin_token: str | None = None
     allowed_targets: tuple[str, ...] = ()
+    ca_file: Path | None = None
     forwarded_allow_ips: tuple[str, ...] = ()
     roller_interval: float = 3600.0
     roller_batch_records: int = 1000
@@ -279,6 +317,10 @@ class Settings:
     max_body_bytes: int = 4 * 1024 * 1024
     api_rate_limit: float = 1000.0
     signing_secret_grace: float = 24 * 3600.0
+    breaker_failures: int = 5
+    breaker_cooldown: float = 5.0
+    breaker_max_cooldown: float = 300.0
+    destination_max_in_flight: int | None = None
     quota_max_scheduled_activities: int | None = 1_000_000
     quota_max_activity_types: int | None = 1000
     quota_max_recurring_activities: int | None = 100_000
@@ -512,6 +554,24 @@ def _grace(value: Any) -> float:
     return seconds
 
 
+def _ca_file(value: Any) -> Path:
+    path = Path(str(value)).expanduser()
+    try:
+        ssl.create_default_context().load_verify_locations(cafile=str(path))
+    except FileNotFoundError:
+        raise ValueError("must name a readable PEM file of CA certificates; no such file") from None
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise ValueError(f"must name a readable PEM file of CA certificates ({exc})") from None
+    return path
+
+
+def _cap(value: Any) -> int | None:
+    if value is None or str(value).strip().lower() in ("none", "null", "unlimited"):
+        return None
+    number = _int_in(1, 100_000)(value)
+    return number
+
+
 def _quota(value: Any) -> int | None:
     if value is None or str(value).strip().lower() in ("none", "null", "unlimited"):
         return None
@@ -567,6 +627,11 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "quota_requests_per_second": _quota,
     "ui_session_max_age": _interval,
     "signing_secret_grace": _grace,
+    "breaker_failures": _int_in(0, 100_000),
+    "breaker_cooldown": _interval,
+    "breaker_max_cooldown": _interval,
+    "destination_max_in_flight": _cap,
+    "ca_file": _ca_file,
     "log_level": _log_level,
     "log_format": _log_format,
     "access_log": _switch,

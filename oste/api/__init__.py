@@ -9,6 +9,7 @@ from oste.api import (
     activities,
     activity_types,
     audit,
+    destinations,
     events,
     log_shipping,
     recurring,
@@ -47,6 +48,7 @@ def _routes() -> list[BaseRoute]:
         *log_shipping.ROUTES,
         *stats.ROUTES,
         *events.ROUTES,
+        *destinations.ROUTES,
     ]
 
 

@@ -14,7 +14,6 @@ from starlette.routing import Route
 
 from oste.api import render
 from oste.api.context import body, ctx, key_alive, self_audited, solution_in_path, solution_scope
-from oste.api.creation import TypeCache, check_idempotency_key, keyed, new_activity, validate_each, when
 from oste.api.requests import check_storable, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, solution_path
 from oste.api.waiting import changed_activity, wait_params
@@ -24,6 +23,14 @@ from oste.domain.bulk import BulkResult, UpdatePlan
 from oste.domain.parameters import ParameterRules, join_path
 from oste.domain.uris import check_target_uri
 from oste.errors import InvalidInput
+from oste.operations.creation import (
+    TypeCache,
+    check_idempotency_key,
+    keyed,
+    new_activity,
+    validate_each,
+    when,
+)
 from oste.storage.store import MAX_PAGE, Store
 
 
@@ -101,6 +108,12 @@ def activity_filter(
     def time(name: str) -> datetime | None:
         return parse_time(source[name], join_path(prefix, name)) if name in source else None
 
+    ids = source.get("ids")  # a bulk body's selection (the schema checked its shape)
+    try:
+        selection = tuple(uuid.UUID(i) for i in ids) if isinstance(ids, list) else None
+    except ValueError:
+        raise InvalidInput.field(join_path(prefix, "ids"), "must be activity ids") from None
+
     return r.ActivityFilter(
         state=r.ActivityState(state) if state else None,
         activity_type_id=types[type_name] if type_name else None,
@@ -108,6 +121,7 @@ def activity_filter(
         scheduled_after=time("scheduled_after"),
         scheduled_before=time("scheduled_before"),
         recurring_activity_id=recurring_id,
+        ids=selection,
     )
 
 
@@ -189,7 +203,8 @@ async def run_now(request: Request) -> Response:
 
 @self_audited
 async def bulk(request: Request) -> Response:
-    """Cancel, requeue or update every activity matching a filter, in chunks (or only count: dry run)."""
+    """Cancel, requeue, update, run now or delete every activity matching a filter, in chunks (or only
+    count: dry run)."""
     actor, company, solution = await solution_scope(request)
     api = ctx(request)
     data = schemas.check_shape(schemas.ACTIVITY_BULK, await body(request))

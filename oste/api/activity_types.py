@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from starlette.requests import Request
@@ -12,187 +11,18 @@ from starlette.routing import Route
 
 from oste.api import render
 from oste.api.context import body, ctx, self_audited, solution_in_path, solution_scope
-from oste.api.requests import paging, parse_duration, query_flag, slug_in_path
+from oste.api.requests import paging, query_flag, slug_in_path
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r
 from oste.domain import schemas
-from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
-from oste.errors import Conflict, FieldError, InvalidInput
+from oste.domain.resource_values import CHAIN_FIELDS as CHAIN_FIELDS
+from oste.domain.resource_values import check_headers as check_headers
+from oste.domain.resource_values import rules_of as rules_of
+from oste.domain.resource_values import type_values as type_values
+from oste.errors import Conflict
 from oste.operations import Actor
-from oste.storage.store import Store
+from oste.operations.settings import check_chain_types
 from oste.storage.type_changes import RULE_FIELDS, Misfits, changes_rules
-
-DEFAULT_RETRIES = 3
-DEFAULT_TIMEOUT = 30.0
-MAX_TIMEOUT = 900.0
-DEFAULT_BACKOFF_BASE = 1.0
-DEFAULT_BACKOFF_MAX = 3600.0
-MAX_ON_SUCCESS_DELAY = 30 * 86400.0
-CHAIN_FIELDS = ("on_success", "on_dead_letter")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-"""An RFC 9110 token: the only valid header name."""
-_CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-RESERVED_HEADERS = frozenset(
-    {
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-        "user-agent",
-        "idempotency-key",
-        "traceparent",
-        "webhook-id",
-        "webhook-timestamp",
-        "webhook-signature",
-    }
-)
-
-
-def header_value_problem(value: str) -> str | None:
-    """Why a static header value cannot be sent, or None: no line breaks, NUL or other control
-    characters (U+0000-U+001F but the horizontal tab, and U+007F; RFC 9110 field values)."""
-    if "\r" in value or "\n" in value:
-        return "must not contain line breaks (CR or LF)"
-    bad = _CONTROL_CHARACTER.search(value)
-    if bad:
-        found = f"U+{ord(bad.group()):04X}"
-        return f"must not contain control characters (found {found}); a tab is the only one allowed"
-    return None
-
-
-def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
-    """Static headers: RFC 9110 token names, no header OSTE sets itself, values without control
-    characters."""
-    headers: dict[str, r.Header] = {}
-    errors: list[FieldError] = []
-    for name, value in raw.items():
-        where = f"headers/{name}"
-        lowered = name.lower()
-        if not _HEADER_NAME.fullmatch(name):
-            errors.append(
-                FieldError(
-                    where,
-                    "is not a valid HTTP header name: use letters, digits and !#$%&'*+-.^_`|~ only "
-                    "(an RFC 9110 token)",
-                )
-            )
-        elif lowered in RESERVED_HEADERS or lowered.startswith("oste-"):
-            errors.append(FieldError(where, "is set by OSTE itself and cannot be overridden"))
-        header = (
-            r.Header(value)
-            if isinstance(value, str)
-            else r.Header(value["value"], value.get("secret", False))
-        )
-        reason = header_value_problem(header.value)
-        if reason:
-            errors.append(FieldError(where, reason))
-        headers[name] = header
-    if errors:
-        raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)
-    return headers
-
-
-def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> dict[str, Any]:
-    """Validated column values of an activity type from a create (current=None) or patch body."""
-    values: dict[str, Any] = {
-        k: data[k]
-        for k in ("name", "verb", "retries", "max_concurrency", "rate_limit", "paused")
-        if k in data
-    }
-    if "uri_pattern" in data:
-        uri_placeholders(data["uri_pattern"])
-        values["uri_pattern"] = data["uri_pattern"]
-    if "parameter_schema" in data:
-        values["parameter_schema"] = check_parameter_schema(data["parameter_schema"])
-    if "object_id_ref" in data:
-        values["object_id_ref"] = tuple(data["object_id_ref"])
-    if "headers" in data:
-        values["headers"] = check_headers(data["headers"])
-    if "success_statuses" in data:
-        statuses = data["success_statuses"]
-        values["success_statuses"] = tuple(sorted(set(statuses))) if statuses is not None else None
-    for name, maximum in (("timeout", MAX_TIMEOUT), ("backoff_base", 86400.0), ("backoff_max", 30 * 86400.0)):
-        if name in data:
-            values[name] = parse_duration(data[name], name, maximum)
-    for name in CHAIN_FIELDS:
-        if name in data:
-            values[name] = data[name]
-    if "on_success_delay" in data:
-        delay = data["on_success_delay"]
-        values["on_success_delay"] = (
-            None if delay is None else parse_duration(delay, "on_success_delay", MAX_ON_SUCCESS_DELAY)
-        )
-    if current is None:
-        defaults: dict[str, Any] = {
-            "parameter_schema": None,
-            "retries": DEFAULT_RETRIES,
-            "timeout": DEFAULT_TIMEOUT,
-            "object_id_ref": (),
-            "headers": {},
-            "max_concurrency": None,
-            "rate_limit": None,
-            "backoff_base": DEFAULT_BACKOFF_BASE,
-            "backoff_max": DEFAULT_BACKOFF_MAX,
-            "success_statuses": None,
-            "paused": False,
-            "on_success": None,
-            "on_success_delay": None,
-            "on_dead_letter": None,
-        }
-        values = {**defaults, **values}
-    _check_consistency(values, current)
-    return values
-
-
-def _check_consistency(values: dict[str, Any], current: r.ActivityType | None) -> None:
-    def pick(name: str) -> Any:
-        return values[name] if name in values else getattr(current, name)
-
-    for name in ("timeout", "backoff_base"):
-        if pick(name) <= 0:
-            raise InvalidInput.field(name, "must be longer than zero")
-    if pick("backoff_max") < pick("backoff_base"):
-        raise InvalidInput.field("backoff_max", "must be at least backoff_base")
-    schema = pick("parameter_schema")
-    for field in pick("object_id_ref"):
-        properties = (schema or {}).get("properties")
-        if (
-            isinstance(properties, dict)
-            and schema.get("additionalProperties") is False
-            and field not in properties
-        ):
-            raise InvalidInput.field(
-                "object_id_ref", f"names {field!r}, which parameter_schema does not allow"
-            )
-
-
-def rules_of(activity_type: r.ActivityType) -> ParameterRules:
-    return ParameterRules(
-        activity_type.uri_pattern, activity_type.parameter_schema, activity_type.object_id_ref
-    )
-
-
-async def check_chain_types(
-    store: Store, solution: r.Solution, values: dict[str, Any], own_name: str
-) -> None:
-    """``on_success`` and ``on_dead_letter`` must name a type of the same solution (or the type itself:
-    a self-loop is bounded by the chain depth limit). Another solution's or company's type, or a
-    missing one, is a 422 naming the field."""
-    named = {field: values[field] for field in CHAIN_FIELDS if values.get(field) is not None}
-    wanted = {name for name in named.values() if name != own_name}
-    found = await store.get_activity_types(solution, wanted) if wanted else {}
-    errors = [
-        FieldError(
-            field,
-            f"names activity type {name!r}, which solution {solution.name!r} does not have; "
-            "a follow-on or handler must be a type of the same solution",
-        )
-        for field, name in named.items()
-        if name != own_name and name not in found
-    ]
-    if errors:
-        raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)
 
 
 async def list_types(request: Request) -> Response:

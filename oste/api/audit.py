@@ -49,6 +49,8 @@ ACTIONS = (
     "bulk_cancel",
     "bulk_requeue",
     "bulk_update",
+    "bulk_run_now",
+    "bulk_delete",
 )
 """Every action an audit row may name."""
 

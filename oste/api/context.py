@@ -39,6 +39,8 @@ class ApiContext:
     """OSTE_METRICS_TOKEN: reads /metrics on this port (so does the admin token)."""
     signing_secret_grace: float = 24 * 3600.0
     """OSTE_SIGNING_SECRET_GRACE: how long a rotated signing secret keeps signing by default."""
+    destination_max_in_flight: int | None = None
+    """OSTE_DESTINATION_MAX_IN_FLIGHT: the cap of destinations without one of their own."""
 
     @functools.cached_property
     def operations(self) -> Operations:

@@ -401,7 +401,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "POST",
             ACTIVITIES + "/bulk",
             "bulkActivities",
-            "Cancel, requeue or update every activity matching a filter",
+            "Cancel, requeue, update, run now or delete every activity matching a filter",
             "BulkResult",
             body="ActivityBulk",
             description="`cancel` cancels scheduled activities; `requeue` takes dead and cancelled ones back "
@@ -409,7 +409,10 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "`update` changes scheduled ones (`set` names the new values; `parameter` is merged into each "
             "one, null removes a key; `uri` sets a URI override, checked like a type's `uri_pattern` and "
             "filled from each activity's parameter, used instead of the type's pattern from the next "
-            "attempt on; `uri: null` removes it). Every matching activity created before the request "
+            "attempt on; `uri: null` removes it); `run_now` makes scheduled ones due now (one already due "
+            "stays as it is); `delete` removes scheduled, succeeded, dead and cancelled ones with their "
+            "executions, for good (they are not shipped to the log receivers). `filter.ids` names a "
+            "selection (at most 1,000). Every matching activity created before the request "
             "began is walked in chunks of 1,000, each chunk in its own transaction: no cap. Running "
             "activities are never changed. The answer counts `matched`, `changed` and `skipped` (by "
             "reason, with example ids: activities in a state the action does not apply to, running ones, "
@@ -581,6 +584,70 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "counting the rest as skipped; `buffer_one` the oldest, the rest queued one at a time.",
         ),
     ),
+    "Destinations": (
+        Op(
+            "GET",
+            "/v1/destinations",
+            "listDestinations",
+            "List destinations and their circuit breakers",
+            "DestinationPage",
+            query=PAGING,
+            admin=True,
+            description="Every destination (`scheme://host:port`) a request was sent to or the operator "
+            "set, with its circuit breaker (closed, open, half_open) and in-flight cap. While a breaker "
+            "is open its due activities wait without spending a retry (a `deferred` execution says why) "
+            "until a probe request succeeds." + _ADMIN_NOTE,
+        ),
+        Op(
+            "GET",
+            "/v1/destinations/{destination}",
+            "getDestination",
+            "Get a destination",
+            "Destination",
+            admin=True,
+        ),
+        Op(
+            "PATCH",
+            "/v1/destinations/{destination}",
+            "updateDestination",
+            "Cap a destination",
+            "Destination",
+            body="DestinationPatch",
+            admin=True,
+            description="`max_in_flight`: requests in flight to it at most, across every node, type and "
+            "company (null: `OSTE_DESTINATION_MAX_IN_FLIGHT`)." + _ADMIN_NOTE,
+        ),
+        Op(
+            "POST",
+            "/v1/destinations/{destination}/open",
+            "openDestination",
+            "Open a destination's circuit breaker by hand",
+            "Destination",
+            admin=True,
+            description="Its activities wait (without spending retries) until it is closed by hand: no "
+            "probes are sent meanwhile." + _ADMIN_NOTE,
+        ),
+        Op(
+            "POST",
+            "/v1/destinations/{destination}/close",
+            "closeDestination",
+            "Close a destination's circuit breaker",
+            "Destination",
+            admin=True,
+            description="Its waiting activities go at their next due time; the failure count restarts."
+            + _ADMIN_NOTE,
+        ),
+        Op(
+            "GET",
+            "/v1/companies/{company}/destinations",
+            "listCompanyDestinations",
+            "List the company's destinations",
+            "DestinationPage",
+            query=PAGING,
+            description="The destinations this company's activities were sent to (never another "
+            "company's), with their circuit breakers.",
+        ),
+    ),
     "Schedules": (
         Op(
             "POST",
@@ -624,6 +691,11 @@ _PATH_PARAMETERS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "key_id": ("key_id", "Id of the API key", schemas.ID),
     "activity_id": ("id", "Id of the activity", schemas.ID),
     "recurring_id": ("id", "Id of the recurring activity", schemas.ID),
+    "destination": (
+        "destination",
+        "A destination, `scheme://host:port` (as is, or percent-encoded)",
+        {"type": "string", "maxLength": 300, "example": "https://api.example.com:443"},
+    ),
 }
 _QUERY_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
     "limit": (
@@ -728,6 +800,8 @@ def _error_codes(op: Op) -> list[int]:
         codes |= {401, 429, 503}
     if "{company}" in op.path:
         codes |= {403, 404}  # a company key's scopes
+    if "{destination}" in op.path:
+        codes.add(404)  # a destination never sent to and never set
     if op.admin:
         codes.add(403)
     if op.body:
@@ -813,6 +887,7 @@ def _component_schemas() -> dict[str, Any]:
         for name in ("Company", "ApiKey", "Solution", "ActivityType", "Activity", "RecurringActivity")
     }
     pages["ExecutionPage"] = schemas.page_schema(SCHEMA_REF + "Execution")
+    pages["DestinationPage"] = schemas.page_schema(SCHEMA_REF + "Destination")
     batch = {
         "type": "object",
         "properties": {"activities": {"type": "array", "items": _ref("Activity")}},

@@ -15,7 +15,6 @@ from starlette.routing import Route
 
 from oste.api import render
 from oste.api.context import body, ctx, principal, self_audited, solution_in_path, solution_scope
-from oste.api.creation import TypeCache
 from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r
@@ -31,6 +30,7 @@ from oste.domain.recurrence import (
 )
 from oste.domain.schedule import Schedule, check_fires, check_schedule_time, parse_schedule
 from oste.errors import InvalidInput
+from oste.operations.creation import TypeCache
 from oste.storage.occurrences import RecurrenceStore, recurrence_of
 
 NEXT_FIRE_TIMES_SHOWN = 5

@@ -7,6 +7,7 @@ from typing import Any
 from oste.api.requests import Principal, iso
 from oste.domain import records as r
 from oste.domain.durations import format_duration
+from oste.domain.receiver_auth import shown_auth
 
 
 def company(
@@ -86,6 +87,8 @@ def activity_type(t: r.ActivityType, solution_name: str) -> dict[str, Any]:
         "on_success": t.on_success,
         "on_success_delay": format_duration(t.on_success_delay) if t.on_success_delay is not None else None,
         "on_dead_letter": t.on_dead_letter,
+        "breaker_failures": t.breaker_failures,
+        "auth": shown_auth(t.auth),
         "created_at": iso(t.created_at),
         "updated_at": iso(t.updated_at),
     }

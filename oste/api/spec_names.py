@@ -19,6 +19,7 @@ SCHEMA_REF = "#/components/schemas/"
 ENUMS: dict[str, tuple[str, ...]] = {
     "ActivityState": ("scheduled", "running", "succeeded", "dead", "cancelled"),
     "Outcome": ("ok", "failed", "retry", "error"),
+    "ExecutionOutcome": ("ok", "failed", "retry", "error", "deferred"),
     "Verb": ("POST", "PUT", "PATCH", "DELETE", "GET"),
     "BulkAction": ("cancel", "requeue", "update"),
     "DstAmbiguousPolicy": ("first", "second", "both"),
@@ -70,6 +71,13 @@ def _objects(components: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "ScheduleOccurrence": schemas.SCHEDULE_PREVIEW_RESULT["properties"]["occurrences"]["items"],
         "FieldError": schemas.PROBLEM["properties"]["errors"]["items"],
         "JsonSchema": {**schemas.ACTIVITY_TYPE_CREATE["properties"]["parameter_schema"], "type": "object"},
+        "SecretShown": schemas.SECRET_SHOWN,
+        "BearerAuth": schemas.BEARER_AUTH,
+        "OAuth2ClientCredentialsAuth": schemas.OAUTH2_AUTH,
+        "MutualTlsAuth": schemas.MTLS_AUTH,
+        "BearerAuthShown": schemas.AUTH_SHOWN["oneOf"][0],
+        "OAuth2ClientCredentialsAuthShown": schemas.AUTH_SHOWN["oneOf"][1],
+        "MutualTlsAuthShown": schemas.AUTH_SHOWN["oneOf"][2],
     }
     for name, (component, *steps) in LIFTED.items():
         node = components.get(component)

@@ -24,13 +24,8 @@ from oste.api.context import (
 from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
 from oste.domain import records as r
 from oste.domain import schemas
+from oste.domain.resource_values import solution_values
 from oste.domain.tenancy import DEFAULT_SCOPES, check_quotas, check_scopes
-from oste.domain.uris import check_target_uri
-from oste.errors import InvalidInput
-
-DEFAULT_SUCCESS_PERIOD = 7 * 86400.0
-DEFAULT_DEAD_LETTER_PERIOD = 30 * 86400.0
-MAX_PERIOD = 3650 * 86400.0
 
 
 def json(data: Any, status: int = 200) -> Response:
@@ -141,34 +136,6 @@ async def revoke_api_key(request: Request) -> Response:
 
 
 # --- solutions ------------------------------------------------------------------------------------
-
-
-def solution_values(data: dict[str, Any], creating: bool) -> dict[str, Any]:
-    """Validated column values of a solution from a create or patch body."""
-    values: dict[str, Any] = {k: data[k] for k in ("name", "qos_level", "paused") if k in data}
-    for uri_field in ("success_uri", "dead_letter_uri"):
-        if data.get(uri_field) is not None:
-            check_target_uri(data[uri_field], uri_field, placeholders=False)
-        if uri_field in data:
-            values[uri_field] = data[uri_field]
-    for period, default in (
-        ("success_period", DEFAULT_SUCCESS_PERIOD),
-        ("dead_letter_period", DEFAULT_DEAD_LETTER_PERIOD),
-    ):
-        if period in data:
-            values[period] = parse_duration(data[period], period, MAX_PERIOD)
-            if values[period] <= 0:
-                raise InvalidInput.field(
-                    period, "must be longer than zero: it is how long records stay queryable before shipping"
-                )
-        elif creating:
-            values[period] = default
-    if creating:
-        values.setdefault("qos_level", 1)
-        values.setdefault("paused", False)
-        values.setdefault("success_uri", None)
-        values.setdefault("dead_letter_uri", None)
-    return values
 
 
 async def list_solutions(request: Request) -> Response:

@@ -2,8 +2,8 @@
 
 One line is one activity in the API's create shape (``activity_type``, ``scheduled_for`` or ``delay``,
 ``parameter``, ``retries``, ``priority``) plus an optional ``idempotency_key``. Import validates every
-line with the API's own checks (``oste.api.creation``) and stores the valid ones of each chunk through
-``Store.create_activities``, the batch create path; a line with an idempotency key goes through
+line with the API's own checks (``oste.operations.creation``) and stores the valid ones of each chunk
+through ``Store.create_activities``, the batch create path; a line with an idempotency key goes through
 ``Store.create_activity_once`` like a create request with an ``Idempotency-Key`` header. A bad line is
 reported with its number and reasons and never blocks the others. Export pages through the store with
 its keyset cursor and writes lines that import reads back, so memory stays flat either way.
@@ -22,12 +22,12 @@ from typing import Any, BinaryIO
 import orjson
 
 from oste.api.activities import activity_filter
-from oste.api.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
 from oste.api.requests import iso
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.errors import Conflict, FieldError, InvalidInput, NotFound
 from oste.operations import SYSTEM, OperationContext, Operations
+from oste.operations.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
 from oste.storage import Storage
 from oste.storage.database import close_database, open_database
 from oste.storage.store import MAX_PAGE, Store

@@ -27,14 +27,27 @@ MAX_REASONS = 20
 """Distinct skip reasons an answer lists; the rest are counted under ``OTHER_REASONS``."""
 OTHER_REASONS = "other reasons (more than 20 distinct ones)"
 RUNNING = "running: an attempt is under way (cancel it alone with DELETE to drop its outcome)"
+WHAT_CHANGES = {
+    "cancel": "each is cancelled: it will not fire",
+    "requeue": "each is scheduled again, due now (or at its time if still ahead), with its type's retries",
+    "update": "each gets the values set",
+    "run_now": "each becomes due now and fires as soon as a worker has room",
+    "delete": "each is deleted with its executions, for good: it is not shipped to the log receivers",
+}
+"""What an action does to each activity it applies to (for confirmations)."""
 CHANGED_MEANWHILE = "changed state while the bulk change ran"
 
 APPLIES_TO: dict[str, tuple[ActivityState, ...]] = {
     "cancel": (ActivityState.SCHEDULED,),
     "requeue": (ActivityState.DEAD, ActivityState.CANCELLED),
     "update": (ActivityState.SCHEDULED,),
+    "run_now": (ActivityState.SCHEDULED,),
+    "delete": (ActivityState.SCHEDULED, ActivityState.SUCCEEDED, ActivityState.DEAD, ActivityState.CANCELLED),
 }
-"""The states each action changes; matched activities in other states are skipped with a reason."""
+"""The states each action changes; matched activities in other states are skipped with a reason
+(``run_now`` makes scheduled ones due now, one already due stays as it is; ``delete`` removes an
+activity and its executions for good, never a running one)."""
+ACTIONS = tuple(APPLIES_TO)
 
 
 @dataclass

@@ -6,9 +6,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oste.domain.records import ActivityState, Outcome
+
+if TYPE_CHECKING:
+    from oste.domain.receiver_auth import OutboundAuth
 
 IDEMPOTENCY_NAMESPACE = uuid.UUID("6f1d3a52-3c0e-4c59-9f0b-0e5f1d0a0c57")
 """Namespace of the UUIDv5 Idempotency-Key of a recurring occurrence (never change it)."""
@@ -71,6 +74,10 @@ class DispatchTarget:
     previous_signing_secret: str | None = None
     """The secret a rotation replaced, signing requests too until ``previous_signing_secret_expires_at``."""
     previous_signing_secret_expires_at: datetime | None = None
+    breaker_failures: int | None = None
+    """Failures in a row that open the destination's breaker (None: the setting; 0: never)."""
+    auth: OutboundAuth | None = None
+    """How the request authenticates to the receiver (``oste.engine.credentials`` applies it)."""
 
 
 @dataclass(frozen=True)
@@ -177,3 +184,13 @@ class ExpiredClaim:
     backoff_max: float
     on_dead_letter: str | None = None
     solution_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """A claim put back unsent because its destination's circuit breaker is open: due again at
+    ``until``, with no retry spent; ``reason`` is the ``deferred`` execution's error."""
+
+    claim: Claim
+    until: datetime
+    reason: str

@@ -8,7 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oste.domain.receiver_auth import OutboundAuth
+    from oste.domain.search import ParameterMatch
 
 PARTITION_COUNT = 64
 """Fixed number of partitions activities fall into (see ``activity_partition``)."""
@@ -64,6 +68,8 @@ class Outcome(StrEnum):
     FAILED = "failed"
     RETRY = "retry"
     ERROR = "error"
+    DEFERRED = "deferred"
+    """Not sent: its destination's circuit breaker was open; no retry was spent (``error`` says why)."""
 
 
 VERBS = ("POST", "PUT", "PATCH", "DELETE", "GET")
@@ -160,6 +166,10 @@ class ActivityType:
     """Seconds after the success the follow-on is due (None: at once)."""
     on_dead_letter: str | None = None
     """The type of the handler activity created when one of this type goes dead."""
+    breaker_failures: int | None = None
+    """Failures in a row that open its destination's breaker (None: the setting; 0: never)."""
+    auth: OutboundAuth | None = None
+    """How its requests authenticate to the receiver (``oste.domain.receiver_auth``), or None."""
 
     @property
     def partition(self) -> int:
@@ -300,3 +310,11 @@ class ActivityFilter:
     scheduled_after: datetime | None = None
     scheduled_before: datetime | None = None
     recurring_activity_id: uuid.UUID | None = None
+    ids: tuple[uuid.UUID, ...] | None = None
+    """Only these activities (a selection)."""
+    retrying: bool = False
+    """Only activities attempted before (attempts > 0): with state scheduled, the ones being retried."""
+    due_by: datetime | None = None
+    """Only activities whose next attempt is at or before this instant (with state scheduled: due)."""
+    parameter: ParameterMatch | None = None
+    """Only activities whose parameter holds a value (``oste.storage.listing`` resolves it, bounded)."""

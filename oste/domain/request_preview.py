@@ -12,6 +12,7 @@ from datetime import datetime
 from oste.domain import records as r
 from oste.domain.claims import Claim, DispatchTarget
 from oste.domain.outbound import OutboundRequest, build_request
+from oste.domain.receiver_auth import BearerAuth, OAuth2ClientCredentials, OutboundAuth
 
 MASK = "••••••"
 SIGNATURE_NOTE = "v1,•••••• (HMAC-SHA256 with the solution's signing secret, made per attempt)"
@@ -22,8 +23,8 @@ def preview_request(
     activity: r.Activity, kind: r.ActivityType, solution: r.Solution, now: datetime
 ) -> OutboundRequest:
     """The next attempt's request as the engine would build it at ``now``; the type's secret header
-    values and the signature are masked. Raises what ``fill_uri`` raises when the parameter no longer
-    fills the type's URI pattern."""
+    values, the signature and the ``Authorization`` an ``auth`` adds are masked. Raises what
+    ``fill_uri`` raises when the parameter no longer fills the type's URI pattern."""
     target = DispatchTarget(
         activity_type_id=kind.id,
         company_id=kind.company_id,
@@ -58,4 +59,17 @@ def preview_request(
     secret_names = {name.lower() for name, header in kind.headers.items() if header.secret}
     headers = {name: MASK if name.lower() in secret_names else value for name, value in built.headers.items()}
     headers["webhook-signature"] = SIGNATURE_NOTE
+    authorization = _authorization_note(kind.auth)
+    if authorization is not None:  # it replaces a static header of the same name, as the engine does
+        headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}
+        headers["Authorization"] = authorization
     return OutboundRequest(built.method, built.url, headers, built.body)
+
+
+def _authorization_note(auth: OutboundAuth | None) -> str | None:
+    """The ``Authorization`` the type's ``auth`` adds, masked (None: it adds none)."""
+    if isinstance(auth, BearerAuth):
+        return f"Bearer {MASK}"
+    if isinstance(auth, OAuth2ClientCredentials):
+        return f"Bearer {MASK} (an access token from {auth.token_url})"
+    return None

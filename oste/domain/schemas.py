@@ -12,6 +12,7 @@ from typing import Any
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import Draft202012Validator, extend
 
+from oste.domain import receiver_auth as ra
 from oste.domain.fastschema import compile_check
 from oste.domain.parameters import SLUG
 from oste.domain.records import VERBS
@@ -119,6 +120,85 @@ SOLUTION_CREATE = _obj(
     ("name",),
 )
 SOLUTION_PATCH = _patch(SOLUTION_CREATE)
+SECRET_SHOWN: dict[str, Any] = {
+    "type": "object",
+    "properties": {"secret": {"const": True}},
+    "required": ["secret"],
+    "additionalProperties": False,
+    "description": 'a write-only value: answers show {"secret": true}; sent back in a PATCH, it keeps '
+    "the stored value",
+}
+
+
+def _secret_member(max_length: int, description: str) -> dict[str, Any]:
+    return {
+        "oneOf": [{"type": "string", "minLength": 1, "maxLength": max_length}, SECRET_SHOWN],
+        "description": description + ' (write-only: shown as {"secret": true})',
+    }
+
+
+def _auth_kind(
+    kind: str, properties: dict[str, Any], required: tuple[str, ...], about: str
+) -> dict[str, Any]:
+    return _obj({"type": {"const": kind}, **properties}, ("type", *required), description=about)
+
+
+BEARER_AUTH = _auth_kind(
+    ra.BEARER,
+    {"token": _secret_member(ra.MAX_TOKEN, "sent as `Authorization: Bearer <token>`; visible ASCII")},
+    ("token",),
+    "A static bearer token.",
+)
+OAUTH2_AUTH = _auth_kind(
+    ra.OAUTH2,
+    {
+        "token_url": {**URI, "description": "the token endpoint (http or https); " + URI["description"]},
+        "client_id": {"type": "string", "minLength": 1, "maxLength": ra.MAX_CLIENT_ID},
+        "client_secret": _secret_member(ra.MAX_CLIENT_SECRET, "sent to `token_url` only, by HTTP Basic"),
+        "scope": {"type": ["string", "null"], "minLength": 1, "maxLength": ra.MAX_SCOPE},
+        "audience": {"type": ["string", "null"], "minLength": 1, "maxLength": ra.MAX_AUDIENCE},
+    },
+    ("token_url", "client_id", "client_secret"),
+    "OAuth 2.0 client credentials (RFC 6749 4.4): OSTE fetches an access token from `token_url`, caches "
+    "it until shortly before it expires and sends it as `Authorization: Bearer`; a 401 from the receiver "
+    "fetches a new one and repeats the request once.",
+)
+MTLS_AUTH = _auth_kind(
+    ra.MTLS,
+    {
+        "certificate": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": ra.MAX_CERTIFICATE,
+            "description": "PEM client certificate (a chain: the client's first); not secret",
+        },
+        "private_key": _secret_member(ra.MAX_PRIVATE_KEY, "its PEM private key, not encrypted"),
+    },
+    ("certificate", "private_key"),
+    "Mutual TLS: requests to an https receiver present this client certificate.",
+)
+AUTH_KINDS: dict[str, dict[str, Any]] = {ra.BEARER: BEARER_AUTH, ra.OAUTH2: OAUTH2_AUTH, ra.MTLS: MTLS_AUTH}
+AUTH: dict[str, Any] = {
+    "oneOf": [*AUTH_KINDS.values(), {"type": "null"}],
+    "description": "How requests authenticate to the receiver (null: only the static headers and the "
+    "signature); secret members are write-only",
+}
+AUTH_SHOWN: dict[str, Any] = {
+    "oneOf": [
+        *(
+            {
+                **kind,
+                "properties": {
+                    name: SECRET_SHOWN if "oneOf" in member else member
+                    for name, member in kind["properties"].items()
+                },
+            }
+            for kind in AUTH_KINDS.values()
+        ),
+        {"type": "null"},
+    ],
+    "description": AUTH["description"] + ' (shown as {"secret": true})',
+}
 ACTIVITY_TYPE_CREATE = _obj(
     {
         "name": SLUG_SCHEMA,
@@ -170,6 +250,15 @@ ACTIVITY_TYPE_CREATE = _obj(
             "description": "A type of the same solution that gets a handler activity when one of this "
             "type goes dead; its parameter holds the dead activity and its last 5 executions",
         },
+        "breaker_failures": {
+            "type": ["integer", "null"],
+            "minimum": 0,
+            "maximum": 100000,
+            "description": "Failures of this type in a row (network errors, timeouts, 5xx) that open its "
+            "destination's circuit breaker (null: OSTE_BREAKER_FAILURES; 0: this type's failures never "
+            "open it)",
+        },
+        "auth": AUTH,
     },
     ("name", "verb", "uri_pattern"),
 )
@@ -198,6 +287,14 @@ ACTIVITY_FILTER = _obj(
         "scheduled_after": DATETIME,
         "scheduled_before": DATETIME,
         "recurring_activity": {"type": "string", "format": "uuid"},
+        "ids": {
+            "type": "array",
+            "items": {"type": "string", "format": "uuid"},
+            "minItems": 1,
+            "maxItems": 1000,
+            "uniqueItems": True,
+            "description": "only these activities (a selection of at most 1,000)",
+        },
     },
     minProperties=1,
 )
@@ -205,7 +302,7 @@ _BULK_SET = _patch(ACTIVITY_CREATE, drop=("activity_type",))
 ACTIVITY_BULK = _obj(
     {
         "filter": ACTIVITY_FILTER,
-        "action": {"type": "string", "enum": ["cancel", "requeue", "update"]},
+        "action": {"type": "string", "enum": ["cancel", "requeue", "update", "run_now", "delete"]},
         "set": {
             **_BULK_SET,
             "properties": {
@@ -372,6 +469,7 @@ ACTIVITY_TYPE = _obj(
         "solution": SLUG_SCHEMA,
         **ACTIVITY_TYPE_CREATE["properties"],
         "headers": {"type": "object", "additionalProperties": HEADER_OUT},
+        "auth": AUTH_SHOWN,
         **_TIMES,
     },
     ("id", "name", "verb", "uri_pattern", "retries", "timeout", "object_id_ref", "headers", "paused"),
@@ -452,7 +550,7 @@ EXECUTION = _obj(
         "started_at": DATETIME,
         "finished_at": DATETIME,
         "duration_ms": {"type": "number"},
-        "outcome": {"type": "string", "enum": ["ok", "failed", "retry", "error"]},
+        "outcome": {"type": "string", "enum": ["ok", "failed", "retry", "error", "deferred"]},
         "http_status": {"type": ["integer", "null"]},
         "error": {"type": ["string", "null"]},
         "response_excerpt": {"type": ["string", "null"]},
@@ -470,7 +568,7 @@ BULK_SKIPPED = _obj(
 )
 BULK_RESULT = _obj(
     {
-        "action": {"type": "string", "enum": ["cancel", "requeue", "update"]},
+        "action": {"type": "string", "enum": ["cancel", "requeue", "update", "run_now", "delete"]},
         "dry_run": {"type": "boolean"},
         "matched": {
             "type": "integer",
@@ -567,6 +665,39 @@ def page_schema(item_ref: str) -> dict[str, Any]:
     )
 
 
+DESTINATION_PATCH = _obj(
+    {
+        "max_in_flight": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": 100000,
+            "description": "Requests in flight to this destination at most, across every node (null: "
+            "OSTE_DESTINATION_MAX_IN_FLIGHT)",
+        }
+    },
+    ("max_in_flight",),
+)
+DESTINATION = _obj(
+    {
+        "destination": {"type": "string", "example": "https://api.example.com:443"},
+        "state": {"type": "string", "enum": ["closed", "open", "half_open"]},
+        "failures": {"type": "integer", "minimum": 0, "description": "Failures in a row counted"},
+        "opened_at": NULLABLE_DATETIME,
+        "next_probe_at": {
+            **NULLABLE_DATETIME,
+            "description": "When a node may send the next probe request (null: closed, or forced open)",
+        },
+        "forced": {"type": "boolean", "description": "Opened by the operator: no probes until closed"},
+        "max_in_flight": {
+            "type": ["integer", "null"],
+            "description": "The cap in effect (its own, else OSTE_DESTINATION_MAX_IN_FLIGHT; null: none)",
+        },
+        "own_max_in_flight": {"type": ["integer", "null"], "description": "The cap set for this destination"},
+    },
+    ("destination", "state", "failures", "opened_at", "next_probe_at", "forced", "max_in_flight"),
+)
+
+
 REQUESTS: dict[str, dict[str, Any]] = {
     "CompanyCreate": COMPANY_CREATE,
     "CompanyPatch": COMPANY_PATCH,
@@ -583,6 +714,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "RecurringActivityPatch": RECURRING_PATCH,
     "SchedulePreviewRequest": SCHEDULE_PREVIEW,
     "BackfillRequest": BACKFILL,
+    "DestinationPatch": DESTINATION_PATCH,
 }
 RESPONSES: dict[str, dict[str, Any]] = {
     "Company": COMPANY,
@@ -595,6 +727,7 @@ RESPONSES: dict[str, dict[str, Any]] = {
     "BulkResult": BULK_RESULT,
     "SchedulePreview": SCHEDULE_PREVIEW_RESULT,
     "BackfillResult": BACKFILL_RESULT,
+    "Destination": DESTINATION,
     "Problem": PROBLEM,
 }
 
@@ -622,12 +755,35 @@ def check_shape(schema: dict[str, Any], body: Any, prefix: tuple[Any, ...] = ())
     validator = _VALIDATORS.get(id(schema)) or RequestValidator(schema)
     errors = [
         FieldError("/".join(str(p) for p in (*prefix, *error.absolute_path)), _reason(error))
-        for error in validator.iter_errors(body)
+        for error in _explained(validator.iter_errors(body))
     ]
     if errors:
         errors.sort(key=lambda e: e.field)
         raise InvalidInput("; ".join(f"{e.field or 'body'}: {e.reason}" for e in errors[:20]), errors)
     return body
+
+
+def _explained(errors: Iterator[ValidationError]) -> Iterator[ValidationError]:
+    """The errors, with an ``auth`` that matches none of its kinds explained by the errors of the
+    kind its ``type`` names (``auth/token_url: …``), not as one "not valid under any" line."""
+    for error in errors:
+        if not (error.validator == "oneOf" and error.schema is AUTH and isinstance(error.instance, dict)):
+            yield error
+            continue
+        kind = error.instance.get("type")
+        if not isinstance(kind, str) or kind not in AUTH_KINDS:
+            yield ValidationError(
+                f"must be one of {', '.join(AUTH_KINDS)}", validator="enum", path=[*error.path, "type"]
+            )
+            continue
+        branch = list(AUTH_KINDS).index(kind)
+        for sub in error.context or ():
+            if sub.relative_schema_path[0] != branch:
+                continue
+            if sub.validator == "required":  # named as the member it misses: auth/token_url
+                missing = sub.message.split("'")[1]
+                sub = ValidationError("is required", validator="required", path=[*sub.absolute_path, missing])
+            yield sub
 
 
 def _reason(error: Any) -> str:
@@ -637,4 +793,9 @@ def _reason(error: Any) -> str:
         return "must be a slug: lower-case letters, digits and '-', starting with a letter or digit, 1-63"
     if error.validator == "oneOf" and error.schema is HEADER_VALUE:
         return 'must be a string or {"value": "...", "secret": true}'
+    if error.validator == "oneOf" and error.schema is AUTH:
+        return 'must be null or an object {"type": "bearer" | "oauth2_client_credentials" | "mtls", …}'
+    if error.validator == "oneOf" and SECRET_SHOWN in error.schema.get("oneOf", ()):
+        length = error.schema["oneOf"][0]["maxLength"]
+        return f'must be a string of 1-{length} characters, or {{"secret": true}} to keep the stored value'
     return error.message

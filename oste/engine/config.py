@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from oste.domain.destinations import BreakerPolicy
 from oste.settings import Settings
 
 DEFAULT_LOOKAHEAD = 1.0
@@ -65,6 +66,9 @@ class ExecutorConfig:
     excerpt_bytes: int = DEFAULT_EXCERPT_BYTES
     resolver: Any = None
     """An aiohttp resolver to ask before the SSRF guard filters (tests inject fake DNS); None: threaded."""
+    ca_file: str | None = None
+    """A PEM file of CA certificates trusted for HTTPS receivers and token endpoints beside the system's
+    (``OSTE_CA_FILE``; tests trust their own CA with it); None: the system's alone."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,10 @@ class EngineConfig:
     completions: CompletionConfig = field(default_factory=CompletionConfig)
     rescuer: RescuerConfig = field(default_factory=RescuerConfig)
     balancer: BalancerConfig = field(default_factory=BalancerConfig)
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    """Destinations' circuit breakers (``OSTE_BREAKER_*``)."""
+    destination_max_in_flight: int | None = None
+    """Requests in flight per destination across every node (None: no cap unless a destination has one)."""
 
     @classmethod
     def from_settings(cls, settings: Settings, **changes: Any) -> EngineConfig:
@@ -106,7 +114,9 @@ class EngineConfig:
             lease_seconds=settings.claim_lease,
             poller=PollerConfig(interval=settings.poll_interval),
             executor=ExecutorConfig(
-                max_in_flight=settings.max_in_flight, allowed_targets=settings.allowed_targets
+                max_in_flight=settings.max_in_flight,
+                allowed_targets=settings.allowed_targets,
+                ca_file=str(settings.ca_file) if settings.ca_file else None,
             ),
             rescuer=RescuerConfig(interval=settings.rescue_interval),
             balancer=BalancerConfig(
@@ -114,6 +124,10 @@ class EngineConfig:
                 node_ttl=settings.node_timeout,
                 partition_ttl=settings.node_timeout,
             ),
+            breaker=BreakerPolicy(
+                settings.breaker_failures, settings.breaker_cooldown, settings.breaker_max_cooldown
+            ),
+            destination_max_in_flight=settings.destination_max_in_flight,
         )
         return dataclasses.replace(base, **changes)
 

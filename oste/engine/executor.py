@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -20,13 +21,15 @@ from datetime import datetime
 import aiohttp
 from yarl import URL
 
-from oste.domain.claims import AttemptReport, Claim, Completion, DispatchTarget
+from oste.domain.claims import AttemptReport, Claim, Completion, Deferral, DispatchTarget
 from oste.domain.clock import Clock
 from oste.domain.delivery import classify, conclude, parse_retry_after
 from oste.domain.outbound import OutboundRequest, build_request
 from oste.domain.records import Outcome
 from oste.domain.targets import TargetPolicy
 from oste.engine.config import ExecutorConfig
+from oste.engine.credentials import AuthFailure, Credentials, Grant
+from oste.engine.destinations import DestinationGate, Verdict, destination_for
 from oste.engine.fairness import FairQueue
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in
 
@@ -48,6 +51,9 @@ class Executor:
     ``sink``. Claims still waiting for a slot can be taken back (``cancel_queued``) on shutdown.
     """
 
+    _credentials: Credentials | None = None
+    """The node's credentials for types with ``auth`` (made by ``open``)."""
+
     def __init__(
         self,
         config: ExecutorConfig,
@@ -56,6 +62,8 @@ class Executor:
         sink: Callable[[Claim, Completion], None] | None = None,
         rng: random.Random | None = None,
         on_room: Callable[[], None] | None = None,
+        gate: DestinationGate | None = None,
+        on_defer: Callable[[Deferral], None] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -71,6 +79,10 @@ class Executor:
         self._pump_later: asyncio.TimerHandle | None = None
         self._pump_soon = False
         self._in_flight: dict[uuid.UUID, tuple[Claim, asyncio.Task[None]]] = {}
+        self.gate = gate
+        """Destinations' breakers and caps (None: every claim goes, as in ``drain``)."""
+        self.on_defer = on_defer
+        """Takes the claims the gate put back unsent (an open breaker); needed with a gate."""
 
     async def open(self) -> None:
         """Create the shared session (call once, inside the running loop)."""
@@ -80,19 +92,25 @@ class Executor:
             resolver=GuardedResolver(self.policy, self.config.resolver),
             socket_factory=guarded_socket_factory(self.policy),
             ttl_dns_cache=10,
+            ssl=trusting(self.config.ca_file) if self.config.ca_file else True,
         )
         self._session = aiohttp.ClientSession(
             connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=True
         )
+        self._credentials = Credentials(self._session, self.clock, self.config.ca_file)
 
     async def close(self) -> None:
+        if self._credentials is not None:
+            await self._credentials.close()
+            self._credentials = None
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     @property
     def stats(self) -> ExecutorStats:
-        return ExecutorStats(len(self._waiting), len(self._in_flight))
+        parked = self.gate.parked if self.gate is not None else 0
+        return ExecutorStats(len(self._waiting) + parked, len(self._in_flight))
 
     # --- background firing ----------------------------------------------------------------------
 
@@ -124,7 +142,16 @@ class Executor:
             claim = self._waiting.pop(now)
             if claim is None:
                 break
-            task = asyncio.create_task(self._run(claim))
+            destination, verdict = None, Verdict.GO
+            if self.gate is not None:
+                destination = destination_for(claim)
+                verdict, deferral = self.gate.admit(claim, destination)
+                if verdict in (Verdict.PARK, Verdict.DEFER):
+                    self._waiting.done(claim)  # not sent: it holds no slot
+                    if deferral is not None and self.on_defer is not None:
+                        self.on_defer(deferral)
+                    continue
+            task = asyncio.create_task(self._run(claim, destination, verdict))
             self._in_flight[claim.activity_id] = (claim, task)
         self._wake_for_rate_limits(now)
         if self.on_room is not None:
@@ -142,22 +169,35 @@ class Executor:
         self._pump_later = None
         self._pump()
 
-    async def _run(self, claim: Claim) -> None:
+    async def _run(self, claim: Claim, destination: str | None = None, verdict: Verdict = Verdict.GO) -> None:
+        completion = None
         try:
             completion = await self.fire(claim)
         finally:
             self._in_flight.pop(claim.activity_id, None)
             self._waiting.done(claim)
+            if self.gate is not None and completion is not None:
+                self.release(self.gate.finished(claim, destination, completion.report, verdict))
+        assert completion is not None
         if self.sink is not None:
             self.sink(claim, completion)
         self._pump()
+
+    def release(self, claims: list[Claim]) -> None:
+        """Queue claims again that waited for a slot of their destination (granted now)."""
+        now = time.monotonic()
+        for claim in claims:
+            self._waiting.push(claim, now)
+        if claims:
+            self._pump()
 
     def cancel_queued(self) -> list[Claim]:
         """Take back every claim still waiting for a slot (its request was never started)."""
         if self._pump_later is not None:
             self._pump_later.cancel()
             self._pump_later = None
-        return self._waiting.take_all()
+        parked = self.gate.take_parked() if self.gate is not None else []
+        return self._waiting.take_all() + parked
 
     async def wait_in_flight(self, grace: float) -> list[Claim]:
         """Wait up to ``grace`` seconds for requests in flight; cancel and return those still open."""
@@ -203,6 +243,8 @@ class Executor:
         host = TARGET_HOST.set(url.host)
         try:
             return await self._send(request, url, claim.target, started, t0)
+        except AuthFailure as exc:  # no token or certificate: the request was not sent
+            return self._report(started, t0, exc.outcome, error=str(exc), retry_after=exc.retry_after)
         except Exception as exc:  # any failure to get an answer is an outcome, not a crash
             return self._failure(exc, claim.target.timeout, started, t0)
         finally:
@@ -211,15 +253,41 @@ class Executor:
     async def _send(
         self, request: OutboundRequest, url: URL, target: DispatchTarget, started: datetime, t0: float
     ) -> AttemptReport:
-        if self._session is None:
+        """Send the request; with ``auth``, with its credentials, and once more with a new token when
+        the receiver answered 401 to an OAuth 2.0 one."""
+        if self._session is None or self._credentials is None:
             raise RuntimeError("the executor is not open")
+        if target.auth is None:
+            return await self._exchange(request, url, target, None, started, t0)
+        grant = await self._credentials.grant(target.auth)
+        report = await self._exchange(request, url, target, grant, started, t0)
+        if report.http_status == 401 and grant.token is not None:
+            grant = await self._credentials.grant(target.auth, stale=grant)
+            report = await self._exchange(request, url, target, grant, started, t0)
+        return report
+
+    async def _exchange(
+        self,
+        request: OutboundRequest,
+        url: URL,
+        target: DispatchTarget,
+        grant: Grant | None,
+        started: datetime,
+        t0: float,
+    ) -> AttemptReport:
+        assert self._session is not None
+        headers = request.headers
+        if grant is not None and grant.authorization is not None:
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            headers["Authorization"] = grant.authorization
         async with self._session.request(
             request.method,
             url,
-            headers=request.headers,
+            headers=headers,
             data=request.body,
             allow_redirects=False,
             timeout=_timeout(target.timeout),
+            ssl=grant.tls if grant is not None else True,
         ) as response:
             excerpt = await _read_excerpt(response, self.config.excerpt_bytes)
             status = response.status
@@ -227,6 +295,8 @@ class Executor:
             header = response.headers.get("Retry-After")
             retry_after = parse_retry_after(header, self.clock.now()) if header else None
             error = None if outcome == Outcome.OK else _status_error(response)
+        if grant is not None:
+            excerpt = grant.redact(excerpt)
         return self._report(started, t0, outcome, status, error, excerpt, retry_after)
 
     def _report(
@@ -258,6 +328,15 @@ class Executor:
             )
         log.exception("unexpected error while firing")
         return self._report(started, t0, Outcome.ERROR, error=f"internal error: {type(exc).__name__}: {exc}")
+
+
+def trusting(ca_file: str) -> ssl.SSLContext:
+    """aiohttp's default client context (the system's trust store, host names checked) that also
+    trusts the CAs of ``ca_file`` (``OSTE_CA_FILE``)."""
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(("http/1.1",))
+    context.load_verify_locations(cafile=ca_file)
+    return context
 
 
 @functools.lru_cache(maxsize=256)

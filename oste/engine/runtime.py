@@ -26,6 +26,7 @@ from oste.engine.balancer import PartitionBalancer
 from oste.engine.clocksync import ClockSync
 from oste.engine.completions import CompletionWriter
 from oste.engine.config import EngineConfig
+from oste.engine.destinations import DeferralWriter, DestinationGate, DestinationKeeper
 from oste.engine.executor import Executor
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.engine.log_shipping import LogRoller, RollerConfig, RollResult, rollers_for
@@ -79,6 +80,9 @@ class Engine:
         self.poller: Poller | None = None
         self.writer: CompletionWriter | None = None
         self.balancer: PartitionBalancer | None = None
+        self.gate: DestinationGate | None = None
+        self.keeper: DestinationKeeper | None = None
+        self.deferrals: DeferralWriter | None = None
         self.recorder = DeliveryRecorder()
         """Metrics, delivery log lines and per-minute rollups of every written completion."""
 
@@ -105,6 +109,8 @@ class Engine:
         if sync is not None:  # on the database's time before the first lease or claim
             await _guarded(sync.run_once(), "reading the database's clock")
         self.node = await self.store.register_node(self.settings.node_name, cfg.role)
+        self.gate = DestinationGate(cfg.breaker, cfg.destination_max_in_flight, self.clock, self.rng)
+        self.deferrals = DeferralWriter(self.store, self.node.id, self._written)
         self.executor = Executor(
             cfg.executor,
             self.clock,
@@ -112,7 +118,14 @@ class Engine:
             self._completed,
             self.rng,
             on_room=self._room_to_claim,
+            gate=self.gate,
+            on_defer=self.deferrals.add,
         )
+        self.keeper = DestinationKeeper(
+            self.gate, self.storage.destinations, self.node.id, self.executor.release
+        )
+        self.gate.wake = self.keeper.wake
+        await _guarded(self.keeper.run_once(), "reading the destinations' circuit breakers")
         await self.executor.open()
         self.writer = CompletionWriter(cfg.completions, self.store, self._written, self.recorder)
         self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, self.node)
@@ -135,6 +148,8 @@ class Engine:
         rescuer = Rescuer(cfg.rescuer, self.store, self.rng)
         self._spawn("poller", self.poller.run())
         self._spawn("completions", self.writer.run())
+        self._spawn("deferrals", self.deferrals.run())
+        self._spawn("destinations", self.keeper.run())
         self._spawn("lease-keeper", _every(cfg.lease_refresh_interval, keeper.run_once, "lease keeper"))
         self._spawn("rescuer", _every(cfg.rescuer.interval, rescuer.run_once, "rescuer"))
         self._spawn("balancer", _every(cfg.balancer.interval, self._rebalance, "partition balancer"))
@@ -191,11 +206,16 @@ class Engine:
         await self._release(unstarted)
         await self._release(await self.executor.wait_in_flight(grace))
         await _cancel(self._tasks.pop("completions"))
+        await _cancel(self._tasks.pop("deferrals"))
         await _guarded(self.writer.flush(), "writing the last completions")
+        if self.deferrals is not None:
+            await _guarded(self.deferrals.flush(), "writing the last deferred activities")
         await self.recorder.write()
         for name in list(self._tasks):
             await _cancel(self._tasks.pop(name))
         await _guarded(self.balancer.leave(), "leaving the partitions")
+        if self.keeper is not None:
+            await _guarded(self.keeper.leave(), "giving back the destinations' slots")
         await self.executor.close()
         log.info("engine stopped: node %s", self.node.id if self.node else "?")
 

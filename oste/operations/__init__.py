@@ -15,6 +15,7 @@ from __future__ import annotations
 from oste.operations.activities import ActivityOperations
 from oste.operations.actors import ALL_SCOPES, API, CLI, KEYS, READ, SYSTEM, UI, WRITE, Actor
 from oste.operations.context import OperationContext
+from oste.operations.destinations import DestinationOperations
 from oste.operations.recurring import RecurringOperations
 from oste.operations.settings import SettingsOperations
 
@@ -27,6 +28,7 @@ class Operations:
         self.activities = ActivityOperations(context)
         self.settings = SettingsOperations(context)
         self.recurring = RecurringOperations(context)
+        self.destinations = DestinationOperations(context)
 
 
 __all__ = [

@@ -138,7 +138,8 @@ class ActivityOperations:
         dry_run: bool = False,
         described: dict[str, Any] | None = None,
     ) -> BulkResult:
-        """Cancel, requeue or update every matching activity, chunk by chunk (each chunk one
+        """Cancel, requeue, update, run now or delete every matching activity (``filters.ids``: a
+        selection), chunk by chunk (each chunk one
         transaction with its events); ``dry_run`` only counts. ``described``: the filter (and the
         fields set) as the caller wrote them, for the audit row written once the change is done."""
         actor.require(WRITE, f"{action} activities")
@@ -155,7 +156,7 @@ class ActivityOperations:
             await self._audit(actor, company, solution, f"bulk_{action}", None, details)
         except Exception:
             log.exception("could not record the audit row of a bulk %s", action)
-        if result.changed and action == "requeue":
+        if result.changed and action in ("requeue", "run_now"):
             self.context.notify_due(self.store.clock.now())
         elif result.changed and plan is not None and "scheduled_for" in plan.values:
             self.context.notify_due(plan.values["scheduled_for"])

@@ -13,11 +13,13 @@ from typing import Any
 
 from oste.domain import records as r
 from oste.domain.parameters import ParameterRules
+from oste.domain.resource_values import CHAIN_FIELDS
 from oste.domain.tenancy import KEYS, MAX_ACTIVITY_TYPES, MAX_API_KEYS, MAX_SOLUTIONS
-from oste.errors import Forbidden
+from oste.errors import FieldError, Forbidden, InvalidInput
 from oste.operations.actors import API, WRITE, Actor
 from oste.operations.context import OperationContext
 from oste.storage.changes import atomic
+from oste.storage.store import Store
 from oste.storage.type_changes import Misfits
 
 
@@ -226,3 +228,25 @@ class SettingsOperations:
 
 def _cascade(cascade: bool) -> dict[str, Any] | None:
     return {"cascade": True} if cascade else None
+
+
+async def check_chain_types(
+    store: Store, solution: r.Solution, values: dict[str, Any], own_name: str
+) -> None:
+    """``on_success`` and ``on_dead_letter`` must name a type of the same solution (or the type itself:
+    a self-loop is bounded by the chain depth limit). Another solution's or company's type, or a
+    missing one, is a 422 naming the field."""
+    named = {field: values[field] for field in CHAIN_FIELDS if values.get(field) is not None}
+    wanted = {name for name in named.values() if name != own_name}
+    found = await store.get_activity_types(solution, wanted) if wanted else {}
+    errors = [
+        FieldError(
+            field,
+            f"names activity type {name!r}, which solution {solution.name!r} does not have; "
+            "a follow-on or handler must be a type of the same solution",
+        )
+        for field, name in named.items()
+        if name != own_name and name not in found
+    ]
+    if errors:
+        raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)

@@ -8,7 +8,10 @@ documented in its own module:
                               types, activities, recurring activities
 ``storage.occurrences``       ``RecurrenceStore`` (``occurrences.py``): a recurring activity's
                               occurrences: expand, pause, resume, run now, backfill
-``storage.bulk``              ``BulkChange`` (``bulk.py``): cancel, requeue or update by filter
+``storage.bulk``              ``BulkChange`` (``bulk.py``): cancel, requeue, update, run now or
+                              delete by filter or id list
+``storage.listing``           ``ActivityListing`` (``listing.py``): pages newest or oldest first,
+                              capped totals, the bounded parameter search
 ``storage.type_change()``     a new ``TypeRulesChange`` (``type_changes.py``): re-check what a type holds
 ``storage.log_shipping``      ``RollerStore`` (``log_shipping.py``): leases, batches, purging
 ``storage.dispatch``          ``DispatchStore`` (``dispatch.py``): the engine's nodes, partition
@@ -17,6 +20,8 @@ documented in its own module:
 ``storage.stats``             ``StatsService`` (``stats.py``): outcomes, lag, queue depth
 ``storage.overview``          ``OverviewStore`` (``overview.py``): the dashboard's counts
 ``storage.audit``             ``AuditLog`` (``audit.py``): who changed what
+``storage.destinations``      ``DestinationStore`` (``destinations.py``): circuit breakers, caps and
+                              slot grants of the receivers' destinations
 ============================  ===================================================================
 
 The event stream (``events.py``), the change hub
@@ -34,7 +39,9 @@ if TYPE_CHECKING:
     from oste.domain.clock import Clock
     from oste.storage.audit import AuditLog
     from oste.storage.bulk import BulkChange
+    from oste.storage.destinations import DestinationStore
     from oste.storage.dispatch import DispatchStore
+    from oste.storage.listing import ActivityListing
     from oste.storage.log_shipping import RollerStore
     from oste.storage.occurrences import RecurrenceStore
     from oste.storage.overview import OverviewStore
@@ -49,6 +56,8 @@ class Storage:
     def __init__(self, clock: Clock) -> None:
         from oste.storage.audit import AuditLog
         from oste.storage.bulk import BulkChange
+        from oste.storage.destinations import DestinationStore
+        from oste.storage.listing import ActivityListing
         from oste.storage.log_shipping import RollerStore
         from oste.storage.occurrences import RecurrenceStore
         from oste.storage.overview import OverviewStore
@@ -63,6 +72,8 @@ class Storage:
         self.stats: StatsService = StatsService(clock)
         self.overview: OverviewStore = OverviewStore(clock)
         self.audit: AuditLog = AuditLog(clock)
+        self.destinations: DestinationStore = DestinationStore(clock)
+        self.listing: ActivityListing = ActivityListing()
 
     @functools.cached_property
     def dispatch(self) -> DispatchStore:

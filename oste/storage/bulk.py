@@ -1,4 +1,5 @@
-"""Bulk changes by filter (cancel, requeue, update, dry run) in chunks, each in its own transaction.
+"""Bulk changes by filter or id list (cancel, requeue, update, run now, delete, dry run) in chunks,
+each in its own transaction.
 
 ``BulkChange.run`` walks the activities a filter matches by keyset on id, ``CHUNK`` at a time, so
 memory stays bounded at any size and no transaction holds many rows for long. Only activities created
@@ -9,7 +10,9 @@ ones the action applies to are locked in id order (PostgreSQL; on SQLite the one
 and written with their expected state in the ``WHERE``, so an activity that started running meanwhile
 is not touched and is counted under ``CHANGED_MEANWHILE``. Running activities are never changed.
 A chunk that cancels or requeues writes its ``cancelled``/``requeued`` events in its transaction
-(when the solution's stream is subscribed) and, once committed, wakes long-polls waiting on its ids.
+(when the solution's stream is subscribed) and, once committed, wakes long-polls waiting on its ids (a
+delete wakes them too: they answer that the activity is gone). A delete removes the activities'
+executions in the same statement's transaction.
 
 A dry run reads the same chunks and decides the same way, writing nothing. A change interrupted part
 way (the process stopped) leaves the chunks already committed changed; each action can simply be run
@@ -28,7 +31,7 @@ import orjson
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
-from oste.domain.bulk import CHANGED_MEANWHILE, BulkResult, TypeRules, UpdatePlan, state_reason
+from oste.domain.bulk import APPLIES_TO, CHANGED_MEANWHILE, BulkResult, TypeRules, UpdatePlan, state_reason
 from oste.domain.clock import Clock
 from oste.domain.ids import new_id
 from oste.domain.parameters import ParameterRules
@@ -36,8 +39,8 @@ from oste.storage import models as m
 from oste.storage.database import raises_unavailable
 from oste.storage.dialects import ClaimStrategy, Params, json_of, strategy_for, uuid_of
 from oste.storage.events import Change, record, subscribed_solutions
+from oste.storage.listing import activity_query
 from oste.storage.notices import publish
-from oste.storage.store import matching_activities
 
 CHUNK = 1000
 """Activities read, decided and written per transaction."""
@@ -46,6 +49,8 @@ _COLUMNS = {
     "cancel": ("id", "state"),
     "requeue": ("id", "state", "activity_type_id"),
     "update": ("id", "state", "activity_type_id", "parameter", "uri_override"),
+    "run_now": ("id", "state"),
+    "delete": ("id", "state"),
 }
 STATE_EVENTS = {"cancel": "cancelled", "requeue": "requeued"}
 """The event stream's name for the state change of each action that changes states."""
@@ -68,11 +73,13 @@ class BulkChange:
         plan: UpdatePlan | None = None,
         dry_run: bool = False,
     ) -> BulkResult:
-        """Apply ``action`` (``cancel``, ``requeue`` or ``update`` with ``plan``) to every matching
-        activity it applies to; with ``dry_run`` only count. Returns the counts and skip reasons."""
+        """Apply ``action`` (``cancel``, ``requeue``, ``run_now``, ``delete`` or ``update`` with
+        ``plan``) to every matching activity it applies to; with ``dry_run`` only count. Returns the
+        counts and skip reasons."""
         result = BulkResult(action, dry_run)
-        kinds = await self._types(solution) if action != "cancel" else {}
-        query = matching_activities(solution, filters).filter(id__lt=new_id())
+        kinds = await self._types(solution) if action in ("requeue", "update") else {}
+        query, _ = await activity_query(solution, filters)
+        query = query.filter(id__lt=new_id())
         event = STATE_EVENTS.get(action)
         recorded = event is not None and solution.id in await subscribed_solutions(self.clock.now())
         last: uuid.UUID | None = None
@@ -86,7 +93,7 @@ class BulkChange:
                 if recorded and changed:
                     assert event is not None
                     await self._record(event, sorted(changed))
-            if event is not None:
+            if event is not None or action == "delete":
                 await publish("default", changed)  # long-polls waiting on these wake
             last = uuid_of(rows[-1]["id"])
             if len(rows) < self.chunk:
@@ -111,7 +118,7 @@ class BulkChange:
             reason = state_reason(action, _S(row["state"]))
             if reason is not None:
                 result.skip(reason, activity_id)
-            elif action == "cancel":
+            elif action in ("cancel", "run_now", "delete"):
                 writes[None].append(activity_id)
             elif action == "requeue":
                 writes[uuid_of(row["activity_type_id"])].append(activity_id)
@@ -163,6 +170,10 @@ class BulkChange:
         if action == "cancel":
             values: dict[str, Any] = {"state": _S.CANCELLED, "finished_at": now, "updated_at": now}
             return await self._update(writes[None], (_S.SCHEDULED,), values)
+        if action == "run_now":
+            return await self._update(writes[None], (_S.SCHEDULED,), {"updated_at": now}, due_by=now)
+        if action == "delete":
+            return await self._delete(writes[None])
         if action == "requeue":
             for type_id, ids in writes.items():
                 values = {
@@ -188,12 +199,14 @@ class BulkChange:
         states: tuple[r.ActivityState, ...],
         values: dict[str, Any],
         requeue_at: datetime | None = None,
+        due_by: datetime | None = None,
     ) -> set[uuid.UUID]:
         """Update the (locked) rows of ``ids`` still in one of ``states``, in one statement with one
         list parameter (no per-id SQL to build); the ids updated.
 
         ``requeue_at``: also make them due then, or at their ``scheduled_for`` if that is later (an
-        activity cancelled before it ever fired keeps its time).
+        activity cancelled before it ever fired keeps its time). ``due_by``: also make them due then
+        unless they are due already (run now).
         """
         if not ids:
             return set()
@@ -206,11 +219,40 @@ class BulkChange:
             assign.append(
                 f"next_attempt_at = CASE WHEN scheduled_for > {after} THEN scheduled_for ELSE {at} END"
             )
+        if due_by is not None:
+            after, at = p.add(due_by), p.add(due_by)
+            assign.append(
+                f"next_attempt_at = CASE WHEN next_attempt_at > {after} THEN {at} ELSE next_attempt_at END"
+            )
         # placeholders are handed out in the order they appear in the statement (SQLite's are "?")
         where = strategy.in_list("id", [strategy.encode_uuid(i) for i in ids], p, "uuid")
         wanted = ", ".join(p.add(str(state)) for state in states)
         sql = f"UPDATE activity SET {', '.join(assign)} WHERE {where} AND state IN ({wanted}) RETURNING id"
         rows = await conn.execute_query_dict(sql, p.values)
+        return {uuid_of(row["id"]) for row in rows}
+
+    async def _delete(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Delete the (locked) activities of ``ids`` that are not running, and their executions; the
+        ids deleted."""
+        if not ids:
+            return set()
+        conn = m.Activity._meta.db  # the chunk's transaction
+        strategy = _strategy(conn.capabilities.dialect)
+        states = tuple(str(s) for s in APPLIES_TO["delete"])
+
+        def where(p: Params, column: str) -> str:
+            listed = strategy.in_list(column, [strategy.encode_uuid(i) for i in ids], p, "uuid")
+            return f"{listed} AND state IN ({', '.join(p.add(s) for s in states)})"
+
+        p = Params(strategy)
+        await conn.execute_query(
+            f"DELETE FROM execution WHERE activity_id IN (SELECT id FROM activity WHERE {where(p, 'id')})",
+            p.values,
+        )
+        p = Params(strategy)
+        rows = await conn.execute_query_dict(
+            f"DELETE FROM activity WHERE {where(p, 'id')} RETURNING id", p.values
+        )
         return {uuid_of(row["id"]) for row in rows}
 
     async def _lock(self, ids: Sequence[uuid.UUID]) -> None:

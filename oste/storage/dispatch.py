@@ -25,11 +25,13 @@ from typing import Any
 
 from tortoise import connections
 from tortoise.exceptions import IntegrityError
+from tortoise.transactions import in_transaction
 
 from oste.domain.claims import (
     Claim,
     Completion,
     CompletionResult,
+    Deferral,
     DispatchTarget,
     ExpiredClaim,
     NodeInfo,
@@ -38,18 +40,21 @@ from oste.domain.clock import Clock
 from oste.domain.delivery import conclude_expired
 from oste.domain.ids import new_id
 from oste.domain.partitions import ALL_PARTITIONS
+from oste.domain.receiver_auth import auth_from_document
 from oste.domain.records import ActivityState
 from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.chains import write_follow_ons
 from oste.storage.database import outages_unavailable
-from oste.storage.dialects import ClaimStrategy, FollowOnWriter, Params, strategy_for
+from oste.storage.dialects import EXECUTION_COLUMNS, ClaimStrategy, FollowOnWriter, Params, strategy_for
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
 from oste.storage.notices import publish
 
 DEFAULT_TARGET_TTL = 5.0
 """Seconds a loaded activity type (verb, URI, headers, secret…) is reused before it is read again."""
 WRITE_CHUNK = 500
+_UNCLAIMED = "state = 'scheduled', claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL"
+"""The assignments that hand a claimed activity back to the queue."""
 """Completions written per statement."""
 _CLAIM_COLUMNS = (
     "id",
@@ -401,10 +406,7 @@ class DispatchStore:
         for start in range(0, len(pairs), WRITE_CHUNK):
             chunk = pairs[start : start + WRITE_CHUNK]
             p = Params(self.strategy)
-            assign = (
-                "state = 'scheduled', claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, "
-                f"updated_at = {p.add(self.clock.now())}"
-            )
+            assign = f"{_UNCLAIMED}, updated_at = {p.add(self.clock.now())}"
             where = (
                 "state = 'running' AND "
                 + self._in_uuids("id", [i for i, _ in chunk], p)
@@ -415,6 +417,46 @@ class DispatchStore:
             async with self._db():
                 released += len(await self._conn().execute_query_dict(sql, p.values))
         return released
+
+    async def defer(self, deferrals: Sequence[Deferral], node: str) -> int:
+        """Put claims back without sending them, due again at each deferral's ``until``: the attempt is
+        not counted, no retry is spent, and a ``deferred`` execution (``reason`` as its error) says why
+        the activity waited. A claim whose token is no longer current is left alone. Returns how many
+        were written."""
+        now = self.clock.now()
+        written = 0
+        for start in range(0, len(deferrals), WRITE_CHUNK):
+            chunk = sorted(deferrals[start : start + WRITE_CHUNK], key=lambda d: d.claim.activity_id)
+            async with self._db(), in_transaction(self.connection) as conn:
+                rows = []
+                for item in chunk:
+                    p, encode = Params(self.strategy), self.strategy.encode_uuid
+                    assign = (
+                        f"{_UNCLAIMED}, next_attempt_at = {p.add(self.strategy.encode_time(item.until))}, "
+                        f"updated_at = {p.add(self.strategy.encode_time(now))}"
+                    )
+                    where = (
+                        f"state = 'running' AND id = {p.add(encode(item.claim.activity_id))} "
+                        f"AND claim_token = {p.add(encode(item.claim.claim_token))}"
+                    )
+                    sql = self.strategy.update_locked("activity", assign, where)
+                    if await conn.execute_query_dict(sql, p.values):
+                        report = (
+                            item.claim.attempt,
+                            now,
+                            now,
+                            0.0,
+                            "deferred",
+                            None,
+                            item.reason,
+                            None,
+                            node,
+                        )
+                        rows.append((new_id(), item.claim.activity_id, *report))
+                if rows:
+                    await self.strategy.insert_rows(conn, "execution", EXECUTION_COLUMNS, rows)
+            written += len(rows)
+        return written
 
     def _in_uuids(self, column: str, values: Sequence[uuid.UUID], p: Params) -> str:
         encoded = [self.strategy.encode_uuid(v) for v in values]
@@ -507,6 +549,8 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         on_dead_letter=row.on_dead_letter,
         previous_signing_secret=row.solution.previous_signing_secret,
         previous_signing_secret_expires_at=row.solution.previous_signing_secret_expires_at,
+        breaker_failures=row.breaker_failures,
+        auth=auth_from_document(row.auth),
     )
 
 

@@ -39,6 +39,7 @@ from oste.domain.log_shipping import (
     RollTarget,
     ShippingStatus,
 )
+from oste.domain.receiver_auth import auth_from_document, secret_values
 from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
@@ -114,20 +115,19 @@ class RollerStore:
         )
 
     async def secret_values(self, solution_id: uuid.UUID) -> tuple[str, ...]:
-        """The values of the solution's secret static headers (to redact from what is shipped)."""
+        """The values of the solution's secret static headers and ``auth`` secrets (bearer tokens,
+        client secrets, private keys), to redact from what is shipped."""
         rows = await self._guarded(
-            m.ActivityType.filter(solution_id=solution_id).values_list("headers", flat=True)
+            m.ActivityType.filter(solution_id=solution_id).values_list("headers", "auth")
         )
-        return tuple(
-            sorted(
-                {
-                    h["value"]
-                    for headers in rows
-                    for h in (headers or {}).values()
-                    if h.get("secret") and h["value"]
-                }
-            )
-        )
+        found = {
+            h["value"]
+            for headers, _ in rows
+            for h in (headers or {}).values()
+            if h.get("secret") and h["value"]
+        }
+        found.update(value for _, auth in rows for value in secret_values(auth_from_document(auth)) if value)
+        return tuple(sorted(found))
 
     # --- the lease ------------------------------------------------------------------------------
 

@@ -106,6 +106,8 @@ class ActivityType(Model):
     timeout = fields.FloatField()
     object_id_ref: fields.JSONField[list[str]] = fields.JSONField()
     headers: fields.JSONField[dict[str, Any]] = fields.JSONField()
+    auth: fields.JSONField[dict[str, Any] | None] = fields.JSONField(null=True)
+    """How its requests authenticate (``oste.domain.receiver_auth``; secrets included), or None."""
     max_concurrency = fields.IntField(null=True)
     rate_limit = fields.FloatField(null=True)
     backoff_base = fields.FloatField()
@@ -117,6 +119,8 @@ class ActivityType(Model):
     on_dead_letter = fields.CharField(max_length=63, null=True)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
+    breaker_failures = fields.IntField(null=True)
+    """Consecutive failures of this type that open its destination's breaker (None: the setting)."""
 
     class Meta:
         table = "activity_type"
@@ -420,3 +424,55 @@ class EventSubscription(Model):
 
     class Meta:
         table = "event_subscription"
+
+
+class Destination(Model):
+    """A destination's circuit breaker and in-flight cap (``oste.domain.destinations``), shared by every
+    node. A row exists once a node saw a failure there, or an operator set it."""
+
+    destination = fields.CharField(max_length=300, primary_key=True)
+    state = fields.CharField(max_length=9, default="closed")
+    failures = fields.IntField(default=0)
+    opened_at = fields.DatetimeField(null=True)
+    next_probe_at = fields.DatetimeField(null=True)
+    cooldown = fields.FloatField(default=0.0)
+    forced = fields.BooleanField(default=False)
+    max_in_flight = fields.IntField(null=True)
+    probe_owner = fields.CharField(max_length=64, null=True)
+    probe_expires_at = fields.DatetimeField(null=True)
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "destination"
+        indexes = (Index(fields=("state",), name="destination_state_idx"),)
+
+
+class DestinationUser(Model):
+    """Which companies sent requests to a destination (the list a company's key sees is limited to
+    these), refreshed at most once a minute per pair."""
+
+    id = fields.UUIDField(primary_key=True)
+    destination = fields.CharField(max_length=300)
+    company_id = fields.UUIDField()
+    seen_at = fields.DatetimeField()
+
+    class Meta:
+        table = "destination_user"
+        unique_together = (("destination", "company_id"),)
+        indexes = (Index(fields=("company_id",), name="destination_user_company_idx"),)
+
+
+class DestinationGrant(Model):
+    """Slots of a capped destination one node may fill, until ``expires_at`` (renewed while it uses
+    them). The grants of live nodes never add up to more than the cap."""
+
+    id = fields.UUIDField(primary_key=True)
+    destination = fields.CharField(max_length=300)
+    node = fields.CharField(max_length=64)
+    slots = fields.IntField()
+    wanted = fields.IntField()
+    expires_at = fields.DatetimeField()
+
+    class Meta:
+        table = "destination_grant"
+        unique_together = (("destination", "node"),)

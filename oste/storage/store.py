@@ -35,6 +35,7 @@ from tortoise.transactions import in_transaction
 from oste.domain import records as r
 from oste.domain.clock import Clock
 from oste.domain.ids import hash_secret, new_api_key, new_id, new_signing_secret
+from oste.domain.receiver_auth import auth_document, auth_from_document
 from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
 from oste.storage.activity_inserts import insert_activities
@@ -170,7 +171,7 @@ async def page_of(query: QuerySet, limit: int, cursor: str | None, convert: Call
 
 def matching_activities(solution: r.Solution, filters: r.ActivityFilter) -> QuerySet:
     """The activities of a solution matching the filters (None = any)."""
-    conditions = {
+    conditions: dict[str, Any] = {
         "state": filters.state,
         "activity_type_id": filters.activity_type_id,
         "object_id": filters.object_id,
@@ -178,6 +179,13 @@ def matching_activities(solution: r.Solution, filters: r.ActivityFilter) -> Quer
         "scheduled_for__lt": filters.scheduled_before,
         "recurring_activity_id": filters.recurring_activity_id,
     }
+    if filters.parameter is not None:  # needs a bounded read first: ``oste.storage.listing``
+        raise ValueError("a parameter search is resolved by oste.storage.listing.activity_query")
+    conditions.update(
+        id__in=list(filters.ids) if filters.ids is not None else None,
+        attempts__gt=0 if filters.retrying else None,
+        next_attempt_at__lte=filters.due_by,
+    )
     query = m.Activity.filter(solution_id=solution.id)
     return query.filter(**_in_utc({key: value for key, value in conditions.items() if value is not None}))
 
@@ -207,6 +215,8 @@ def _storable(values: dict[str, Any]) -> dict[str, Any]:
     out = dict(values)
     if "headers" in out:
         out["headers"] = _header_json(out["headers"])
+    if "auth" in out:
+        out["auth"] = auth_document(out["auth"])
     for key in ("object_id_ref", "success_statuses"):
         if isinstance(out.get(key), tuple):
             out[key] = list(out[key])
@@ -738,4 +748,5 @@ class Store:
             object_id_ref=tuple(row.object_id_ref or ()),
             headers=_header_record(row.headers or {}),
             success_statuses=tuple(row.success_statuses) if row.success_statuses is not None else None,
+            auth=auth_from_document(row.auth),
         )

@@ -21,7 +21,7 @@ from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
 from oste.operations.throttle import SignInThrottle
 from oste.storage import Storage
-from oste.ui import actions, auth, browse, dashboard, schedules
+from oste.ui import actions, auth, browse, bulk, dashboard, destinations, editing, queues, schedules
 from oste.ui.context import Forbidden403, Refused, UiContext, render
 from oste.ui.sessions import MAX_AGE_SECONDS, Sessions, cookie_key
 
@@ -49,8 +49,10 @@ def routes() -> list[Route | Mount]:
         Route(SOLUTION + "/settings", actions.solution_settings, methods=post),
         Route(SOLUTION + "/types/{type}/settings", actions.type_settings, methods=post),
         Route(SOLUTION + "/activities", browse.activities),
-        Route(SOLUTION + "/requeue", actions.bulk_requeue_confirm),
-        Route(SOLUTION + "/requeue", actions.bulk_requeue, methods=post),
+        Route(SOLUTION + "/bulk", bulk.bulk_confirm),
+        Route(SOLUTION + "/bulk", bulk.bulk_apply, methods=post),
+        Route(SOLUTION + "/requeue", bulk.requeue_confirm),
+        Route(SOLUTION + "/requeue", bulk.requeue_apply, methods=post),
         Route(ACTIVITY, browse.activity),
         Route(ACTIVITY + "/requeue", actions.requeue_one, methods=post),
         Route(ACTIVITY + "/cancel", actions.cancel_one, methods=post),
@@ -63,6 +65,11 @@ def routes() -> list[Route | Mount]:
         Route(RECURRING + "/edit", schedules.update, methods=post),
         Route(RECURRING + "/pause", actions.recurring_pause, methods=post),
         Route(RECURRING + "/run-now", actions.recurring_run_now, methods=post),
+        Route("/live", dashboard.live),
+        Route(SOLUTION + "/types/{type}", queues.activity_type),  # after any /types/<word> page
+        Route(SOLUTION + "/types/{type}/limits", queues.type_limits, methods=post),
+        *editing.routes(),
+        *(Route(path, endpoint, methods=methods) for path, endpoint, methods in destinations.routes()),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
 
@@ -94,6 +101,8 @@ def ui_app(
     quota_defaults: QuotaDefaults | None = None,
     session_max_age: float = MAX_AGE_SECONDS,
     throttle: SignInThrottle | None = None,
+    signing_secret_grace: float = 24 * 3600.0,
+    destination_max_in_flight: int | None = None,
 ) -> Starlette:
     """The UI as an app of its own, to be mounted at ``/ui`` (its errors are pages, not problem+json)."""
     from starlette.exceptions import HTTPException
@@ -115,6 +124,8 @@ def ui_app(
         notify_due=notify_due or (lambda when: None),
         quota_defaults=quota_defaults or QuotaDefaults(),
         throttle=throttle or SignInThrottle(),
+        signing_secret_grace=signing_secret_grace,
+        destination_max_in_flight=destination_max_in_flight,
     )
     return app
 
@@ -126,11 +137,24 @@ def mount(
     quota_defaults: QuotaDefaults | None = None,
     session_max_age: float = MAX_AGE_SECONDS,
     throttle: SignInThrottle | None = None,
+    signing_secret_grace: float = 24 * 3600.0,
+    destination_max_in_flight: int | None = None,
 ) -> list[Route | Mount]:
     """The routes the server adds beside the API's: ``/ui`` (redirecting to ``/ui/``) and the app."""
 
     async def to_slash(request: Request) -> Response:
         return RedirectResponse("/ui/", status_code=307)
 
-    app = ui_app(storage, admin_token, notify_due, None, quota_defaults, session_max_age, throttle)
+    grace = signing_secret_grace
+    app = ui_app(
+        storage,
+        admin_token,
+        notify_due,
+        None,
+        quota_defaults,
+        session_max_age,
+        throttle,
+        grace,
+        destination_max_in_flight,
+    )
     return [Route("/ui", to_slash), Mount("/ui", app=app)]

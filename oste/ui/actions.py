@@ -7,14 +7,11 @@ its events, its audit row (``via: ui``) and the wake-ups come from there, never 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from oste.domain import schemas
-from oste.errors import OsteError
-from oste.ui.browse import FILTER_NAMES, FilterError, filters_of
 from oste.ui.context import (
     Refused,
     Viewer,
@@ -22,9 +19,6 @@ from oste.ui.context import (
     back_to,
     company_in_path,
     flash,
-    page,
-    redirect,
-    render,
     require_admin,
     slug,
     solution_in_path,
@@ -151,60 +145,6 @@ async def run_now_one(request: Request, viewer: Viewer, form: dict[str, str]) ->
     await ui(request).operations.activities.run_now(viewer.actor, company_, found, item)
     await flash(request, viewer.session, "Due now: it fires as soon as a worker has room.")
     return back_to(request, form)
-
-
-# --- many dead letters --------------------------------------------------------------------------
-
-
-@page
-async def bulk_requeue_confirm(request: Request, viewer: Viewer) -> Response:
-    """What requeueing by this filter would do (the API's bulk dry run), then a confirmation."""
-    company_, found = await solution_in_path(request, viewer)
-    values = {name: request.query_params.get(name, "") for name in FILTER_NAMES}
-    values["state"] = values["state"] if values["state"] in ("dead", "cancelled") else "dead"
-    error, result = None, None
-    try:
-        filters, _ = await filters_of(request, found, values)
-        result = await ui(request).operations.activities.bulk(
-            viewer.actor, company_, found, filters, "requeue", dry_run=True
-        )
-    except (FilterError, OsteError) as exc:
-        error = str(exc)
-    return await render(
-        request,
-        "bulk_requeue.html",
-        company=company_,
-        solution=found,
-        values=values,
-        result=result,
-        error=error,
-    )
-
-
-@action
-async def bulk_requeue(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
-    company_, found = await solution_in_path(request, viewer)
-    values = {name: form.get(name, "") for name in FILTER_NAMES}
-    if values["state"] not in ("dead", "cancelled"):
-        raise Refused("bulk requeue takes dead or cancelled activities only")
-    if form.get("confirm") != "yes":
-        raise Refused("tick the confirmation box to requeue")
-    try:
-        filters, _ = await filters_of(request, found, values)
-    except FilterError as exc:
-        raise Refused(str(exc)) from None
-    described = {"filter": {k: v for k, v in values.items() if v}}
-    result = await ui(request).operations.activities.bulk(
-        viewer.actor, company_, found, filters, "requeue", described=described
-    )
-    skipped = sum(entry.count for entry in result.skipped.values())
-    await flash(
-        request,
-        viewer.session,
-        f"Requeued {result.changed} activities" + (f"; {skipped} skipped." if skipped else "."),
-    )
-    query = urlencode({k: v for k, v in values.items() if v})
-    return redirect(request, f"/companies/{company_.name}/solutions/{found.name}/activities?{query}")
 
 
 # --- recurring activities -------------------------------------------------------------------------

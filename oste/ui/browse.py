@@ -4,6 +4,7 @@ and cursor paging; one activity with its request and executions; one recurring a
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -14,7 +15,8 @@ from starlette.responses import RedirectResponse, Response
 from oste.domain import records as r
 from oste.domain.log_shipping import RollerKind
 from oste.domain.request_preview import preview_request
-from oste.errors import OsteError
+from oste.domain.search import VIEWS, parse_search, view_of
+from oste.errors import InvalidInput, OsteError
 from oste.storage.occurrences import recurrence_of
 from oste.ui.context import (
     Viewer,
@@ -31,7 +33,11 @@ PAGE_SIZE = 50
 TYPES_SHOWN = 200
 EXECUTIONS_SHOWN = 100
 NEXT_FIRE_TIMES = 5
-FILTER_NAMES = ("state", "activity_type", "object_id", "after", "before", "recurring_activity")
+FILTER_NAMES = ("state", "activity_type", "object_id", "after", "before", "recurring_activity", "q")
+MAX_FIELD = 300
+"""Characters a filter field keeps (a search has its own, equal, limit)."""
+BULK_ACTIONS = {"cancel": "Cancel", "requeue": "Requeue", "run_now": "Run now", "delete": "Delete"}
+"""The bulk actions a list offers (the API's bulk operations), with their button names."""
 
 
 @page
@@ -88,6 +94,8 @@ def parse_local_time(value: str, name: str) -> datetime | None:
     value = value.strip()
     if not value:
         return None
+    if len(value) > 64:
+        raise FilterError(f"{name}: is not a time (use 2026-11-23T12:00, read as UTC)")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
@@ -99,15 +107,25 @@ class FilterError(ValueError):
     """A filter field that cannot be used; shown above the list."""
 
 
+def filter_values(source: Mapping[str, str]) -> dict[str, str]:
+    """The filter fields of a query string or form (each at most ``MAX_FIELD`` characters)."""
+    return {name: source.get(name, "")[:MAX_FIELD] for name in FILTER_NAMES}
+
+
 async def filters_of(
     request: Request, solution_: r.Solution, values: dict[str, str]
 ) -> tuple[r.ActivityFilter, list[r.ActivityType]]:
-    """The activity filter a query string or form names (FilterError when a field cannot be used)."""
+    """The activity filter a query string or form names (FilterError when a field cannot be used).
+
+    ``state`` is a list view (``oste.domain.search.VIEWS``: the states, ``due`` and ``retrying``);
+    ``q`` a search (an activity id, or ``parameter.SongId = 42``)."""
     types = (await ui(request).store.list_activity_types(solution_, TYPES_SHOWN)).items
     by_name = {t.name: t for t in types}
-    state = values.get("state") or None
-    if state is not None and state not in {s.value for s in r.ActivityState}:
-        raise FilterError(f"state: {state!r} is not a state")
+    try:
+        view = view_of(values.get("state", ""), ui(request).store.clock.now())
+        search = parse_search(values.get("q", ""))
+    except InvalidInput as exc:
+        raise FilterError(str(exc)) from None
     type_name = values.get("activity_type") or None
     if type_name is not None and type_name not in by_name:
         raise FilterError(f"activity type: there is no activity type {type_name!r} in this solution")
@@ -119,11 +137,15 @@ async def filters_of(
     return (
         r.ActivityFilter(
             recurring_activity_id=recurring_id,
-            state=r.ActivityState(state) if state else None,
+            state=r.ActivityState(view.state) if view.state else None,
             activity_type_id=by_name[type_name].id if type_name else None,
             object_id=values.get("object_id") or None,
             scheduled_after=parse_local_time(values.get("after", ""), "after"),
             scheduled_before=parse_local_time(values.get("before", ""), "before"),
+            retrying=view.retrying,
+            due_by=view.due_by,
+            ids=(search.activity_id,) if search and search.activity_id else None,
+            parameter=search.parameter if search else None,
         ),
         types,
     )
@@ -132,32 +154,42 @@ async def filters_of(
 @page
 async def activities(request: Request, viewer: Viewer) -> Response:
     company_, found = await solution_in_path(request, viewer)
-    values = {name: request.query_params.get(name, "") for name in FILTER_NAMES}
-    error = None
-    items: list[r.Activity] = []
-    next_cursor = None
+    values = filter_values(request.query_params)
+    newest = request.query_params.get("order", "newest") != "oldest"
+    error, listing, total = None, None, None
     try:
         filters, types = await filters_of(request, found, values)
-        listing = await ui(request).store.list_activities(
-            found, filters, PAGE_SIZE, request.query_params.get("cursor") or None
+        pages = ui(request).storage.listing
+        listing = await pages.page(
+            found, filters, PAGE_SIZE, request.query_params.get("cursor") or None, newest
         )
-        items, next_cursor = listing.items, listing.next_cursor
+        total = await pages.total(found, filters)
     except (FilterError, OsteError) as exc:
         error = str(exc)
         types = (await ui(request).store.list_activity_types(found, TYPES_SHOWN)).items
     query = {name: value for name, value in values.items() if value}
+    if not newest:
+        query["order"] = "oldest"
     return await render(
         request,
         "activities.html",
         company=company_,
         solution=found,
-        activities=items,
+        activities=listing.page.items if listing else [],
+        scan=listing.scan if listing else None,
+        total=total,
+        newest=newest,
         types=types,
-        states=[s.value for s in r.ActivityState],
+        views=VIEWS,
         values=values,
         error=error,
-        next_query=urlencode({**query, "cursor": next_cursor}) if next_cursor else None,
+        actions=BULK_ACTIONS,
+        next_query=urlencode({**query, "cursor": listing.page.next_cursor})
+        if listing and listing.page.next_cursor
+        else None,
         filter_query=urlencode(query),
+        query=query,
+        here_url=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
     )
 
 

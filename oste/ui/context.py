@@ -47,6 +47,10 @@ class UiContext:
     quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
     throttle: SignInThrottle = field(default_factory=SignInThrottle)
     """Wrong tokens per client address (shared with the API's bearer check)."""
+    signing_secret_grace: float = 24 * 3600.0
+    """How long a rotated signing secret keeps signing by default (``OSTE_SIGNING_SECRET_GRACE``)."""
+    destination_max_in_flight: int | None = None
+    """The cap of destinations without one of their own (``OSTE_DESTINATION_MAX_IN_FLIGHT``)."""
 
     @functools.cached_property
     def operations(self) -> Operations:

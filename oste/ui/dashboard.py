@@ -1,5 +1,9 @@
 """The dashboard: outcomes and lag per minute, queues, busiest types, dead letters, nodes, shipping.
 
+Live: the page's script asks ``/ui/live`` every ``POLL_SECONDS`` for the headline counters and the two
+charts (JSON, the same ``figures`` and ``charts`` the page is rendered with) and updates them in place;
+without scripts the page is complete as served.
+
 Reads go through ``DashboardSource``: outcomes and lag from the stats service's per-minute rollups
 (``StatsService``, the same reports as ``GET /v1/stats``), the rest from ``OverviewStore`` (bounded
 reads of the indexes the engine keeps).
@@ -9,15 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import orjson
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
 
-from oste.domain.stats import OUTCOMES, StatsReport
+from oste.domain.stats import OUTCOMES, Count, StatsReport
 from oste.storage.overview import Overview
 from oste.ui.charts import Series, lines, stacked_bars
 from oste.ui.context import Viewer, page, render, ui
 
-REFRESH_SECONDS = 5
+POLL_SECONDS = 3
+"""How often the dashboard's script asks ``/ui/live`` for fresh counters and charts."""
 
 
 @dataclass(frozen=True)
@@ -34,11 +41,13 @@ class DashboardSource:
         self.stats = storage.stats
         self.overview = storage.overview
 
-    async def read(self, viewer: Viewer) -> Dashboard:
+    async def report(self, viewer: Viewer) -> StatsReport:
         if viewer.company is None:
-            report = await self.stats.deployment()
-        else:
-            report = await self.stats.company(viewer.company)
+            return await self.stats.deployment()
+        return await self.stats.company(viewer.company)
+
+    async def read(self, viewer: Viewer) -> Dashboard:
+        report = await self.report(viewer)
         return Dashboard(report, await self.overview.overview(viewer.company.id if viewer.company else None))
 
 
@@ -46,24 +55,55 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
+def _count(count: Count) -> str:
+    return f"{count.value:,}" + ("+" if count.at_least else "")
+
+
+def figures(report: StatsReport) -> dict[str, str]:
+    """The dashboard's live numbers as the page shows them, by name (the page and ``/ui/live`` share
+    them, so a poll changes exactly what a reload would)."""
+    queue = report.queue
+    hour = report.windows["1h"]
+    out = {f"queue.{name}": _count(getattr(queue, name)) for name in ("due", "future", "running", "dead")}
+    out.update({f"outcome.{name}": f"{n:,}" for name, n in hour.outcome_counts().items()})
+    for name, value in hour.lag().items():
+        out[f"lag.{name}"] = "—" if value is None else f"{value * 1000:.0f} ms"
+    out["at"] = report.at.strftime("%Y-%m-%d %H:%M:%S") + " UTC"
+    return out
+
+
+def charts(report: StatsReport) -> dict[str, Markup]:
+    series = report.series
+    minutes = [point.minute for point in series]
+    return {
+        "outcomes": stacked_bars(
+            "Deliveries per minute, by outcome", minutes, [point.outcomes for point in series], OUTCOMES
+        ),
+        "lag": lines(
+            "Lag p95 per minute (ms)", minutes, [Series("p95", [_ms(point.lag_p95) for point in series])]
+        ),
+    }
+
+
 @page
 async def dashboard(request: Request, viewer: Viewer) -> Response:
     seen = await DashboardSource(request).read(viewer)
-    series = seen.report.series
-    minutes = [point.minute for point in series]
-    outcomes = stacked_bars(
-        "Deliveries per minute, by outcome", minutes, [point.outcomes for point in series], OUTCOMES
-    )
-    lag = lines("Lag p95 per minute (ms)", minutes, [Series("p95", [_ms(point.lag_p95) for point in series])])
-    hour = seen.report.windows["1h"]
+    drawn = charts(seen.report)
     return await render(
         request,
         "dashboard.html",
         seen=seen.overview,
         report=seen.report,
-        outcomes_chart=outcomes,
-        lag_chart=lag,
-        totals=hour.outcome_counts(),
-        lag_ms={name: _ms(value) for name, value in hour.lag().items()},
-        refresh=REFRESH_SECONDS,
+        outcomes_chart=drawn["outcomes"],
+        lag_chart=drawn["lag"],
+        figures=figures(seen.report),
+        poll=POLL_SECONDS,
     )
+
+
+@page
+async def live(request: Request, viewer: Viewer) -> Response:
+    """The dashboard's counters and charts as JSON, for its script to update the open page."""
+    report = await DashboardSource(request).report(viewer)
+    body = {"figures": figures(report), "charts": {name: str(svg) for name, svg in charts(report).items()}}
+    return Response(orjson.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})

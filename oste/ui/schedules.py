@@ -1,8 +1,10 @@
-"""Create and edit a recurring activity's schedule, with a preview of its next fire times (DST-annotated).
+"""Create, edit and delete a recurring activity, with a preview of its next fire times (DST-annotated).
 
 The preview is computed by the domain's ``parse_schedule`` and ``Recurrence`` (the code behind the API's
 ``POST /v1/schedule-preview``): on the form page itself (a Preview button, no script needed) and as a
-fragment the page's script fetches while you type.
+fragment the page's script fetches while you type. A save that fails shows the editor again with
+everything typed kept and the failing fields marked (422); the parameter box carries a hint built from
+the type's parameter schema.
 """
 
 from __future__ import annotations
@@ -22,18 +24,31 @@ from oste.domain.recurrence import DstAmbiguous, DstNonexistent, Recurrence
 from oste.domain.schedule import FIELDS as CRON_FIELDS
 from oste.domain.schedule import check_fires, parse_schedule
 from oste.errors import InvalidInput
+from oste.operations import WRITE
+from oste.ui.activity_forms import hint_for
 from oste.ui.browse import TYPES_SHOWN
 from oste.ui.context import (
     Refused,
     Viewer,
-    action,
     flash,
     page,
     redirect,
     render,
+    root_of,
     solution_in_path,
     ui,
     uuid_in_path,
+)
+from oste.ui.forms import (
+    FormInvalid,
+    FormState,
+    confirm,
+    form_action,
+    invalid,
+    json_field,
+    refuse_page,
+    require_scope,
+    whole,
 )
 
 PREVIEW_COUNT = 8
@@ -42,7 +57,7 @@ PREVIEW_COUNT = 8
 def form_of_recurring(recurring: r.RecurringActivity | None) -> dict[str, str]:
     """The editor's field values for a stored recurring activity (or defaults for a new one)."""
     if recurring is None:
-        return {"cron": "0 9 * * mon-fri", "timezone": "UTC", "parameter": "{}", "priority": "0"}
+        return {"cron": "0 9 * * mon-fri", "timezone": "UTC", "parameter": "", "priority": "0"}
     values = {"timezone": recurring.timezone, "priority": str(recurring.priority)}
     values.update({name: str(value) for name, value in recurring.schedule.items()})
     values["parameter"] = orjson.dumps(recurring.parameter, option=orjson.OPT_INDENT_2).decode()
@@ -97,25 +112,46 @@ async def preview_fragment(request: Request, viewer: Viewer) -> Response:
     )
 
 
+def _field(path: str) -> str:
+    """The editor's field of an API error path: a schedule's cron line or cron fields have their own."""
+    parts = path.split("/")
+    if parts[0] == "schedule":
+        return parts[1] if len(parts) > 1 and parts[1] in ("cron", *CRON_FIELDS) else "cron"
+    return parts[0] or "cron"
+
+
+def _hint(types: list[r.ActivityType], name: str) -> Any:
+    kind = next((t for t in types if t.name == name), types[0] if types else None)
+    return hint_for(kind)
+
+
 async def _editor(
-    request: Request, viewer: Viewer, recurring: r.RecurringActivity | None, values: dict[str, str]
+    request: Request,
+    viewer: Viewer,
+    recurring: r.RecurringActivity | None,
+    form: FormState,
+    status: int = 200,
 ) -> Response:
     company, solution = await solution_in_path(request, viewer)
     types = (await ui(request).store.list_activity_types(solution, TYPES_SHOWN)).items
-    found, error = preview(values, ui(request).store.clock.now())
+    found, error = preview(form.values, ui(request).store.clock.now())
+    chosen = recurring.activity_type if recurring else form.get("activity_type")
     return await render(
         request,
         "recurring_form.html",
+        status,
         company=company,
         solution=solution,
         recurring=recurring,
-        types=types,
-        values=values,
+        types=[(t.name, t.name) for t in types],
+        form=form,
+        values=form.values,
         cron_fields=CRON_FIELDS,
         occurrences=found,
         preview_error=error,
-        dst_nonexistent=[c.value for c in DstNonexistent],
-        dst_ambiguous=[c.value for c in DstAmbiguous],
+        hint=_hint(types, chosen),
+        dst_nonexistent=[(c.value, c.value) for c in DstNonexistent],
+        dst_ambiguous=[(c.value, c.value) for c in DstAmbiguous],
     )
 
 
@@ -127,28 +163,38 @@ def _with_query(request: Request, base: dict[str, str]) -> dict[str, str]:
 
 @page
 async def new_form(request: Request, viewer: Viewer) -> Response:
-    return await _editor(request, viewer, None, _with_query(request, form_of_recurring(None)))
+    return await _editor(request, viewer, None, FormState(_with_query(request, form_of_recurring(None))))
+
+
+async def _recurring_in_path(request: Request, viewer: Viewer) -> r.RecurringActivity:
+    _, solution = await solution_in_path(request, viewer)
+    return await ui(request).store.get_recurring(solution, uuid_in_path(request))
 
 
 @page
 async def edit_form(request: Request, viewer: Viewer) -> Response:
-    _, solution = await solution_in_path(request, viewer)
-    recurring = await ui(request).store.get_recurring(solution, uuid_in_path(request))
-    return await _editor(request, viewer, recurring, _with_query(request, form_of_recurring(recurring)))
+    recurring = await _recurring_in_path(request, viewer)
+    values = _with_query(request, form_of_recurring(recurring))
+    return await _editor(request, viewer, recurring, FormState(values))
+
+
+async def _show_new(request: Request, viewer: Viewer, form: FormState, status: int = 200) -> Response:
+    return await _editor(request, viewer, None, form, status)
+
+
+async def _show_edit(request: Request, viewer: Viewer, form: FormState, status: int = 200) -> Response:
+    return await _editor(request, viewer, await _recurring_in_path(request, viewer), form, status)
 
 
 def _common(form: dict[str, str], kind: r.ActivityType) -> tuple[dict[str, Any], Recurrence]:
     """Validated values shared by create and edit: the form as the API's create body, through the
-    API's checks (its JSON Schema, then the same domain rules), then the schedule."""
-    try:
-        parameter = orjson.loads(form.get("parameter", "").strip() or "{}")
-    except orjson.JSONDecodeError as exc:
-        raise Refused(f"parameter: not valid JSON ({exc})") from None
-    raw_priority = form.get("priority", "0").strip() or "0"
-    try:
-        priority = int(raw_priority)
-    except ValueError:
-        raise Refused(f"priority must be a whole number, got {raw_priority!r}") from None
+    API's checks (its JSON Schema, then the same domain rules), then the schedule. FormInvalid names
+    the editor's fields that fail, each with the API's reason (once: "SongId: is required")."""
+    errors: dict[str, str] = {}
+    parameter = json_field(form, "parameter", errors, empty={})
+    priority = whole(form, "priority", errors, 0)
+    if errors:
+        raise FormInvalid(errors)
     body: dict[str, Any] = {
         "activity_type": kind.name,
         "schedule": schedule_from(form),
@@ -161,17 +207,19 @@ def _common(form: dict[str, str], kind: r.ActivityType) -> tuple[dict[str, Any],
         check_storable(body)  # the API's own check of every body: NUL, nesting
         schemas.check_shape(schemas.RECURRING_CREATE, body)
     except InvalidInput as exc:
-        raise Refused(_reason(exc)) from None
+        raise invalid(exc, _field) from None
     try:
         recurrence = recurrence_from(form)
-    except (InvalidInput, ValueError) as exc:
-        raise Refused(f"the schedule cannot be used: {_reason(exc)}") from None
+    except InvalidInput as exc:
+        raise invalid(exc, _field) from None
+    except ValueError as exc:
+        raise FormInvalid({"cron": f"the schedule cannot be used: {exc}"}) from None
     try:
         object_id = ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref).check(
             parameter
         )
     except InvalidInput as exc:
-        raise Refused(f"parameter: {_reason(exc)}") from None
+        raise invalid(exc, _field) from None
     schedule = recurrence.schedule
     values = {
         "schedule": schedule_from(form),
@@ -185,11 +233,15 @@ def _common(form: dict[str, str], kind: r.ActivityType) -> tuple[dict[str, Any],
     return values, recurrence
 
 
-@action
+@form_action(_show_new)
 async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     company, solution = await solution_in_path(request, viewer)
+    require_scope(viewer, WRITE, "create recurring activities")
     store = ui(request).store
-    kind = await store.get_activity_type(solution, form.get("activity_type", ""))
+    name = form.get("activity_type", "")
+    kind = (await store.get_activity_types(solution, [name])).get(name)
+    if kind is None:
+        raise FormInvalid({"activity_type": f"there is no activity type {name!r} in this solution"})
     values, recurrence = _common(form, kind)
     values.update(start_at=None, end_at=None, retries=None, paused=False)
     created = await ui(request).operations.recurring.create(
@@ -199,9 +251,10 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     return redirect(request, f"/companies/{company.name}/solutions/{solution.name}/recurring/{created.id}")
 
 
-@action
+@form_action(_show_edit)
 async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     company, solution = await solution_in_path(request, viewer)
+    require_scope(viewer, WRITE, "change recurring activities")
     store = ui(request).store
     recurring = await store.get_recurring(solution, uuid_in_path(request))
     kind = await store.get_activity_type(solution, recurring.activity_type)
@@ -211,3 +264,39 @@ async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     )
     await flash(request, viewer.session, "Schedule saved; occurrences not fired yet were replaced.")
     return redirect(request, f"/companies/{company.name}/solutions/{solution.name}/recurring/{recurring.id}")
+
+
+@page
+async def delete_confirm(request: Request, viewer: Viewer) -> Response:
+    """What deleting a recurring activity does, and a button that does it."""
+    company, solution = await solution_in_path(request, viewer)
+    require_scope(viewer, WRITE, "delete recurring activities")
+    recurring = await ui(request).store.get_recurring(solution, uuid_in_path(request))
+    base = f"{root_of(request)}/companies/{company.name}/solutions/{solution.name}"
+    schedule = " ".join(f"{k}={v}" for k, v in recurring.schedule.items())
+    lines = [
+        f"The recurring activity of type {recurring.activity_type} ({schedule} in {recurring.timezone}) "
+        "is deleted: it fires no more.",
+        "Its occurrences not fired yet are cancelled; those already fired keep their history.",
+        "This cannot be undone (pausing it can).",
+    ]
+    return await confirm(
+        request,
+        "Delete this recurring activity?",
+        lines,
+        f"{base}/recurring/{recurring.id}/delete",
+        "Delete it for good",
+        f"{base}/recurring/{recurring.id}",
+    )
+
+
+@form_action(refuse_page)
+async def delete(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
+    company, solution = await solution_in_path(request, viewer)
+    require_scope(viewer, WRITE, "delete recurring activities")
+    if form.get("confirm") != "yes":
+        raise Refused("confirm first: open the delete button's confirmation page")
+    recurring = await ui(request).store.get_recurring(solution, uuid_in_path(request))
+    await ui(request).operations.recurring.delete(viewer.actor, company, solution, recurring)
+    await flash(request, viewer.session, "Recurring activity deleted; its unfired occurrences are cancelled.")
+    return redirect(request, f"/companies/{company.name}/solutions/{solution.name}")

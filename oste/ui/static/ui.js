@@ -1,21 +1,51 @@
 // OSTE management UI: optional enhancements. Every page works without this script.
 (function () {
   "use strict";
-  // The dashboard refreshes its live part every few seconds (not while the tab is hidden).
+  // The dashboard's counters and charts update in place from /ui/live (not while the tab is hidden).
   var live = document.getElementById("live");
-  if (live) {
-    var seconds = parseInt(live.getAttribute("data-refresh"), 10) || 5;
-    setInterval(function () {
+  if (live && window.fetch) {
+    var url = live.getAttribute("data-live");
+    var seconds = parseInt(live.getAttribute("data-poll"), 10) || 3;
+    var poll = function () {
       if (document.hidden) { return; }
-      fetch(window.location.href, { credentials: "same-origin", headers: { "X-Requested-With": "refresh" } })
-        .then(function (r) { return r.ok ? r.text() : null; })
-        .then(function (html) {
-          if (!html) { return; }
-          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
-          if (fresh) { live.replaceChildren.apply(live, Array.prototype.slice.call(fresh.childNodes)); }
+      fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "live", "Accept": "application/json" } })
+        .then(function (r) { return r.ok && (r.headers.get("content-type") || "").indexOf("json") >= 0 ? r.json() : null; })
+        .then(function (data) {
+          if (!data) { return; }
+          Array.prototype.forEach.call(live.querySelectorAll("[data-figure]"), function (el) {
+            var value = data.figures[el.getAttribute("data-figure")];
+            if (value !== undefined && el.textContent !== value) { el.textContent = value; }
+          });
+          Array.prototype.forEach.call(live.querySelectorAll("[data-chart]"), function (el) {
+            var svg = data.charts[el.getAttribute("data-chart")];
+            if (svg !== undefined) { el.innerHTML = svg; }
+          });
+          live.setAttribute("data-updated", String(Date.now()));
         })
         .catch(function () {});
-    }, seconds * 1000);
+    };
+    setInterval(poll, seconds * 1000);
+  }
+  // Lists: a box that ticks every row of the page, and a count of the ticked ones.
+  var pickAll = document.getElementById("pick-all");
+  if (pickAll) {
+    var boxes = document.querySelectorAll("input[type=checkbox][name=id][form=bulk]");
+    var picked = document.getElementById("picked");
+    var scope = document.querySelector("#bulk input[name=scope][value=selected]");
+    var count = function () {
+      var n = Array.prototype.filter.call(boxes, function (b) { return b.checked; }).length;
+      if (picked) { picked.textContent = n + " ticked"; }
+      pickAll.checked = n > 0 && n === boxes.length;
+      pickAll.indeterminate = n > 0 && n < boxes.length;
+      if (n && scope) { scope.checked = true; }
+    };
+    pickAll.hidden = false;
+    pickAll.addEventListener("change", function () {
+      Array.prototype.forEach.call(boxes, function (b) { b.checked = pickAll.checked; });
+      count();
+    });
+    Array.prototype.forEach.call(boxes, function (b) { b.addEventListener("change", count); });
+    count();
   }
   // The schedule editor previews the next fire times as you type.
   var form = document.getElementById("schedule-form");

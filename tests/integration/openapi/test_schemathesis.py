@@ -71,7 +71,13 @@ async def _seed(client: httpx.AsyncClient) -> dict[str, dict[str, str]]:
     recurring = {"activity_type": "ping", "schedule": {"cron": "0 3 * * *"}, "parameter": {"SongId": 7}}
     recurring_ids = [(await post(base + "/recurring-activities", recurring))["id"] for _ in range(2)]
     key = await post("/v1/companies/acme/api-keys", {"name": "ci"})
-    kept = {"company": "acme", "solution": "shop", "type": "ping", "key_id": key["id"]}
+    kept = {
+        "company": "acme",
+        "solution": "shop",
+        "type": "ping",
+        "key_id": key["id"],
+        "destination": "https://receiver.invalid:443",
+    }
     return {
         "activity": {**kept, "id": activity_id},
         "recurring": {**kept, "id": recurring_ids[0]},

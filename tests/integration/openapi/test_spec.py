@@ -15,6 +15,7 @@ from starlette.routing import Mount, Route
 
 from oste.api import api_routes
 from oste.api.openapi import build_spec
+from oste.api.queries import spec_path
 from oste.server import create_app
 from oste.settings import Settings
 
@@ -56,7 +57,7 @@ def _route_operations() -> set[tuple[str, str]]:
             continue
         assert isinstance(route, Route), route
         # Starlette answers HEAD wherever GET is allowed; HEAD is not an operation of its own.
-        operations |= {(route.path, m.lower()) for m in route.methods or () if m != "HEAD"}
+        operations |= {(spec_path(route.path), m.lower()) for m in route.methods or () if m != "HEAD"}
     return operations
 
 

@@ -1,8 +1,9 @@
 """Validating activity create bodies into ``NewActivity`` records.
 
 One code path for everything that creates point-in-time activities from client JSON: the API's single
-and batch create (``oste.api.activities``), recurring activities' type lookups, and ``oste import``
-(``oste.cli.transfer``), which streams JSON lines through the same checks and ``Store.create_activities``.
+and batch create (``oste.api.activities``), the UI's create form (``oste.ui.forms``), recurring
+activities' type lookups, and ``oste import`` (``oste.cli.transfer``), which streams JSON lines through
+the same checks and ``Store.create_activities``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any
 
 import orjson
 
-from oste.api.activity_types import rules_of
-from oste.api.requests import check_storable, parse_duration, parse_time
 from oste.domain import records as r
 from oste.domain import schemas
+from oste.domain.fields import parse_duration, parse_time
+from oste.domain.json_values import check_storable
 from oste.domain.parameters import join_path
+from oste.domain.resource_values import rules_of
 from oste.errors import InvalidInput, NotFound
 from oste.storage.store import Store
 

@@ -1,0 +1,211 @@
+"""Validated column values of solutions and activity types from a create or patch body.
+
+One code path for every face: the API's handlers and the UI's forms check a body's shape with
+``oste.domain.schemas.check_shape`` and then turn it into the values the store writes here (durations,
+URIs, headers, the parameter schema and how the fields fit together). Each raises ``InvalidInput``
+naming the failing field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from oste.domain import records as r
+from oste.domain.fields import parse_duration
+from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
+from oste.domain.receiver_auth import check_auth
+from oste.domain.uris import check_target_uri
+from oste.errors import FieldError, InvalidInput
+
+DEFAULT_SUCCESS_PERIOD = 7 * 86400.0
+DEFAULT_DEAD_LETTER_PERIOD = 30 * 86400.0
+MAX_PERIOD = 3650 * 86400.0
+
+DEFAULT_RETRIES = 3
+DEFAULT_TIMEOUT = 30.0
+MAX_TIMEOUT = 900.0
+DEFAULT_BACKOFF_BASE = 1.0
+DEFAULT_BACKOFF_MAX = 3600.0
+MAX_ON_SUCCESS_DELAY = 30 * 86400.0
+CHAIN_FIELDS = ("on_success", "on_dead_letter")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An RFC 9110 token: the only valid header name."""
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "user-agent",
+        "idempotency-key",
+        "traceparent",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+    }
+)
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why a static header value cannot be sent, or None: no line breaks, NUL or other control
+    characters (U+0000-U+001F but the horizontal tab, and U+007F; RFC 9110 field values)."""
+    if "\r" in value or "\n" in value:
+        return "must not contain line breaks (CR or LF)"
+    bad = _CONTROL_CHARACTER.search(value)
+    if bad:
+        found = f"U+{ord(bad.group()):04X}"
+        return f"must not contain control characters (found {found}); a tab is the only one allowed"
+    return None
+
+
+def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
+    """Static headers: RFC 9110 token names, no header OSTE sets itself, values without control
+    characters."""
+    headers: dict[str, r.Header] = {}
+    errors: list[FieldError] = []
+    for name, value in raw.items():
+        where = f"headers/{name}"
+        lowered = name.lower()
+        if not _HEADER_NAME.fullmatch(name):
+            errors.append(
+                FieldError(
+                    where,
+                    "is not a valid HTTP header name: use letters, digits and !#$%&'*+-.^_`|~ only "
+                    "(an RFC 9110 token)",
+                )
+            )
+        elif lowered in RESERVED_HEADERS or lowered.startswith("oste-"):
+            errors.append(FieldError(where, "is set by OSTE itself and cannot be overridden"))
+        header = (
+            r.Header(value)
+            if isinstance(value, str)
+            else r.Header(value["value"], value.get("secret", False))
+        )
+        reason = header_value_problem(header.value)
+        if reason:
+            errors.append(FieldError(where, reason))
+        headers[name] = header
+    if errors:
+        raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)
+    return headers
+
+
+def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> dict[str, Any]:
+    """Validated column values of an activity type from a create (current=None) or patch body."""
+    values: dict[str, Any] = {
+        k: data[k]
+        for k in ("name", "verb", "retries", "max_concurrency", "rate_limit", "paused", "breaker_failures")
+        if k in data
+    }
+    if "uri_pattern" in data:
+        uri_placeholders(data["uri_pattern"])
+        values["uri_pattern"] = data["uri_pattern"]
+    if "parameter_schema" in data:
+        values["parameter_schema"] = check_parameter_schema(data["parameter_schema"])
+    if "object_id_ref" in data:
+        values["object_id_ref"] = tuple(data["object_id_ref"])
+    if "headers" in data:
+        values["headers"] = check_headers(data["headers"])
+    values.update(_auth_values(data, current))
+    if "success_statuses" in data:
+        statuses = data["success_statuses"]
+        values["success_statuses"] = tuple(sorted(set(statuses))) if statuses is not None else None
+    for name, maximum in (("timeout", MAX_TIMEOUT), ("backoff_base", 86400.0), ("backoff_max", 30 * 86400.0)):
+        if name in data:
+            values[name] = parse_duration(data[name], name, maximum)
+    for name in CHAIN_FIELDS:
+        if name in data:
+            values[name] = data[name]
+    if "on_success_delay" in data:
+        delay = data["on_success_delay"]
+        values["on_success_delay"] = (
+            None if delay is None else parse_duration(delay, "on_success_delay", MAX_ON_SUCCESS_DELAY)
+        )
+    if current is None:
+        defaults: dict[str, Any] = {
+            "parameter_schema": None,
+            "retries": DEFAULT_RETRIES,
+            "timeout": DEFAULT_TIMEOUT,
+            "object_id_ref": (),
+            "headers": {},
+            "max_concurrency": None,
+            "rate_limit": None,
+            "backoff_base": DEFAULT_BACKOFF_BASE,
+            "backoff_max": DEFAULT_BACKOFF_MAX,
+            "success_statuses": None,
+            "paused": False,
+            "on_success": None,
+            "on_success_delay": None,
+            "on_dead_letter": None,
+            "breaker_failures": None,
+            "auth": None,
+        }
+        values = {**defaults, **values}
+    _check_consistency(values, current)
+    return values
+
+
+def _auth_values(data: dict[str, Any], current: r.ActivityType | None) -> dict[str, Any]:
+    """``auth`` checked against the stored one (whose secrets a ``{"secret": true}`` keeps)."""
+    if "auth" not in data:
+        return {}
+    return {"auth": check_auth(data["auth"], current.auth if current is not None else None)}
+
+
+def _check_consistency(values: dict[str, Any], current: r.ActivityType | None) -> None:
+    def pick(name: str) -> Any:
+        return values[name] if name in values else getattr(current, name)
+
+    for name in ("timeout", "backoff_base"):
+        if pick(name) <= 0:
+            raise InvalidInput.field(name, "must be longer than zero")
+    if pick("backoff_max") < pick("backoff_base"):
+        raise InvalidInput.field("backoff_max", "must be at least backoff_base")
+    schema = pick("parameter_schema")
+    for field in pick("object_id_ref"):
+        properties = (schema or {}).get("properties")
+        if (
+            isinstance(properties, dict)
+            and schema.get("additionalProperties") is False
+            and field not in properties
+        ):
+            raise InvalidInput.field(
+                "object_id_ref", f"names {field!r}, which parameter_schema does not allow"
+            )
+
+
+def rules_of(activity_type: r.ActivityType) -> ParameterRules:
+    return ParameterRules(
+        activity_type.uri_pattern, activity_type.parameter_schema, activity_type.object_id_ref
+    )
+
+
+def solution_values(data: dict[str, Any], creating: bool) -> dict[str, Any]:
+    """Validated column values of a solution from a create or patch body."""
+    values: dict[str, Any] = {k: data[k] for k in ("name", "qos_level", "paused") if k in data}
+    for uri_field in ("success_uri", "dead_letter_uri"):
+        if data.get(uri_field) is not None:
+            check_target_uri(data[uri_field], uri_field, placeholders=False)
+        if uri_field in data:
+            values[uri_field] = data[uri_field]
+    for period, default in (
+        ("success_period", DEFAULT_SUCCESS_PERIOD),
+        ("dead_letter_period", DEFAULT_DEAD_LETTER_PERIOD),
+    ):
+        if period in data:
+            values[period] = parse_duration(data[period], period, MAX_PERIOD)
+            if values[period] <= 0:
+                raise InvalidInput.field(
+                    period, "must be longer than zero: it is how long records stay queryable before shipping"
+                )
+        elif creating:
+            values[period] = default
+    if creating:
+        values.setdefault("qos_level", 1)
+        values.setdefault("paused", False)
+        values.setdefault("success_uri", None)
+        values.setdefault("dead_letter_uri", None)
+    return values

@@ -1,0 +1,140 @@
+"""Activity listings an operator works with: newest or oldest first, a capped total, and the parameter
+search (``parameter.SongId = 42``), each with a bounded cost whatever a tenant types.
+
+A parameter search is answered two ways at once. For the types whose ``object_id_ref`` is exactly the
+searched field, the object id *is* the value: the ``(solution_id, object_id)`` index finds every match
+however old. For the other types the parameters of the newest ``SEARCH_SCAN`` activities matching the
+rest of the filter are read and compared (``ParameterMatch.matches``, the same rule on both databases);
+older ones are not looked at, and the answer's ``Scan`` says so. The two are joined into one condition
+on the activity table, so listing, counting and bulk changes (``oste.storage.bulk``) share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from tortoise.expressions import Q
+from tortoise.queryset import QuerySet
+
+from oste.domain import records as r
+from oste.domain.search import ParameterMatch
+from oste.domain.stats import Count
+from oste.storage import models as m
+from oste.storage.database import raises_unavailable
+from oste.storage.dialects import json_of, uuid_of
+from oste.storage.store import activity_record, decode_cursor, encode_cursor, matching_activities
+
+SEARCH_SCAN = 5_000
+"""Activities (the newest matching the other filters) whose parameters a search reads, for the types
+the object-id index cannot serve."""
+TOTAL_CAP = 1_000
+"""A listing's total stops here (shown as "1,000+"): counting further would read on through every
+row a sparse filter skips."""
+
+
+@dataclass(frozen=True)
+class Scan:
+    """How a parameter search was answered: ``indexed`` types through the object-id index, the others
+    among the newest ``scanned`` activities (``truncated``: older ones were not looked at)."""
+
+    indexed: int
+    scanned: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One page of a listing: the activities, the next page's cursor, how a search was answered."""
+
+    page: r.Page
+    scan: Scan | None
+
+
+async def activity_query(solution: r.Solution, filters: r.ActivityFilter) -> tuple[QuerySet, Scan | None]:
+    """The activities of ``solution`` matching ``filters``, a parameter search included (bounded, see
+    the module docstring), and how the search was answered (None without one)."""
+    if filters.parameter is None:
+        return matching_activities(solution, filters), None
+    base = dataclasses.replace(filters, parameter=None)
+    query = matching_activities(solution, base)
+    condition, scan = await _parameter_condition(solution, base, filters.parameter)
+    return query.filter(condition), scan
+
+
+async def _parameter_condition(
+    solution: r.Solution, base: r.ActivityFilter, match: ParameterMatch
+) -> tuple[Q, Scan]:
+    kinds = m.ActivityType.filter(solution_id=solution.id)
+    if base.activity_type_id is not None:
+        kinds = kinds.filter(id=base.activity_type_id)
+    indexed: list[uuid.UUID] = []
+    others: list[uuid.UUID] = []
+    for row in await kinds.values("id", "object_id_ref"):
+        ref = list(json_of(row["object_id_ref"]) or ())
+        (indexed if match.field is not None and ref == [match.field] else others).append(uuid_of(row["id"]))
+    parts: list[Q] = []
+    if indexed:
+        parts.append(Q(activity_type_id__in=indexed, object_id=match.text))
+    scanned, truncated = 0, False
+    if others:
+        newest = (
+            matching_activities(solution, base)
+            .filter(activity_type_id__in=others)
+            .order_by("-id")
+            .limit(SEARCH_SCAN + 1)
+            .values("id", "parameter")
+        )
+        rows = await _raw(newest)  # the driver's rows: no ORM conversion of thousands of them
+        truncated = len(rows) > SEARCH_SCAN
+        rows = rows[:SEARCH_SCAN]
+        scanned = len(rows)
+        hits = [uuid_of(row["id"]) for row in rows if match.matches(json_of(row["parameter"]))]
+        if hits:
+            parts.append(Q(id__in=hits))
+    if not parts:
+        return Q(id__in=[]), Scan(len(indexed), scanned, truncated)
+    condition = parts[0] if len(parts) == 1 else Q(*parts, join_type=Q.OR)
+    return condition, Scan(len(indexed), scanned, truncated)
+
+
+@raises_unavailable
+class ActivityListing:
+    """Pages and totals of a solution's activities for the UI (the API pages with ``Store``)."""
+
+    async def page(
+        self,
+        solution: r.Solution,
+        filters: r.ActivityFilter,
+        limit: int,
+        cursor: str | None = None,
+        newest: bool = True,
+    ) -> Listing:
+        """One page, newest first (or oldest first), after ``cursor``."""
+        query, scan = await activity_query(solution, filters)
+        if cursor:
+            last = decode_cursor(cursor)
+            query = query.filter(id__lt=last) if newest else query.filter(id__gt=last)
+        rows = await query.order_by("-id" if newest else "id").limit(limit + 1)
+        names = dict(await m.ActivityType.filter(solution_id=solution.id).values_list("id", "name"))
+        items = [activity_record(row, names.get(row.activity_type_id, "?")) for row in rows[:limit]]
+        next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
+        return Listing(r.Page(items, next_cursor), scan)
+
+    async def total(self, solution: r.Solution, filters: r.ActivityFilter, cap: int = TOTAL_CAP) -> Count:
+        """How many activities match, stopped at ``cap`` (then ``at_least``)."""
+        query, _ = await activity_query(solution, filters)
+        rows = await _raw(
+            query.limit(cap + 1).values_list("id", flat=True), "SELECT count(*) AS n FROM ({}) q"
+        )
+        n = int(rows[0]["n"])
+        return Count(min(n, cap), n > cap)
+
+
+async def _raw(query: Any, wrap: str = "{}") -> list[dict[str, Any]]:
+    """The rows of a Tortoise query run as raw SQL (optionally wrapped, ``{}`` standing for it)."""
+    sql = query.sql()
+    _, params = query.query.get_parameterized_sql()
+    return list(await m.Activity._meta.db.execute_query_dict(wrap.format(sql), params))

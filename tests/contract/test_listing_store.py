@@ -1,0 +1,117 @@
+"""The lists an operator works with, over the real stores (SQLite and PostgreSQL): the retrying and due
+views, newest or oldest first, the capped total, the parameter search (object-id index and bounded
+scan), and bulk run-now and delete by id list."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from oste.domain import records as r
+from oste.domain.search import parse_search, view_of
+from oste.storage import listing
+from oste.storage import models as m
+from oste.storage.bulk import BulkChange
+from oste.storage.listing import ActivityListing
+from oste.storage.store import Store
+from tests.factories import activity_type_values, make_activities, make_type
+
+S = r.ActivityState
+
+
+def _filter(store: Store, view: str = "", **fields: object) -> r.ActivityFilter:
+    v = view_of(view, store.clock.now())
+    return r.ActivityFilter(
+        state=S(v.state) if v.state else None, retrying=v.retrying, due_by=v.due_by, **fields
+    )
+
+
+async def _ids(store: Store, solution: r.Solution, filters: r.ActivityFilter, newest: bool = True) -> list:
+    page = await ActivityListing().page(solution, filters, 100, newest=newest)
+    return [a.id for a in page.page.items]
+
+
+async def test_retrying_and_due_views_newest_first_and_a_capped_total(store: Store) -> None:
+    kind = await make_type(store, "https://x.example/{n}")
+    solution = await store.get_solution(await store.get_company("acme"), "songs")
+    now = store.clock.now()
+    due = await make_activities(store, kind, now - timedelta(minutes=5), count=3)
+    future = await make_activities(store, kind, now + timedelta(hours=1), count=2)
+    await m.Activity.filter(id__in=[due[0].id, future[0].id]).update(attempts=2)  # retried before
+    await store.cancel_activity(due[2])
+
+    assert await _ids(store, solution, _filter(store, "due")) == [due[1].id, due[0].id]
+    assert await _ids(store, solution, _filter(store, "retrying")) == [future[0].id, due[0].id]
+    oldest = await _ids(store, solution, _filter(store, "scheduled"), newest=False)
+    assert oldest == [due[0].id, due[1].id, future[0].id, future[1].id]
+
+    pages = ActivityListing()
+    first = await pages.page(solution, _filter(store), 2)
+    second = await pages.page(solution, _filter(store), 2, first.page.next_cursor)
+    assert [a.id for a in first.page.items + second.page.items] == [f.id for f in reversed(future)] + [
+        due[2].id,
+        due[1].id,
+    ]
+    total = await pages.total(solution, _filter(store))
+    assert (total.value, total.at_least) == (5, False)
+    capped = await pages.total(solution, _filter(store), cap=3)
+    assert (capped.value, capped.at_least) == (3, True)
+
+
+async def test_parameter_search_uses_the_object_id_and_scans_the_other_types_bounded(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    indexed_kind = await make_type(store, "https://x.example/{n}")  # creates acme/songs
+    solution = await store.get_solution(await store.get_company("acme"), "songs")
+    by_id = await store.create_activity_type(solution, activity_type_values(name="by-song"))
+    assert by_id.object_id_ref == ("SongId",)
+    when = store.clock.now() + timedelta(hours=1)
+    songs = await make_activities(store, by_id, when, count=3, parameter=lambda i: {"SongId": 40 + i})
+    others = await make_activities(
+        store, indexed_kind, when, count=4, parameter=lambda i: {"n": i, "SongId": "42" if i % 2 else 7}
+    )
+    search = parse_search("parameter.SongId = 42")
+    assert search is not None and search.parameter is not None
+    filters = r.ActivityFilter(parameter=search.parameter)
+    found = set(await _ids(store, solution, filters))
+    assert found == {songs[2].id, others[1].id, others[3].id}  # 42 and "42" compare as text
+    page = await ActivityListing().page(solution, filters, 10)
+    assert page.scan == listing.Scan(indexed=1, scanned=4, truncated=False)
+    assert (await ActivityListing().total(solution, filters)).value == 3
+
+    nested = parse_search('parameter.SongId = "7"')
+    assert nested is not None and nested.parameter is not None
+    assert await _ids(store, solution, r.ActivityFilter(parameter=nested.parameter)) == [
+        others[2].id,
+        others[0].id,
+    ]
+
+    monkeypatch.setattr(listing, "SEARCH_SCAN", 2)  # only the newest two of the unindexed type
+    page = await ActivityListing().page(solution, filters, 10)
+    assert {a.id for a in page.page.items} == {songs[2].id, others[3].id}
+    assert page.scan is not None and page.scan.truncated and page.scan.scanned == 2
+
+
+async def test_bulk_run_now_and_delete_by_id_list_change_exactly_those(store: Store) -> None:
+    kind = await make_type(store, "https://x.example/{n}")
+    solution = await store.get_solution(await store.get_company("acme"), "songs")
+    now = store.clock.now()
+    later = await make_activities(store, kind, now + timedelta(hours=3), count=4)
+    chosen = (later[0].id, later[2].id)
+    selection = r.ActivityFilter(ids=chosen)
+    dry = await BulkChange(store.clock).run(solution, selection, "run_now", dry_run=True)
+    assert (dry.matched, dry.would_change, dry.changed) == (2, 2, 0)
+    done = await BulkChange(store.clock).run(solution, selection, "run_now")
+    assert (done.matched, done.changed) == (2, 2)
+    after = {a.id: a for a in (await store.list_activities(solution, r.ActivityFilter(), 10)).items}
+    assert all(after[i].next_attempt_at <= store.clock.now() for i in chosen)
+    assert all(after[a.id].next_attempt_at == a.scheduled_for for a in (later[1], later[3]))
+
+    await store.cancel_activity(later[1])
+    everything = dataclasses.replace(_filter(store), ids=(later[1].id, later[2].id))
+    deleted = await BulkChange(store.clock, chunk=1).run(solution, everything, "delete")
+    assert (deleted.matched, deleted.changed) == (2, 2)
+    left = [a.id for a in (await store.list_activities(solution, r.ActivityFilter(), 10)).items]
+    assert left == [later[0].id, later[3].id]

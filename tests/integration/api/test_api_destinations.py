@@ -1,0 +1,100 @@
+"""The destinations API: the operator sees and steers every destination's breaker and cap; a company
+key sees only the destinations its own activities were sent to, and can change none."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from oste.settings import Settings
+from tests.engine_support import Receiver
+from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+async def engine_api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    settings = Settings(
+        data_dir=tmp_path,
+        database_url=database_url,
+        allowed_targets=("127.0.0.1",),
+        destination_max_in_flight=50,
+    )
+    async with api_client(settings, run_engine=True) as client:
+        yield client
+
+
+async def used(api: Api, tenant: Tenant, destination: str) -> dict[str, object]:
+    """Fire one activity of ``tenant`` and wait until its company lists ``destination``."""
+    await api.post(tenant.activities, tenant.activity(1), token=tenant.key, expect=201)
+    company = tenant.path.split("/solutions/")[0]
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        items = (await api.get(company + "/destinations", token=tenant.key, expect=200)).json()["items"]
+        found = [item for item in items if item["destination"] == destination]
+        if found:
+            return found[0]
+        assert asyncio.get_running_loop().time() < deadline, f"{destination} never listed: {items}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_company_sees_only_its_own_destinations_and_the_operator_steers_them(
+    engine_api: Api, receiver: Receiver
+) -> None:
+    api = engine_api
+    mine = await api.tenant(uri_pattern=receiver.url + "/song/{SongId}")
+    other = await api.tenant(uri_pattern="http://127.0.0.2:9/song/{SongId}")
+    destination = f"http://127.0.0.1:{receiver.port}"
+    listed = await used(api, mine, destination)
+    assert listed == {
+        "destination": destination,
+        "state": "closed",
+        "failures": 0,
+        "opened_at": None,
+        "next_probe_at": None,
+        "forced": False,
+        "max_in_flight": 50,
+        "own_max_in_flight": None,
+    }
+    other_company = other.path.split("/solutions/")[0]
+    theirs = (await api.get(other_company + "/destinations", token=other.key, expect=200)).json()["items"]
+    assert all(item["destination"] != destination for item in theirs)  # never another company's hosts
+    every = (await api.get("/v1/destinations", expect=200)).json()["items"]
+    assert destination in [item["destination"] for item in every]
+
+    # Only the operator reads them all or changes one.
+    assert_problem(await api.get("/v1/destinations", token=mine.key), 403)
+    assert_problem(await api.post(f"/v1/destinations/{destination}/open", token=mine.key), 403)
+    assert_problem(
+        await api.patch(f"/v1/destinations/{destination}", {"max_in_flight": 2}, token=mine.key), 403
+    )
+
+    opened = (await api.post(f"/v1/destinations/{destination}/open", expect=200)).json()
+    assert opened["state"] == "open" and opened["forced"] and opened["next_probe_at"] is None
+    encoded = quote(destination, safe="")
+    assert (await api.get(f"/v1/destinations/{encoded}", expect=200)).json()["state"] == "open"
+    capped = (await api.patch(f"/v1/destinations/{destination}", {"max_in_flight": 2}, expect=200)).json()
+    assert capped["max_in_flight"] == 2 and capped["own_max_in_flight"] == 2
+    closed = (await api.post(f"/v1/destinations/{destination}/close", expect=200)).json()
+    assert closed["state"] == "closed" and not closed["forced"] and closed["failures"] == 0
+    reset = (await api.patch(f"/v1/destinations/{destination}", {"max_in_flight": None}, expect=200)).json()
+    assert reset["max_in_flight"] == 50 and reset["own_max_in_flight"] is None
+
+
+async def test_bad_destinations_and_caps_are_refused_naming_the_field(engine_api: Api) -> None:
+    api = engine_api
+    assert_problem(await api.post("/v1/destinations/ftp://files.example.com/open"), 422, "destination")
+    assert_problem(await api.get("/v1/destinations/not-a-uri"), 422, "destination")
+    assert_problem(await api.get("/v1/destinations/https://never.example.com:443"), 404)
+    too_big = {"max_in_flight": 10**9}
+    assert_problem(
+        await api.patch("/v1/destinations/https://a.example.com:443", too_big), 422, "max_in_flight"
+    )
+    missing = assert_problem(await api.patch("/v1/destinations/https://a.example.com:443", {}), 422)
+    assert "max_in_flight" in missing["detail"]
+    assert_problem(await api.get("/v1/destinations?state=open"), 422, "state")

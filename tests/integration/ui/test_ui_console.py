@@ -1,0 +1,134 @@
+"""The UI as a console, over a real server without a browser: list views (due, retrying), order, total
+and search; bulk actions by selection and by filter with their dry run and confirmation; the type page
+and its limits; the dashboard's live JSON; and the API's bulk run-now and delete by id list."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.integration.api.conftest import Tenant
+from tests.integration.ui.conftest import Browser, UiWorld
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+ROW = re.compile(r'name="id" value="([0-9a-f-]{36})"')
+
+
+def ui_path(tenant: Tenant) -> str:
+    return f"/ui/companies/{tenant.company}/solutions/{tenant.solution}"
+
+
+async def make(world: UiWorld, tenant: Tenant, songs: range, **fields: Any) -> list[dict[str, Any]]:
+    body = {"activities": [tenant.activity(song, **fields) for song in songs]}
+    return (await world.api.post(tenant.activities, body, expect=201)).json()["activities"]
+
+
+async def listed(browser: Browser, path: str) -> list[str]:
+    return ROW.findall((await browser.get(path)).text)
+
+
+async def states(world: UiWorld, tenant: Tenant) -> dict[str, str]:
+    page = (await world.api.get(tenant.activities, params={"limit": 100}, expect=200)).json()
+    return {a["id"]: a["state"] for a in page["items"]}
+
+
+async def test_views_order_total_and_search(world: UiWorld, admin: Browser) -> None:
+    tenant = await world.api.tenant(paused=True, object_id_ref=["SongId"])  # due ones stay due
+    base = ui_path(tenant)
+    due = await make(world, tenant, range(40, 43))
+    later = await make(world, tenant, range(50, 52), delay="PT2H")
+    ids = [a["id"] for a in due + later]
+    assert await listed(admin, f"{base}/activities") == list(reversed(ids))  # newest first
+    assert await listed(admin, f"{base}/activities?order=oldest") == ids
+    page = (await admin.get(f"{base}/activities?state=due")).text
+    assert ROW.findall(page) == [a["id"] for a in reversed(due)]
+    assert re.search(r'id="total"><strong>3</strong> matching', page), page
+    assert await listed(admin, f"{base}/activities?state=retrying") == []
+    found = (await admin.get(f"{base}/activities", params={"q": "parameter.SongId = 51"})).text
+    assert ROW.findall(found) == [later[1]["id"]]
+    assert "by its object id" in found  # the type's object_id_ref is SongId: the index answered
+    assert await listed(admin, f"{base}/activities?q={due[0]['id']}") == [due[0]["id"]]
+    for bad in ("SongId = 4", "parameter. = 4", "parameter.a.b.c.d.e = 1", "x" * 400):
+        answer = await admin.get(f"{base}/activities", params={"q": bad})
+        assert 'class="flash error"' in answer.text and ROW.findall(answer.text) == [], bad
+    answer = await admin.get(f"{base}/activities", params={"state": "nonsense", "after": "x" * 100})
+    assert 'class="flash error"' in answer.text
+
+
+async def test_bulk_selected_and_all_matching_with_dry_run_and_confirmation(
+    world: UiWorld, admin: Browser
+) -> None:
+    tenant = await world.api.tenant()
+    base = ui_path(tenant)
+    made = [a["id"] for a in await make(world, tenant, range(1, 6), delay="PT3H")]
+    picked = [made[1], made[3]]
+    query = [("action", "cancel"), ("scope", "selected"), *(("id", i) for i in picked)]
+    confirm = (await admin.get(f"{base}/bulk", params=query)).text
+    assert "<strong>2</strong> activities would be cancelled" in confirm, confirm
+    assert (await states(world, tenant)) == dict.fromkeys(made, "scheduled")  # a dry run
+    form = {"action": "cancel", "scope": "selected", "ids": ",".join(picked)}
+    await admin.post(f"{base}/bulk", form)  # not confirmed: refused
+    assert set((await states(world, tenant)).values()) == {"scheduled"}
+    done = await admin.post(f"{base}/bulk", {**form, "confirm": "yes"})
+    assert "Cancelled 2 activities" in (await admin.get(done.headers["location"])).text
+    after = await states(world, tenant)
+    assert {i for i, s in after.items() if s == "cancelled"} == set(picked)
+
+    matching = {"action": "delete", "scope": "matching", "state": "cancelled"}
+    confirm = (await admin.get(f"{base}/bulk", params=matching)).text
+    assert "<strong>2</strong> cancelled activities would be deleted" in confirm
+    await admin.post(f"{base}/bulk", {**matching, "confirm": "yes"})
+    assert set(await states(world, tenant)) == set(made) - set(picked)
+
+    run = {"action": "run_now", "scope": "matching", "q": "parameter.SongId = 5"}
+    await admin.post(f"{base}/bulk", {**run, "confirm": "yes"})
+    fifth = (await world.api.get(f"{tenant.activities}/{made[4]}", expect=200)).json()
+    first = (await world.api.get(f"{tenant.activities}/{made[0]}", expect=200)).json()
+    assert fifth["next_attempt_at"] < fifth["scheduled_for"]
+    assert first["next_attempt_at"] == first["scheduled_for"]
+    nothing = (await admin.get(f"{base}/bulk", params={"action": "cancel", "scope": "selected"})).text
+    assert "tick at least one activity" in nothing
+
+
+async def test_type_page_counts_and_limits_edited_in_place(world: UiWorld, admin: Browser) -> None:
+    tenant = await world.api.tenant()
+    base = ui_path(tenant)
+    await make(world, tenant, range(1, 4), delay="PT1H")
+    page = (await admin.get(f"{base}/types/{tenant.activity_type}")).text
+    assert re.search(r'<span class="v">3</span><span class="k">scheduled</span>', page), page
+    assert "Yes, pause" in page and "Save limits" in page
+    solution_page = (await admin.get(base)).text
+    assert f'href="{base}/types/{tenant.activity_type}"' in solution_page
+    limits = f"{base}/types/{tenant.activity_type}/limits"
+    back = f"{base}/types/{tenant.activity_type}"
+    done = await admin.post(limits, {"max_concurrency": "4", "rate_limit": "2.5", "back": back})
+    assert "at most 4 at once, 2.5 per second" in (await admin.get(done.headers["location"])).text
+    stored = (await world.api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
+    assert (stored["max_concurrency"], stored["rate_limit"]) == (4, 2.5)
+    refused = await admin.post(limits, {"max_concurrency": "0", "rate_limit": "", "back": back})
+    assert "max_concurrency" in (await admin.get(refused.headers["location"])).text
+    await admin.post(limits, {"max_concurrency": "", "rate_limit": "abc"})
+    await admin.post(limits, {"max_concurrency": "", "rate_limit": ""})
+    stored = (await world.api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
+    assert (stored["max_concurrency"], stored["rate_limit"]) == (None, None)
+    missing = await admin.get(f"{base}/types/no-such-type", expect=404)
+    assert "Not found" in missing.text
+
+
+async def test_live_json_and_the_apis_bulk_by_id_list(world: UiWorld, admin: Browser) -> None:
+    tenant = await world.api.tenant()
+    live = (await admin.get("/ui/live")).json()
+    assert {"queue.due", "queue.future", "outcome.ok", "lag.p95", "at"} <= set(live["figures"])
+    assert live["charts"]["outcomes"].startswith("<svg")
+    made = [a["id"] for a in await make(world, tenant, range(1, 4), delay="PT3H")]
+    body = {"filter": {"ids": made[:2]}, "action": "run_now"}
+    answer = (await world.api.post(f"{tenant.activities}/bulk", body, expect=200)).json()
+    assert (answer["matched"], answer["changed"]) == (2, 2)
+    body = {"filter": {"ids": [made[2]]}, "action": "delete", "dry_run": True}
+    assert (await world.api.post(f"{tenant.activities}/bulk", body, expect=200)).json()["would_change"] == 1
+    await world.api.post(f"{tenant.activities}/bulk", {**body, "dry_run": False}, expect=200)
+    await world.api.get(f"{tenant.activities}/{made[2]}", expect=404)
+    bad = await world.api.post(f"{tenant.activities}/bulk", {"filter": {"ids": ["x"]}, "action": "delete"})
+    assert bad.status_code == 422 and "ids" in bad.text

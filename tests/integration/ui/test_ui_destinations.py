@@ -1,0 +1,55 @@
+"""The destinations page: the operator sees every destination and opens or closes a breaker by hand
+after a confirmation; a company sees only its own destinations and no buttons."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from oste.domain.clock import SystemClock
+from oste.storage.destinations import DestinationStore
+from tests.integration.ui.conftest import Browser, UiWorld
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def test_the_operator_opens_and_closes_a_circuit_after_a_confirmation(
+    admin: Browser, world: UiWorld
+) -> None:
+    destination = f"https://{uuid.uuid4().hex[:12]}.example.com:443"
+    await DestinationStore(SystemClock()).set_cap(destination, 7)  # known to the store, closed
+    page = (await admin.get("/ui/destinations")).text
+    assert destination in page and "closed" in page and ">7<" in page
+    confirm = (
+        await admin.get("/ui/destinations/force", params={"destination": destination, "state": "open"})
+    ).text
+    assert "wait, without spending retries" in confirm and destination in confirm
+    await admin.post(
+        "/ui/destinations/force", {"destination": destination, "state": "open", "back": "/ui/destinations"}
+    )
+    after = (await admin.get("/ui/destinations")).text
+    assert "(by hand)" in after and f"Circuit of {destination} opened" in after
+    row = await DestinationStore(SystemClock()).get(destination)
+    assert row.state == "open" and row.forced
+    await admin.post(
+        "/ui/destinations/force", {"destination": destination, "state": "closed", "back": "/ui/destinations"}
+    )
+    assert (await DestinationStore(SystemClock()).get(destination)).state == "closed"
+
+
+async def test_a_company_sees_only_its_own_destinations_and_cannot_force_one(
+    company: Browser, world: UiWorld
+) -> None:
+    mine, theirs = "https://mine.example.com:443", "https://theirs.example.com:443"
+    store = DestinationStore(SystemClock())
+    one = await world.api.get(world.one.path.split("/solutions/")[0], expect=200)
+    await store.note_users([(mine, uuid.UUID(one.json()["id"]))])
+    await store.set_cap(theirs, 3)
+    page = (await company.get("/ui/destinations")).text
+    assert mine in page and theirs not in page and "Open…" not in page
+    refused = await company.post(
+        "/ui/destinations/force", {"destination": mine, "state": "open", "back": "/ui/destinations"}
+    )
+    assert (await store.get(mine)).state == "closed"
+    assert "only the operator" in (await company.get(refused.headers["location"])).text

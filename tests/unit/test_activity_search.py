@@ -1,0 +1,81 @@
+"""The search box and the list views (``oste.domain.search``): what parses, what is refused (naming the
+field), the bounds, and how a parameter match compares."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from oste.domain.search import MAX_PATH_DEPTH, MAX_SEARCH, ParameterMatch, parse_search, view_of
+from oste.errors import InvalidInput
+
+NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "value"),
+    [
+        ("parameter.SongId = 42", ("SongId",), "42"),
+        ("parameter.SongId=42", ("SongId",), "42"),
+        ('parameter.title == "Blue Moon"', ("title",), "Blue Moon"),
+        ("parameter.song.album.id: 7", ("song", "album", "id"), "7"),
+        ("parameter.flag = true", ("flag",), "true"),
+        ("parameter.day = 2026-11-23", ("day",), "2026-11-23"),
+        ("parameter.name = Blue Moon", ("name",), "Blue Moon"),
+        ("parameter.SongId = 4.5", ("SongId",), "4.5"),
+    ],
+)
+def test_parameter_searches_parse(text: str, path: tuple[str, ...], value: str) -> None:
+    search = parse_search(text)
+    assert search is not None and search.parameter == ParameterMatch(path, value)
+
+
+def test_an_id_is_an_id_search_and_blank_is_none() -> None:
+    some = uuid.uuid4()
+    assert parse_search(f"  {some} ") is not None
+    assert parse_search(str(some)).activity_id == some  # type: ignore[union-attr]  # parsed above
+    assert parse_search("   ") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SongId = 42",
+        "parameter.SongId",
+        "parameter.SongId = ",
+        "parameter. = 1",
+        "parameter.a..b = 1",
+        "parameter." + ".".join("a" * (MAX_PATH_DEPTH + 1)) + " = 1",
+        "parameter." + "x" * 101 + " = 1",
+        "parameter.a = [1, 2]",
+        'parameter.a = {"b": 1}',
+        'parameter.a = "open',
+        "x" * (MAX_SEARCH + 1),
+    ],
+)
+def test_what_cannot_be_a_search_is_refused_naming_the_field(text: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        parse_search(text, "q")
+    assert [e.field for e in refused.value.errors] == ["q"]
+
+
+def test_a_match_compares_scalars_as_text_along_the_path() -> None:
+    match = ParameterMatch(("song", "id"), "42")
+    assert match.matches({"song": {"id": 42}}) and match.matches({"song": {"id": "42"}})
+    assert not match.matches({"song": {"id": 43}}) and not match.matches({"song": 42})
+    assert not match.matches({"song": {"id": [42]}}) and not match.matches({"id": 42})
+    assert ParameterMatch(("ok",), "true").matches({"ok": True})
+    assert match.field is None and ParameterMatch(("SongId",), "1").field == "SongId"
+
+
+def test_views_name_states_plus_due_and_retrying() -> None:
+    assert view_of("", NOW).state is None
+    assert view_of("dead", NOW).state == "dead"
+    due = view_of("due", NOW)
+    assert (due.state, due.due_by, due.retrying) == ("scheduled", NOW, False)
+    retrying = view_of("retrying", NOW)
+    assert (retrying.state, retrying.due_by, retrying.retrying) == ("scheduled", None, True)
+    with pytest.raises(InvalidInput):
+        view_of("sleeping", NOW)
