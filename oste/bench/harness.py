@@ -59,12 +59,21 @@ class BenchOptions:
     workers: int = 1
     database_url: str | None = None
     concurrency: int = 64
+    limit_processes: int | None = None
+    """Processes the limit fires from (each with ``concurrency`` in flight); None: as many as OSTE has
+    sending (``limit_process_count``)."""
     batch_concurrency: int = 4
     lead: float | None = None
     timeout: float = 120.0
     claim_probes: int = 200
     executions: int | None = None
     requests: int = 200
+    kill_at: float | None = None
+    """``crash``: the share of the burst delivered when worker 1 is killed (None: 0.3)."""
+    minutes: float | None = None
+    """``soak``: how long it runs, in minutes."""
+    output: Path | None = None
+    """``soak``: where the per-minute table is saved too (CSV if the name ends in .csv, else JSON)."""
     run_limit: bool = True
     progress: bool = True
     work_dir: Path | None = None
@@ -72,6 +81,14 @@ class BenchOptions:
     @property
     def postgres(self) -> bool:
         return is_postgres(self.database_url)
+
+    @property
+    def limit_process_count(self) -> int:
+        """The limit's processes: as asked, or as many as OSTE's sender processes (the workers on
+        PostgreSQL, one ``oste serve`` on SQLite), so the ratio is against the same cores."""
+        if self.limit_processes is not None:
+            return max(1, self.limit_processes)
+        return max(1, self.workers) if self.postgres else 1
 
     @property
     def topology(self) -> str:
@@ -203,39 +220,61 @@ class Harness:
             await asyncio.sleep(0.5)
 
     async def limit(self, plan: Mapping[Key, float], label: str = "limit") -> Delivery | None:
-        """The same plan, moved to start shortly from now, fired by the bare aiohttp loop."""
+        """The same plan, moved to start shortly from now, fired by the bare aiohttp loop in
+        ``limit_process_count`` processes; with more than one, then again by one process alone (its
+        figures in the result's ``one_process``)."""
         if not self.options.run_limit or not plan:
             return None
+        processes = self.options.limit_process_count
+        delivery = await self._limit_run(plan, label, processes)
+        if processes > 1:
+            single = await self._limit_run(plan, f"{label}, 1 process", 1)
+            delivery = dataclasses.replace(delivery, one_process=single)
+        return delivery
+
+    async def _limit_run(self, plan: Mapping[Key, float], label: str, processes: int) -> Delivery:
+        """The plan dealt round-robin to ``processes`` loops, each with ``--concurrency`` in flight."""
         shift = round(time.time() + LIMIT_START_IN - min(plan.values()), 3)
         moved = {key_of(n, due + shift): due + shift for (n, _), due in plan.items()}
-        path = self.work_dir / "limit-plan.json"
-        path.write_bytes(orjson.dumps([[n, due] for (n, _), due in moved.items()]))
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            "from oste.bench.limit import main; main()",
-            str(path),
-            self.receiver.url,
-            "--concurrency",
-            str(self.options.concurrency),
-            stdout=asyncio.subprocess.PIPE,
-        )
+        items = sorted(moved.items(), key=lambda item: item[1])
+        loops = []
+        for index in range(processes):
+            path = self.work_dir / f"limit-plan-{index}.json"
+            path.write_bytes(orjson.dumps([[n, due] for (n, _), due in items[index::processes]]))
+            loops.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-c",
+                    "from oste.bench.limit import main; main()",
+                    str(path),
+                    self.receiver.url,
+                    "--concurrency",
+                    str(self.options.concurrency),
+                    stdout=asyncio.subprocess.PIPE,
+                )
+            )
 
         def alive() -> None:
-            if process.returncode not in (None, 0):
-                raise RuntimeError(f"the limit loop exited with {process.returncode}")
+            for loop in loops:
+                if loop.returncode not in (None, 0):
+                    raise RuntimeError(f"a limit loop exited with {loop.returncode}")
 
         try:
             delivery = await self.arrivals(moved, label, alive=alive)
         finally:
-            if process.returncode is None:
-                process.terminate()
-            await process.wait()
-        assert process.stdout is not None
-        report = orjson.loads((await process.stdout.read()) or b"{}")
-        if delivery.cpu_us_per_fire is not None and "cpu_s" in report:
+            for loop in loops:
+                if loop.returncode is None:
+                    loop.terminate()
+            for loop in loops:
+                await loop.wait()
+        reports = []
+        for loop in loops:
+            assert loop.stdout is not None
+            reports.append(orjson.loads((await loop.stdout.read()) or b"{}"))
+        delivery = dataclasses.replace(delivery, processes=processes)
+        if delivery.cpu_us_per_fire is not None and all("cpu_s" in r for r in reports):
             receiver = delivery.cpu_us_per_fire["receiver"] * delivery.delivered / 1e6
-            spent = {"senders": report["cpu_s"], "receiver": receiver}
+            spent = {"senders": sum(r["cpu_s"] for r in reports), "receiver": receiver}
             delivery = dataclasses.replace(delivery, cpu_us_per_fire=cpu_per_fire(spent, delivery.delivered))
         return delivery
 

@@ -259,7 +259,10 @@ class ResourceMeter:
         self._peak: dict[int, int] = dict.fromkeys(self._ps, 0)
 
     def _cpu(self, pid: int) -> float:
-        times = self._ps[pid].cpu_times()
+        try:
+            times = self._ps[pid].cpu_times()
+        except psutil.Error:  # ended (``oste bench crash`` kills one): nothing counted after its end
+            return self._cpu0.get(pid, 0.0)
         return float(times.user + times.system)
 
     def sample(self) -> None:

@@ -5,10 +5,15 @@ listens. Every request to ``/fire/{n}`` is answered 200 at once and recorded as
 (n, ``OSTE-Scheduled-For``, arrival time on the wall clock). The bench reads it over HTTP on the same port:
 
 - ``GET /_stats``: ``{"hits": …, "distinct": …}`` (distinct = different (n, scheduled-for) pairs);
-- ``GET /_records``: every arrival as ``[n, scheduled_for, arrival_epoch]``;
+- ``GET /_records``: every arrival as ``[n, scheduled_for, arrival_epoch]``; ``GET /_records/<i>``:
+  those from the i-th on (a long run reads what is new);
 - ``GET /_logs``: ``{"batches": …, "bytes": …}`` of the log-roller batches POSTed to ``/logs/…``
   (answered 200 at once, the body counted and dropped);
 - ``POST /_reset``: forget everything (between the limit and OSTE).
+
+For ``oste bench soak``, two more paths fail on purpose, and are recorded with their path as the n:
+``/flaky/{n}`` is answered 503 the first time (n, scheduled-for) arrives and 200 after (a retry), and
+``/dead/{n}`` always 400 (a permanent failure: a dead letter).
 
 It is an ``asyncio.Protocol`` over httptools' parser (the one uvicorn uses), not a web framework:
 OSTE and the limit share the machine's cores with it, and a receiver that spends less per request
@@ -36,10 +41,15 @@ from oste import eventloop
 READY_WITHIN = 30.0
 ENTRY = "from oste.bench.receiver import main; main()"
 FIRE_PATH = b"/fire/"
+FLAKY_PATH = b"/flaky/"
+DEAD_PATH = b"/dead/"
+RECORDS_FROM = b"/_records/"
 LOGS_PATH = b"/logs/"
 SCHEDULED_HEADER = b"oste-scheduled-for"
 OK_EMPTY = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+UNAVAILABLE = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
+REFUSED = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
 BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
@@ -52,9 +62,14 @@ class Arrivals:
     logs: dict[str, int] = field(default_factory=lambda: {"batches": 0, "bytes": 0})
     """Log-roller batches POSTed to ``/logs/…`` and their (compressed) body bytes."""
 
-    def add(self, n: str, scheduled: str) -> None:
+    def add(self, n: str, scheduled: str) -> bool:
+        """Record an arrival; True when it is the first of its (n, scheduled-for)."""
         self.records.append((n, scheduled, time.time()))
-        self.keys.add((n, scheduled))
+        key = (n, scheduled)
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        return True
 
     def stats(self) -> dict[str, int]:
         return {"hits": len(self.records), "distinct": len(self.keys)}
@@ -75,6 +90,7 @@ class ReceiverProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.url = b""
         self.scheduled = b""
+        self.answer = OK_EMPTY
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream protocol's is a Transport
@@ -105,8 +121,15 @@ class ReceiverProtocol(asyncio.Protocol):
             self.arrivals.logs["bytes"] += len(body)
 
     def on_headers_complete(self) -> None:
-        if self.url.startswith(FIRE_PATH):  # recorded on arrival, before any body
-            self.arrivals.add(self.url[len(FIRE_PATH) :].decode(), self.scheduled.decode())
+        url = self.url
+        if url.startswith(FIRE_PATH):  # recorded on arrival, before any body
+            self.arrivals.add(url[len(FIRE_PATH) :].decode(), self.scheduled.decode())
+        elif url.startswith(FLAKY_PATH):
+            first = self.arrivals.add(url[1:].decode(), self.scheduled.decode())
+            self.answer = UNAVAILABLE if first else OK_EMPTY
+        elif url.startswith(DEAD_PATH):
+            self.arrivals.add(url[1:].decode(), self.scheduled.decode())
+            self.answer = REFUSED
 
     def on_message_complete(self) -> None:
         assert self.transport is not None
@@ -117,6 +140,9 @@ class ReceiverProtocol(asyncio.Protocol):
     def _answer(self, method: bytes, url: bytes) -> bytes:
         if url.startswith(FIRE_PATH):
             return OK_EMPTY
+        if url.startswith((FLAKY_PATH, DEAD_PATH)):
+            answer, self.answer = self.answer, OK_EMPTY
+            return answer
         if method == b"POST" and url.startswith(LOGS_PATH):
             self.arrivals.logs["batches"] += 1
             return OK_EMPTY
@@ -126,6 +152,8 @@ class ReceiverProtocol(asyncio.Protocol):
             return _json(self.arrivals.stats())
         if method == b"GET" and url == b"/_records":
             return _json(self.arrivals.records)
+        if method == b"GET" and url.startswith(RECORDS_FROM) and url[len(RECORDS_FROM) :].isdigit():
+            return _json(self.arrivals.records[int(url[len(RECORDS_FROM) :]) :])
         if method == b"POST" and url == b"/_reset":
             return _json(self.arrivals.reset())
         return NOT_FOUND
@@ -188,8 +216,10 @@ class ReceiverProcess:
     async def stats(self) -> dict[str, int]:
         return await self._call("GET", "/_stats")
 
-    async def records(self) -> list[tuple[str, str, float]]:
-        return [tuple(item) for item in await self._call("GET", "/_records")]
+    async def records(self, start: int = 0) -> list[tuple[str, str, float]]:
+        """Every arrival since the last reset, or those from the ``start``-th on."""
+        path = f"/_records/{start}" if start else "/_records"
+        return [tuple(item) for item in await self._call("GET", path)]
 
     async def logs(self) -> dict[str, int]:
         """Log-roller batches received at ``/logs/…`` and their body bytes."""

@@ -56,6 +56,10 @@ class Delivery:
     cpu_us_per_fire: dict[str, float] | None = None
     """CPU microseconds per delivered request of the senders (OSTE's processes, or the limit's
     loop), the local database server and the receiver, and their total (see ``cpu_per_fire``)."""
+    processes: int | None = None
+    """The limit's: how many loops fired it."""
+    one_process: Delivery | None = None
+    """The limit's, when it ran in several processes: the same plan fired by one loop alone."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +72,8 @@ class Delivery:
             "lag_ms": self.lag_ms,
             "seconds": self.seconds,
             **({"cpu_us_per_fire": self.cpu_us_per_fire} if self.cpu_us_per_fire is not None else {}),
+            **({"processes": self.processes} if self.processes is not None else {}),
+            **({"one_process": self.one_process.as_dict()} if self.one_process is not None else {}),
         }
 
 
@@ -153,14 +159,28 @@ def _fmt(value: Any) -> str:
 
 
 def delivery_table(title: str, oste: Mapping[str, Any], limit: Mapping[str, Any] | None) -> Table:
-    """OSTE beside the limit, with OSTE/limit ratios."""
+    """OSTE beside the limit, with OSTE/limit ratios; when the limit ran in several processes, also
+    beside the one-process limit."""
     table = Table(title=title, title_justify="left")
-    for column in ("", "OSTE", "limit", "OSTE / limit"):
+    processes = (limit or {}).get("processes") or 1
+    single = (limit or {}).get("one_process")
+    name = f"limit, {processes} processes" if processes > 1 else "limit"
+    columns = ["", "OSTE", name, "OSTE / limit"]
+    if single:
+        columns += ["limit, 1 process", "OSTE / 1 process"]
+    for column in columns:
         table.add_column(column, justify="right" if column else "left")
     for label, path in ROWS:
         mine, theirs = _dig(oste, path), _dig(limit, path)
         both = isinstance(mine, float) and isinstance(theirs, float)
-        table.add_row(label, _fmt(mine), _fmt(theirs), _fmt(ratio(mine, theirs)) if both else "")
+        row = [label, _fmt(mine), _fmt(theirs), _fmt(ratio(mine, theirs)) if both else ""]
+        if single:
+            one = _dig(single, path)
+            row += [
+                _fmt(one),
+                _fmt(ratio(mine, one)) if isinstance(mine, float) and isinstance(one, float) else "",
+            ]
+        table.add_row(*row)
     return table
 
 

@@ -172,6 +172,8 @@ async def _ui_pages(app: App, names: list[str], now: datetime) -> dict[str, str]
     browser = await signed_in(app)
     try:
         cursor_page = await _later_page(browser, UI_SOLUTION + "/activities?state=scheduled", 10)
+        listed = await browser.get(UI_SOLUTION + "/activities?state=scheduled")
+        selected = _ROW.findall(listed.text)[:50]
     finally:
         await browser.aclose()
     window = (
@@ -197,6 +199,18 @@ async def _ui_pages(app: App, names: list[str], now: datetime) -> dict[str, str]
         "schedule editor (new)": UI_SOLUTION + "/recurring/new",
         "schedule preview": "/ui/schedule-preview?cron=30+2+*+*+*&timezone=Europe%2FLondon",
         "bulk requeue dry run (dead)": UI_SOLUTION + "/requeue?state=dead",
+        "dashboard live counters (JSON)": "/ui/live",
+        "activity type page (queue)": f"{UI_SOLUTION}/types/{names[0]}",
+        "activities state=due": UI_SOLUTION + "/activities?state=due",
+        "activities state=retrying": UI_SOLUTION + "/activities?state=retrying",
+        "activities oldest first": UI_SOLUTION + "/activities?order=oldest",
+        "activities search parameter (object id)": UI_SOLUTION + "/activities?q=parameter.n+%3D+4242",
+        "activities search parameter (scan)": UI_SOLUTION + "/activities?q=parameter.missing+%3D+1",
+        "activities search id": f"{UI_SOLUTION}/activities?q={dead_id}",
+        "bulk dry run (delete dead)": UI_SOLUTION + "/bulk?action=delete&scope=matching&state=dead",
+        "bulk dry run (cancel 50 selected)": UI_SOLUTION
+        + "/bulk?action=cancel&scope=selected&"
+        + "&".join(f"id={i}" for i in selected),
     }
 
 
@@ -212,6 +226,7 @@ async def _later_page(browser: Any, path: str, pages: int) -> str:
 
 
 _NEXT = re.compile(r'href="[^"]*/activities\?([^"]*cursor=[^"]*)"')
+_ROW = re.compile(r'name="id" value="([0-9a-f-]{36})"')
 
 
 class _TimedStore(RollerStore):

@@ -8,6 +8,10 @@
 - ``api``: creation rate through the batch endpoint and single-create latency.
 - ``stats``, ``ui``, ``rollers``: OSTE's app in the bench's process on a database seeded in SQL
   (``oste.bench.served``): stats route and UI page latencies, log roller throughput.
+- ``crash``: the burst with worker 1 SIGKILLed part-way (``oste.bench.crash``): duplicates against
+  their bound.
+- ``soak``: the whole life of activities for minutes (``oste.bench.soak``): created through the API,
+  fired, shipped by the log rollers, purged; per-minute figures.
 """
 
 from __future__ import annotations
@@ -245,6 +249,18 @@ async def _singles(harness: Harness, deployment: Deployment, offset: int, due: f
     return latencies
 
 
+async def _crash(harness: Harness) -> Result:
+    from oste.bench.crash import crash as run_crash
+
+    return await run_crash(harness)
+
+
+async def _soak(harness: Harness) -> Result:
+    from oste.bench.soak import soak as run_soak
+
+    return await run_soak(harness)
+
+
 WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "burst": burst,
     "steady": steady,
@@ -254,4 +270,6 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "stats": served.stats,
     "ui": served.ui,
     "rollers": served.rollers,
+    "crash": _crash,
+    "soak": _soak,
 }

@@ -164,12 +164,16 @@ def add_bench_parser(commands: Any) -> None:
         "          without a due backlog (1,000,000 on PostgreSQL, 100,000 on SQLite)\n"
         "  ui      every /ui page's server time over --count activities seeded in SQL (100,000)\n"
         "  rollers the log rollers shipping and purging --count ended activities to the receiver\n"
-        "          (1,000,000 on PostgreSQL, 100,000 on SQLite)",
+        "          (1,000,000 on PostgreSQL, 100,000 on SQLite)\n"
+        "  crash   the burst with worker 1 SIGKILLed once --kill-at of it arrived (PostgreSQL,\n"
+        "          --workers 2 or more): duplicates against their bound\n"
+        "  soak    --rate R activities a second created through the API for --minutes M, fired, shipped\n"
+        "          by the log rollers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)",
     )
     add = bench.add_argument
     add(
         "workload",
-        choices=("burst", "steady", "scale", "cron", "api", "stats", "ui", "rollers"),
+        choices=("burst", "steady", "scale", "cron", "api", "stats", "ui", "rollers", "crash", "soak"),
         help="what to measure",
     )
     add(
@@ -185,7 +189,10 @@ def add_bench_parser(commands: Any) -> None:
     )
     add("--executions", type=int, help="stats/ui: executions seeded (default: as many as activities)")
     add("--requests", type=int, default=200, help="stats/ui: requests timed per route or page (default 200)")
-    add("--rate", type=int, default=300, help="steady: activities due per second (default 300)")
+    add("--rate", type=int, default=300, help="steady/soak: activities due per second (default 300)")
+    add("--minutes", type=float, help="soak: minutes it runs (default 10)")
+    add("--kill-at", type=float, help="crash: share of the burst delivered when worker 1 is killed (0.3)")
+    add("--output", help="soak: a file the per-minute table is saved to as well (.csv, else JSON)")
     add("--duration", type=float, help="steady/cron: seconds the workload lasts")
     add("--stored", type=int, default=1_000_000, help="scale: future activities stored first")
     add("--claim-probes", type=int, default=200, help="scale: claim queries timed (default 200)")
@@ -198,7 +205,13 @@ def add_bench_parser(commands: Any) -> None:
         default=32,
         help="activity types the activities are spread over (default 32; 1 measures one hot type)",
     )
-    add("--concurrency", type=int, default=64, help="the limit's requests in flight (default 64)")
+    add("--concurrency", type=int, default=64, help="the limit's requests in flight per process (default 64)")
+    add(
+        "--limit-processes",
+        type=int,
+        help="processes the limit fires from (default: as many as OSTE's sender processes, the workers "
+        "on PostgreSQL, 1 on SQLite); with more than 1, the one-process limit runs too",
+    )
     add("--batch-concurrency", type=int, default=4, help="batch create requests at once (default 4)")
     add("--lead", type=float, help="seconds ahead the workload is scheduled (default: from its size)")
     add(
@@ -318,7 +331,7 @@ def _settings(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from oste.bench import BenchOptions, run
+    from oste.bench import BenchOptions, MissingDependency, run
     from oste.bench.report import print_report
 
     options = BenchOptions(
@@ -334,6 +347,10 @@ def _bench(args: argparse.Namespace) -> int:
         workers=args.workers,
         database_url=args.database_url,
         concurrency=args.concurrency,
+        limit_processes=args.limit_processes,
+        kill_at=args.kill_at,
+        minutes=args.minutes,
+        output=Path(args.output) if args.output else None,
         batch_concurrency=args.batch_concurrency,
         lead=args.lead,
         timeout=args.timeout,
@@ -344,7 +361,11 @@ def _bench(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         work_dir=Path(args.work_dir) if args.work_dir else None,
     )
-    result = eventloop.run(run(options, app_factory=create_app))
+    try:
+        result = eventloop.run(run(options, app_factory=create_app))
+    except MissingDependency as exc:
+        print(f"oste bench: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:

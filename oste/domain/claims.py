@@ -135,6 +135,9 @@ class AttemptReport:
     error: str | None = None
     response_excerpt: str | None = None
     retry_after: float | None = None
+    reached_receiver: bool = True
+    """False when no request went out (no token or certificate could be had): the attempt says
+    nothing about the receiver's health, so its destination's breaker does not count it."""
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,17 @@ from datetime import UTC, datetime
 import orjson
 
 from oste import __version__
-from oste.domain.claims import Claim
+from oste.domain.claims import Claim, DispatchTarget
 from oste.domain.parameters import fill_uri
 from oste.domain.records import BODY_VERBS
 
 SECRET_PREFIX = "whsec_"
 _spans = random.Random()
 USER_AGENT = f"OSTE/{__version__} (+https://github.com/oste/oste)"
+TYPES_KEPT = 1024
+"""Activity types whose request basics (verb, static headers) are kept ready; more empty the cache."""
+_basics: dict[int, tuple[DispatchTarget, str, bool, dict[str, str]]] = {}
+_last_instant: list[tuple[datetime | None, str]] = [(None, "")]
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,35 @@ def rfc3339(instant: datetime) -> str:
     return instant.isoformat()[:-6] + "Z"
 
 
+def _scheduled_text(instant: datetime) -> str:
+    """``rfc3339`` remembering the last instant formatted: a burst's activities share theirs."""
+    last, text = _last_instant[0]
+    if last is not None and instant == last and instant.tzinfo is last.tzinfo:
+        return text
+    text = rfc3339(instant)
+    _last_instant[0] = (instant, text)
+    return text
+
+
+def _basics_of(target: DispatchTarget) -> tuple[str, bool, dict[str, str]]:
+    """What a type's requests share: the verb, whether it has a body, and the headers that depend on
+    the type alone (its static headers, then ``Content-Type`` and ``User-Agent``, which win on a clash).
+    Kept per target object (the dispatch store shares one per type until the type changes)."""
+    kept = _basics.get(id(target))
+    if kept is not None and kept[0] is target:
+        return kept[1], kept[2], kept[3]
+    verb = target.verb.upper()
+    has_body = verb in BODY_VERBS
+    headers = dict(target.headers)
+    if has_body:
+        headers["Content-Type"] = "application/json"
+    headers["User-Agent"] = USER_AGENT
+    if len(_basics) >= TYPES_KEPT:
+        _basics.clear()
+    _basics[id(target)] = (target, verb, has_body, headers)
+    return verb, has_body, headers
+
+
 def traceparent(claim: Claim, span_id: str | None = None) -> str:
     """A W3C ``traceparent``: one trace per activity (its id), one span per attempt, sampled.
 
@@ -97,34 +130,27 @@ def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> Ou
     no body for GET/DELETE; the type's static headers, then OSTE's own (which win on a clash).
     """
     target = claim.target
-    verb = target.verb.upper()
-    body = orjson.dumps(claim.parameter) if verb in BODY_VERBS else None
+    verb, has_body, basics = _basics_of(target)
+    body = orjson.dumps(claim.parameter) if has_body else None
     activity = str(claim.activity_id)
     key = activity if claim.recurring_activity_id is None else claim.idempotency_key
     timestamp = int(now.timestamp())
-    headers = dict(target.headers)
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    headers.update(
-        {
-            "User-Agent": USER_AGENT,
-            "Idempotency-Key": key,
-            "OSTE-Activity-Id": activity,
-            "OSTE-Attempt": str(claim.attempt),
-            "OSTE-Scheduled-For": rfc3339(claim.scheduled_for),
-            "webhook-id": key,
-            "webhook-timestamp": str(timestamp),
-            "webhook-signature": signature_header(
-                target.signing_secret,
-                target.previous_signing_secret,
-                target.previous_signing_secret_expires_at,
-                key,
-                timestamp,
-                body or b"",
-                now,
-            ),
-            "traceparent": traceparent(claim, span_id),
-        }
+    headers = basics.copy()
+    headers["Idempotency-Key"] = key
+    headers["OSTE-Activity-Id"] = activity
+    headers["OSTE-Attempt"] = str(claim.attempt)
+    headers["OSTE-Scheduled-For"] = _scheduled_text(claim.scheduled_for)
+    headers["webhook-id"] = key
+    headers["webhook-timestamp"] = str(timestamp)
+    headers["webhook-signature"] = signature_header(
+        target.signing_secret,
+        target.previous_signing_secret,
+        target.previous_signing_secret_expires_at,
+        key,
+        timestamp,
+        body or b"",
+        now,
     )
+    headers["traceparent"] = traceparent(claim, span_id)
     pattern = claim.uri_override or target.uri_pattern
     return OutboundRequest(verb, fill_uri(pattern, claim.parameter), headers, body)

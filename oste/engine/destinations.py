@@ -190,7 +190,7 @@ class DestinationGate:
         """A request to ``destination`` ended with ``report``. Returns parked claims that may go now."""
         if destination is None:
             return []
-        failure = is_failure(report.outcome, report.http_status)
+        failure = report.reached_receiver and is_failure(report.outcome, report.http_status)
         if verdict == Verdict.PROBE:
             self.probing.pop(destination, None)
             self.probe_results.append((destination, failure))

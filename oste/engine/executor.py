@@ -8,10 +8,10 @@ at most ``max_in_flight`` requests open at once; the per-type timeout; a failed 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import random
-import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -31,7 +31,7 @@ from oste.engine.config import ExecutorConfig
 from oste.engine.credentials import AuthFailure, Credentials, Grant
 from oste.engine.destinations import DestinationGate, Verdict, destination_for
 from oste.engine.fairness import FairQueue
-from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in
+from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
 
 log = logging.getLogger("oste.engine.executor")
 
@@ -64,6 +64,7 @@ class Executor:
         on_room: Callable[[], None] | None = None,
         gate: DestinationGate | None = None,
         on_defer: Callable[[Deferral], None] | None = None,
+        may_send: Callable[[], bool] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -82,6 +83,9 @@ class Executor:
         self.gate = gate
         """Destinations' breakers and caps (None: every claim goes, as in ``drain``)."""
         self.on_defer = on_defer
+        self.may_send = may_send
+        """False while too many completions wait to be written: no new request starts then, so a crash
+        repeats at most the requests in flight plus one batch of unwritten completions."""
         """Takes the claims the gate put back unsent (an open breaker); needed with a gate."""
 
     async def open(self) -> None:
@@ -127,6 +131,10 @@ class Executor:
             self._pump_soon = True
             asyncio.get_running_loop().call_soon(self._pumped_soon)
 
+    def pump(self) -> None:
+        """Start what may start now (after completions were written, say)."""
+        self._pump()
+
     def _pumped_soon(self) -> None:
         self._pump_soon = False
         self._pump()
@@ -139,6 +147,8 @@ class Executor:
         """Start as many waiting claims as there are free slots (and limits allow)."""
         now = time.monotonic()
         while len(self._in_flight) < self.config.max_in_flight:
+            if self.may_send is not None and not self.may_send():
+                break  # ``pump`` is called again once completions were written
             claim = self._waiting.pop(now)
             if claim is None:
                 break
@@ -244,7 +254,8 @@ class Executor:
         try:
             return await self._send(request, url, claim.target, started, t0)
         except AuthFailure as exc:  # no token or certificate: the request was not sent
-            return self._report(started, t0, exc.outcome, error=str(exc), retry_after=exc.retry_after)
+            report = self._report(started, t0, exc.outcome, error=str(exc), retry_after=exc.retry_after)
+            return dataclasses.replace(report, reached_receiver=False)
         except Exception as exc:  # any failure to get an answer is an outcome, not a crash
             return self._failure(exc, claim.target.timeout, started, t0)
         finally:
@@ -328,15 +339,6 @@ class Executor:
             )
         log.exception("unexpected error while firing")
         return self._report(started, t0, Outcome.ERROR, error=f"internal error: {type(exc).__name__}: {exc}")
-
-
-def trusting(ca_file: str) -> ssl.SSLContext:
-    """aiohttp's default client context (the system's trust store, host names checked) that also
-    trusts the CAs of ``ca_file`` (``OSTE_CA_FILE``)."""
-    context = ssl.create_default_context()
-    context.set_alpn_protocols(("http/1.1",))
-    context.load_verify_locations(cafile=ca_file)
-    return context
 
 
 @functools.lru_cache(maxsize=256)

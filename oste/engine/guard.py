@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import socket
+import ssl
 from typing import Any
 
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -72,3 +73,12 @@ def refusal_in(exc: BaseException) -> str | None:
     if REFUSED_MARK in text:
         return text[text.index(REFUSED_MARK) :]
     return None
+
+
+def trusting(ca_file: str) -> ssl.SSLContext:
+    """aiohttp's default client context (the system's trust store, host names checked) that also
+    trusts the CAs of ``ca_file`` (``OSTE_CA_FILE``)."""
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(("http/1.1",))
+    context.load_verify_locations(cafile=ca_file)
+    return context

@@ -32,7 +32,7 @@ from oste.domain import log_shipping as ls
 from oste.domain.clock import Clock
 from oste.domain.ids import new_id
 from oste.domain.targets import TargetPolicy
-from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in
+from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
 from oste.settings import Settings
 from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, RollerStore
 
@@ -71,6 +71,8 @@ class RollerConfig:
     allowed_targets: tuple[str, ...] = ()
     resolver: Any = None
     """An aiohttp resolver asked before the SSRF guard filters (tests inject fake DNS); None: threaded."""
+    ca_file: str | None = None
+    """Certificate authorities trusted besides the system's (``OSTE_CA_FILE``), as the executor does."""
 
     @classmethod
     def from_settings(cls, settings: Settings, **changes: Any) -> RollerConfig:
@@ -82,6 +84,7 @@ class RollerConfig:
             retry_base=retry_base,
             retry_max=retry_max,
             allowed_targets=settings.allowed_targets,
+            ca_file=str(settings.ca_file) if settings.ca_file else None,
         )
         return dataclasses.replace(base, **changes)
 
@@ -323,6 +326,7 @@ class LogRoller:
                 resolver=GuardedResolver(self.policy, self.config.resolver),
                 socket_factory=guarded_socket_factory(self.policy),
                 ttl_dns_cache=10,
+                ssl=trusting(self.config.ca_file) if self.config.ca_file else True,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False

@@ -2,7 +2,8 @@
 
 The dispatch services call in with one line per event: the completion writer hands each written
 batch to ``DeliveryRecorder.record`` (counters, histograms, log lines and rollups for the whole batch,
-off the request path), the poller counts its claims (``claimed``), the rescuer what it returned
+off the request path: successes are summed into one log line per batch, every failure, retry and dead
+letter gets its own), the poller counts its claims (``claimed``), the rescuer what it returned
 (``rescued``). Gauges (requests in flight, claims waiting and held, partitions held) are read from the
 running engine when scraped (``watch``), so they cost nothing between scrapes.
 
@@ -33,9 +34,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oste.engine.metrics")
 delivery_log = logging.getLogger("oste.deliveries")
-"""One line per delivery attempt, naming its company, solution and type and, when it failed, why: INFO,
-or WARNING when it makes the activity a dead letter (``OSTE_LOG_LEVEL=WARNING`` keeps only those)."""
+"""One line per failed attempt (refused, timed out, an error status, a retry), naming its company,
+solution and type and why: INFO, or WARNING when it makes the activity a dead letter
+(``OSTE_LOG_LEVEL=WARNING`` keeps only those). Successes are summed: one INFO line per written batch
+with its counts by outcome and by type; at DEBUG each success gets its own line as well."""
 UNKNOWN_NAMES = ("unknown", "unknown", "unknown")
+MAX_TYPES_IN_BATCH_LINE = 20
+"""Activity types a batch line counts by name; the rest are summed under ``other``."""
 
 MAX_TYPE_LABELS = 200
 """Distinct ``activity_type`` label values per process; later types are counted as ``other``."""
@@ -110,6 +115,7 @@ _RESCHEDULED = RESCUED.labels(result="rescheduled")
 _DEAD = RESCUED.labels(result="dead")
 _DURATIONS = tuple(REQUEST_DURATION.labels(outcome=o) for o in OUTCOMES)
 _OUTCOME_INDEX = {name: i for i, name in enumerate(OUTCOMES)}
+OK = _OUTCOME_INDEX["ok"]
 DEAD = ActivityState.DEAD
 
 
@@ -164,11 +170,12 @@ def watch(engine: Engine) -> None:
 
 
 class DeliveryRecorder:
-    """Records written batches of deliveries: Prometheus series, one log line each, and per-minute
-    rollups (``StatsStore``) written at most every ``write_interval`` seconds. Never raises.
+    """Records written batches of deliveries: Prometheus series, log lines (one per batch for its
+    successes, one per failed attempt), and per-minute rollups (``StatsStore``) written at most every
+    ``write_interval`` seconds. Never raises.
 
-    Per delivery the cost is a few dictionary lookups, two histogram observations and a counter
-    increment on label children bound once per activity type.
+    Per delivery the cost is a few dictionary lookups and two histogram observations; counters are
+    incremented once per batch, type and outcome, on label children bound once per activity type.
     """
 
     def __init__(
@@ -258,29 +265,83 @@ class DeliveryRecorder:
             )
 
     def _count(self, batch: Sequence[tuple[Claim, Completion]]) -> None:
-        logging_on = delivery_log.isEnabledFor(logging.INFO)
+        """Metrics and rollups of every delivery; counters incremented once per type and outcome."""
+        info_on = delivery_log.isEnabledFor(logging.INFO)
+        each_on = delivery_log.isEnabledFor(logging.DEBUG)
         warnings_on = delivery_log.isEnabledFor(logging.WARNING)
         names = self._names
         rollups = self._rollups
+        counts: dict[tuple[uuid.UUID, int], int] = {}
+        dead_counts: dict[uuid.UUID, int] = {}
+        lag_max = 0.0
+        observe_lag = FIRE_LAG.observe
         for claim, completion in batch:
             report = completion.report
             target = claim.target
+            type_id = target.activity_type_id
             index = _OUTCOME_INDEX[report.outcome]
             lag = fire_lag(claim, report.started_at)
-            children = self._children[target.activity_type_id]
-            children[index].inc()
+            key = (type_id, index)
+            counts[key] = counts.get(key, 0) + 1
             dead = completion.state is DEAD
             if dead:
-                children[-1].inc()
-            FIRE_LAG.observe(lag)
+                dead_counts[type_id] = dead_counts.get(type_id, 0) + 1
+            observe_lag(lag)
             _DURATIONS[index].observe(report.duration_ms / 1000.0)
-            key = (minute_of(report.started_at), target.activity_type_id)
-            rollup = rollups.get(key)
+            minute = minute_of(report.started_at)
+            rollup = rollups.get((minute, type_id))
             if rollup is None:
-                rollup = rollups[key] = Rollup(key[0], target.company_id, target.solution_id, key[1])
+                rollup = rollups[(minute, type_id)] = Rollup(
+                    minute, target.company_id, target.solution_id, type_id
+                )
             rollup.add(index, lag)
-            if logging_on or (dead and warnings_on):
-                log_delivery(claim, completion, lag, names.get(target.activity_type_id, UNKNOWN_NAMES))
+            if lag > lag_max:
+                lag_max = lag
+            if index != OK or dead or report.error is not None:
+                if info_on or (dead and warnings_on):
+                    log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES))
+            elif each_on:
+                log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES), logging.DEBUG)
+        children = self._children
+        for (type_id, index), n in counts.items():
+            children[type_id][index].inc(n)
+        for type_id, n in dead_counts.items():
+            children[type_id][-1].inc(n)
+        if info_on:
+            log_batch(counts, names, lag_max)
+
+
+def log_batch(
+    counts: dict[tuple[uuid.UUID, int], int], names: dict[uuid.UUID, tuple[str, str, str]], lag_max: float
+) -> None:
+    """The INFO line of one written batch: how many attempts, by outcome and by company/solution/type
+    (the ``MAX_TYPES_IN_BATCH_LINE`` busiest by name, the rest as ``other``), and the largest lag. Each
+    failure, retry and dead letter of the batch also has its own line (``log_delivery``)."""
+    outcomes = [0] * len(OUTCOMES)
+    per_type: dict[str, int] = {}
+    for (type_id, index), n in counts.items():
+        outcomes[index] += n
+        name = "/".join(names.get(type_id, UNKNOWN_NAMES))
+        per_type[name] = per_type.get(name, 0) + n
+    total = sum(outcomes)
+    by_outcome = {name: n for name, n in zip(OUTCOMES, outcomes, strict=True) if n}
+    if len(per_type) > MAX_TYPES_IN_BATCH_LINE:
+        ranked = sorted(per_type.items(), key=lambda item: -item[1])
+        per_type = dict(ranked[:MAX_TYPES_IN_BATCH_LINE])
+        per_type[OTHER] = sum(n for _, n in ranked[MAX_TYPES_IN_BATCH_LINE:])
+    delivery_log.info(
+        "deliveries written: %d (%s); lag max %.3f s; %s",
+        total,
+        ", ".join(f"{n} {name}" for name, n in by_outcome.items()),
+        lag_max,
+        ", ".join(f"{name} {n}" for name, n in per_type.items()),
+        extra={
+            "deliveries": total,
+            "outcomes": by_outcome,
+            "types": per_type,
+            "lag_max_s": round(lag_max, 6),
+        },
+    )
 
 
 def fire_lag(claim: Claim, started_at: datetime) -> float:
@@ -297,12 +358,17 @@ def fire_lag(claim: Claim, started_at: datetime) -> float:
 
 
 def log_delivery(
-    claim: Claim, completion: Completion, lag: float, names: tuple[str, str, str] = UNKNOWN_NAMES
+    claim: Claim,
+    completion: Completion,
+    lag: float,
+    names: tuple[str, str, str] = UNKNOWN_NAMES,
+    level: int = logging.INFO,
 ) -> None:
     """The line of one delivery attempt: the activity, its company/solution/type, the attempt, what
     happened (the HTTP status, or why there was none: refused, DNS, timeout, the SSRF guard), duration,
-    lag and what comes next. INFO; WARNING with what to do when it makes the activity a dead letter.
-    Never the parameter, the headers or the URL (they may carry secrets)."""
+    lag and what comes next. INFO (a success: ``level``, DEBUG from ``_count``); WARNING with what to
+    do when it makes the activity a dead letter. Never the parameter, the headers or the URL (they may
+    carry secrets)."""
     report = completion.report
     state = completion.state
     activity = str(claim.activity_id)
@@ -320,10 +386,9 @@ def log_delivery(
         "lag_s": round(lag, 6),
         "state": str(state),
     }
-    if (
-        error is None and state is not DEAD
-    ):  # the hot path: one format, nothing built per line beyond the fields
-        delivery_log.info(
+    if error is None and state is not DEAD:
+        delivery_log.log(
+            level,
             "delivery %s %s/%s/%s attempt %d: %s (HTTP %s) in %.1f ms, lag %.3f s; %s",
             activity,
             company,

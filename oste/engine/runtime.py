@@ -120,6 +120,7 @@ class Engine:
             on_room=self._room_to_claim,
             gate=self.gate,
             on_defer=self.deferrals.add,
+            may_send=self._may_send,
         )
         self.keeper = DestinationKeeper(
             self.gate, self.storage.destinations, self.node.id, self.executor.release
@@ -180,11 +181,17 @@ class Engine:
         assert self.writer is not None
         self.writer.add(claim, completion)
 
+    def _may_send(self) -> bool:
+        """False while a whole batch of completions waits to be written (see ``Executor.may_send``)."""
+        return self.writer is None or self.writer.unwritten < self.config.completions.batch_size
+
     def _written(self, claims: list[Claim]) -> None:
         for claim in claims:
             self.book.remove(claim)
         if self.poller is not None:
             self.poller.capacity_freed()
+        if self.executor is not None:
+            self.executor.pump()
 
     def notify_due(self, when: datetime) -> None:
         """An activity due at ``when`` was created: claim it early if the next poll would be late.

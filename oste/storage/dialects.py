@@ -159,6 +159,14 @@ class ClaimStrategy:
         """A placeholder for JSON given as text, for a JSON column."""
         return params.add(text)
 
+    def json_scalar_match(
+        self, column: str, path: Sequence[str], text: str, number: tuple[float, float] | None, params: Params
+    ) -> str:
+        """A condition true for every row whose JSON ``column`` holds, at ``path`` (keys), a string
+        equal to ``text``, the boolean ``text`` names (``true``/``false``), or (``number`` given) a
+        number within those bounds. It may hold for more rows: a prefilter the caller checks exactly."""
+        raise NotImplementedError
+
     def update_locked(self, table: str, assign: str, where: str) -> str:
         """An update of the rows matching ``where`` that locks them in id order, returning their ids.
 
@@ -257,6 +265,20 @@ class PostgresClaimStrategy(ClaimStrategy):
     def in_list(self, column: str, values: Sequence[Any], params: Params, sql_type: str) -> str:
         return f"{column} = ANY({params.add(list(values))}::{sql_type}[])"
 
+    def json_scalar_match(
+        self, column: str, path: Sequence[str], text: str, number: tuple[float, float] | None, params: Params
+    ) -> str:
+        # ``#>>`` gives a string unquoted, a boolean as true/false, a number as PostgreSQL writes it.
+        at = f"{params.add(list(path))}::text[]"
+        condition = f"{column} #>> {at} = {params.add(text)}"
+        if number is None:
+            return condition
+        low, high = (params.add(bound) for bound in number)
+        return (
+            f"({condition} OR CASE WHEN jsonb_typeof({column} #> {at}) = 'number' "
+            f"THEN ({column} #> {at})::numeric BETWEEN {low}::numeric AND {high}::numeric END)"
+        )
+
     def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
         # A MATERIALIZED CTE runs the LIMIT once: "WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)"
         # may be re-executed by the planner and then update more than n rows.
@@ -341,6 +363,20 @@ class SqliteClaimStrategy(ClaimStrategy):
         marks = ", ".join(params.add(v) for v in values)
         return f"{column} IN ({marks})"
 
+    def json_scalar_match(
+        self, column: str, path: Sequence[str], text: str, number: tuple[float, float] | None, params: Params
+    ) -> str:
+        # ``json_extract`` gives a string as text, a boolean as 1 or 0, a number as a number (never
+        # equal to text); ``json_type`` names a boolean true or false.
+        at = "$" + "".join(f'."{key}"' for key in path)
+        parts = [f"json_extract({column}, {params.add(at)}) = {params.add(text)}"]
+        if text in ("true", "false"):
+            parts.append(f"json_type({column}, {params.add(at)}) = {params.add(text)}")
+        if number is not None:
+            value, low, high = params.add(at), params.add(number[0]), params.add(number[1])
+            parts.append(f"json_extract({column}, {value}) BETWEEN {low} AND {high}")
+        return f"({' OR '.join(parts)})"
+
     def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
         # One writer at a time: the sub-select and the update are one atomic statement.
         columns = ", ".join(returning)
@@ -365,20 +401,7 @@ class SqliteClaimStrategy(ClaimStrategy):
             "WHERE activity.id = v.id AND activity.claim_token = v.token AND activity.state = 'running' "
             "RETURNING id"
         )
-        batch = [
-            [
-                str(c.activity_id),
-                str(c.claim_token),
-                str(c.state),
-                c.retries,
-                c.attempt,
-                str(c.report.outcome),
-                _sqlite_time(c.next_attempt_at),
-                _sqlite_time(c.finished_at),
-            ]
-            for c in completions
-        ]
-        found = await conn.execute_query_dict(sql, [orjson.dumps(batch).decode(), now])
+        found = await conn.execute_query_dict(sql, [_sqlite_completion_batch(completions), now])
         return {self.uuid_of(row["id"]) for row in found}
 
     async def insert_rows(
@@ -424,6 +447,27 @@ def _pg_completion_columns(completions: Sequence[Completion], now: datetime) -> 
         [c.node for c in completions],
         now,
     ]
+
+
+def _sqlite_completion_batch(completions: Sequence[Completion]) -> str:
+    """The JSON parameter of SQLite's completion statement: one array per completion (id, token,
+    state, retries, attempt, outcome, next attempt, finished). orjson writes UUIDs and enums as their
+    text itself, as ``str()`` would, without a Python call per value."""
+    return orjson.dumps(
+        [
+            (
+                c.activity_id,
+                c.claim_token,
+                c.state,
+                c.retries,
+                c.attempt,
+                c.report.outcome,
+                _sqlite_time(c.next_attempt_at),
+                _sqlite_time(c.finished_at),
+            )
+            for c in completions
+        ]
+    ).decode()
 
 
 def _sqlite_time(value: datetime | None) -> str | None:

@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
+from oste.domain.schemas import DESTINATION_PATCH, check_shape
+from oste.errors import InvalidInput
 from oste.ui.context import Viewer, action, back_to, flash, page, render, ui
 
 
@@ -38,9 +40,30 @@ async def force(request: Request, viewer: Viewer, form: dict[str, str]) -> Respo
     return back_to(request, form)
 
 
+@action
+async def cap(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
+    """Set a destination's own in-flight cap (empty: back to the default), checked as the API checks it."""
+    raw = form.get("max_in_flight", "").strip()
+    value: int | None = None
+    if raw:
+        if not (raw.isascii() and raw.isdigit()):
+            raise InvalidInput.field(
+                "max_in_flight", "must be a whole number 1-100000, or empty for the default"
+            )
+        value = int(raw)
+    data = check_shape(DESTINATION_PATCH, {"max_in_flight": value})
+    row = await ui(request).operations.destinations.set_cap(
+        viewer.actor, form.get("destination", ""), data["max_in_flight"]
+    )
+    shown = "the default" if row.max_in_flight is None else str(row.max_in_flight)
+    await flash(request, viewer.session, f"In-flight cap of {row.destination} set to {shown}.")
+    return back_to(request, form)
+
+
 def routes() -> list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]]:
     return [
         ("/destinations", destinations, ["GET"]),
         ("/destinations/force", force_confirm, ["GET"]),
         ("/destinations/force", force, ["POST"]),
+        ("/destinations/cap", cap, ["POST"]),
     ]

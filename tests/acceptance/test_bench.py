@@ -7,6 +7,7 @@ assertion: this machine is shared, and the figures are for people to read, not f
 from __future__ import annotations
 
 import asyncio
+import csv
 import importlib.util
 import json
 import os
@@ -29,6 +30,18 @@ SMALL = {
     "cron": ["--recurring", "3", "--cron", "* * * * * *", "--duration", "4"],
     "api": ["--count", "500", "--singles", "50"],
 }
+SOAK = ["--minutes", "0.1", "--rate", "50"]
+"""Six seconds of creation at 50/s: the whole lifecycle (API, firing, retries, dead letters, both log
+rollers, purge) in about 20 s."""
+CRASH = ["--count", "2000", "--types", "1", "--kill-at", "0.3"]
+CRASH_TIMINGS = {
+    "OSTE_CLAIM_LEASE": "2",
+    "OSTE_POLL_INTERVAL": "0.2",
+    "OSTE_RESCUE_INTERVAL": "0.2",
+    "OSTE_HEARTBEAT_INTERVAL": "0.2",
+    "OSTE_NODE_TIMEOUT": "1",
+}
+"""Short leases, so the killed worker's claims are rescued within seconds."""
 OWN_FIELDS = {
     "scale": ("stored", "ratio_to_empty", "claim_query_ms", "empty_store"),
     "cron": ("recurring", "occurrences"),
@@ -37,10 +50,10 @@ OWN_FIELDS = {
 DELIVERY_FIELDS = ("expected", "delivered", "missing", "duplicates", "unexpected", "fires_per_s", "lag_ms")
 
 
-def bench(workload: str, tmp_path: Path, *extra: str) -> dict:
-    command = [*OSTE, "bench", workload, *SMALL[workload], "--json", "--no-progress", "--timeout", "60"]
-    command += ["--work-dir", str(tmp_path), *extra]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}
+def bench(workload: str, tmp_path: Path, *extra: str, settings: dict[str, str] | None = None) -> dict:
+    command = [*OSTE, "bench", workload, *SMALL.get(workload, []), "--json", "--no-progress"]
+    command += ["--timeout", "60", "--work-dir", str(tmp_path), *extra]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")} | (settings or {})
     done = subprocess.run(command, capture_output=True, text=True, timeout=170, env=env)
     assert done.stdout.strip(), f"no JSON from `oste bench {workload}`:\n{done.stderr[-3000:]}"
     result = json.loads(done.stdout)
@@ -65,9 +78,18 @@ def check(result: dict, workload: str) -> None:
             cpu = who["cpu_us_per_fire"]
             assert cpu["senders"] > 0 and cpu["receiver"] >= 0
             assert cpu["total"] >= cpu["senders"] + cpu["receiver"] - 0.2
+        lag_ratios = {"fires_per_s", "lag_p50", "lag_p95", "lag_p99", "lag_max"}
         if result["database"] == "postgresql":
             assert oste["cpu_us_per_fire"]["database"] > 0
-        assert set(result["ratios"]) == {"fires_per_s", "lag_p50", "lag_p95", "lag_p99", "lag_max"}
+            # the limit fires from as many processes as OSTE's workers, and from one process alone
+            limit = result["limit"]
+            assert limit["processes"] == result["workers"] == 2
+            single = limit["one_process"]
+            assert single["delivered"] == single["expected"] > 0 and single["duplicates"] == 0
+            assert set(result["ratios"]) == lag_ratios | {"fires_per_s_one_process"}
+        else:
+            assert result["limit"]["processes"] == 1 and "one_process" not in result["limit"]
+            assert set(result["ratios"]) == lag_ratios
     for field in OWN_FIELDS.get(workload, ()):
         assert field in result[workload], field
     engines = [u for u in result["usage"] if u["role"] != "api"]
@@ -101,8 +123,40 @@ def test_bench_on_postgres_with_two_workers(workload: str, tmp_path: Path) -> No
 
 def test_help_names_every_workload() -> None:
     out = subprocess.run([*OSTE, "bench", "--help"], capture_output=True, text=True, check=True).stdout
-    for workload in SMALL:
+    for workload in [*SMALL, "soak", "crash"]:
         assert workload in out
+
+
+def test_soak_runs_the_whole_lifecycle_on_sqlite(tmp_path: Path) -> None:
+    table = tmp_path / "minutes.csv"
+    result = bench("soak", tmp_path, *SOAK, "--output", str(table))
+    facts = result["soak"]
+    assert result["ok"] and facts["created"] == result["oste"]["expected"] == 300
+    assert facts["missing"] == facts["doubled"] == facts["unexpected"] == 0
+    assert facts["left_in_database"] == 0  # shipped by both rollers, then purged
+    assert facts["log_batches"] >= 2 and facts["log_bytes"] > 0
+    rows = result["minutes"]
+    assert len(rows) >= 3 and rows[-1]["final"] is True
+    assert sum(row["created"] for row in rows) == 300
+    for field in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms", "arrived_per_s", "db_mb", "wal_mb"):
+        assert all(field in row for row in rows), field
+    assert any(row["single_create_p99_ms"] > 0 for row in rows)
+    assert any(row["batch_create_p99_ms"] > 0 for row in rows)
+    assert all(row["rss_serve_mb"] > 0 for row in rows)
+    with table.open() as saved:
+        assert len(list(csv.DictReader(saved))) == len(rows)
+
+
+def test_crash_bounds_the_duplicates_of_a_killed_worker(tmp_path: Path) -> None:
+    require_postgres()
+    result = bench(
+        "crash", tmp_path, *CRASH, "--database-url", PG_ADMIN_DSN, "--workers", "2", settings=CRASH_TIMINGS
+    )
+    oste, facts = result["oste"], result["crash"]
+    assert oste["missing"] == 0 and oste["unexpected"] == 0 and oste["delivered"] == 2000
+    assert facts["delivered_at_kill"] >= 600 and facts["held_running"] >= 0
+    assert facts["duplicates"] == oste["duplicates"] <= facts["bound"] and facts["within_bound"]
+    assert [u["role"] for u in result["usage"]].count("worker") == 2
 
 
 def test_analysis_counts_missing_doubled_and_unexpected() -> None:

@@ -132,3 +132,27 @@ def test_a_capped_destination_is_shared_max_min_fairly(
     cap: int, others: list[int], wanted: int, share: int
 ) -> None:
     assert fair_share(cap, others, wanted) == share
+
+
+def test_a_node_counts_failures_in_a_row_but_not_attempts_that_never_reached_the_receiver() -> None:
+    from oste.domain.claims import AttemptReport
+    from oste.domain.clock import SystemClock
+    from oste.engine.destinations import DestinationGate, Verdict
+    from tests.engine_support import a_claim
+
+    gate = DestinationGate(BreakerPolicy(failures=3), None, SystemClock())
+    claim = a_claim("whsec_" + "a" * 32)
+    where = "https://example.com:443"
+
+    def report(outcome: Outcome, status: int | None, reached: bool = True) -> AttemptReport:
+        return AttemptReport(outcome, NOW, NOW, 1.0, status, reached_receiver=reached)
+
+    for _ in range(5):  # a token endpoint that is down: no request went to the receiver
+        gate.finished(claim, where, report(Outcome.ERROR, None, reached=False), Verdict.GO)
+    assert where not in gate.streaks or gate.streaks[where].failures == 0
+    for _ in range(2):
+        gate.finished(claim, where, report(Outcome.ERROR, 503), Verdict.GO)
+    gate.finished(claim, where, report(Outcome.FAILED, 404), Verdict.GO)  # an answer: the count restarts
+    gate.finished(claim, where, report(Outcome.ERROR, None), Verdict.GO)
+    streak = gate.streaks[where]
+    assert (streak.failures, streak.reset, streak.threshold) == (1, True, 3)

@@ -60,7 +60,7 @@ async def make_tenant(api: Api, receiver: Receiver) -> tuple[Tenant, str, str]:
 async def test_deliveries_show_in_stats_metrics_and_logs(
     engine_api: Api, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="oste.deliveries")
+    caplog.set_level(logging.DEBUG, logger="oste.deliveries")  # a success's own line is DEBUG
     api = engine_api
     receiver.behaviour = gone_or_ok
     tenant, gone, paused = await make_tenant(api, receiver)

@@ -1,6 +1,8 @@
 """The engine's log lines say what happened and what to do: a delivery line names the company, solution
 and type and, when there was no HTTP answer, why (refused, DNS, timeout, the SSRF guard); a dead letter is
-a WARNING saying how to requeue it; the log rollers' lines are sentences, a failed shipment a WARNING."""
+a WARNING saying how to requeue it; successes are summed into one line per written batch (counts by
+outcome and type) while every failure, retry and dead letter keeps its own line; the log rollers' lines
+are sentences, a failed shipment a WARNING."""
 
 from __future__ import annotations
 
@@ -15,7 +17,16 @@ from oste.engine import Engine
 from oste.engine.log_shipping import SuccessRoller
 from oste.logs import JsonFormatter
 from oste.storage.store import Store
-from tests.engine_support import Receiver, eventually, fast_config, free_port, settled, test_settings
+from tests.engine_support import (
+    Receiver,
+    eventually,
+    fast_config,
+    free_port,
+    in_turn,
+    respond,
+    settled,
+    test_settings,
+)
 from tests.factories import make_activities, make_type
 from tests.integration.engine.test_log_rollers import PERIOD, set_uris
 from tests.rollers_support import LogReceiver, ended_activities, later_clock, roller_config
@@ -95,6 +106,55 @@ async def test_ssrf_refusal_and_dns_failure_are_named_in_the_dead_letter_line(
     message = line.getMessage()
     assert "acme/songs/nowhere" in message and "no-such-host.invalid" in message, message
     assert "HTTP None" not in message, message
+
+
+def batch_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "oste.deliveries" and hasattr(r, "deliveries")]
+
+
+async def test_successes_are_summed_per_batch_and_each_failure_and_retry_keeps_its_line(
+    store: Store, engine: Engine, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="oste.deliveries")
+    receiver.behaviour = in_turn(respond(503), respond(200))  # the first request fails, the rest succeed
+    kind = await make_type(store, receiver.url + "/song/{n}", retries=2)
+    count = 40
+    activities = await make_activities(
+        store, kind, SystemClock().now(), count=count, parameter=lambda i: {"n": str(i)}
+    )
+    for activity in activities:
+        assert (await settled(store, activity)).state == r.ActivityState.SUCCEEDED
+
+    async def all_counted() -> bool:
+        return sum(line.deliveries for line in batch_lines(caplog)) >= count + 1  # type: ignore[attr-defined]
+
+    await eventually(all_counted, what="batch lines counting every attempt")
+    batches = batch_lines(caplog)
+    assert sum(line.outcomes.get("ok", 0) for line in batches) == count  # type: ignore[attr-defined]
+    assert sum(line.outcomes.get("error", 0) for line in batches) == 1  # type: ignore[attr-defined]
+    assert sum(line.types["acme/songs/republish"] for line in batches) == count + 1  # type: ignore[attr-defined]
+    assert len(batches) < count  # summed: fewer lines than deliveries
+    for line in batches:
+        assert line.levelno == logging.INFO and line.getMessage().startswith("deliveries written: ")
+        assert "acme/songs/republish" in line.getMessage()
+        assert "\n" not in JsonFormatter().format(line)
+
+    ids = {str(activity.id) for activity in activities}
+    own = [
+        record
+        for record in caplog.records
+        if record.name == "oste.deliveries" and getattr(record, "activity_id", None) in ids
+    ]
+    [retried] = own  # no success has a line of its own at INFO; the one retry does
+    assert retried.outcome == "error" and retried.http_status == 503  # type: ignore[attr-defined]
+    message = retried.getMessage()
+    assert "acme/songs/republish attempt 1" in message and "retry at" in message, message
+
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="oste.deliveries")  # DEBUG: every success's own line too
+    [extra] = await make_activities(store, kind, SystemClock().now(), parameter={"n": "x"})
+    [line] = await lines_of(caplog, extra, 1)
+    assert line.levelno == logging.DEBUG and line.outcome == "ok"  # type: ignore[attr-defined]
 
 
 async def test_log_shipping_lines_are_sentences_and_a_failed_shipment_is_a_warning(
