@@ -10,7 +10,9 @@ scalar or a bare word). Values compare as text, the way an object id is made of 
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +34,11 @@ VIEWS = ("scheduled", "due", "retrying", "running", "succeeded", "dead", "cancel
 ``retrying`` (scheduled again after a failed attempt: attempts > 0)."""
 
 _SEGMENT = re.compile(r"[^\s.=\[\]\"']{1," + str(MAX_SEGMENT) + "}")
+_PLAIN = re.compile(r"[A-Za-z0-9_-]+")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+NUMBER_TOLERANCE = 1e-9
+"""How far (relatively) a stored number may be from the searched one and still be read and compared:
+a database converts JSON numbers in its own precision, so its comparison is only a prefilter."""
 _EXPRESSION = re.compile(r"^\s*parameter((?:\.[^\s.=]+)+)\s*(?:==|=|:)\s*(.*?)\s*$", re.DOTALL)
 
 
@@ -56,6 +63,23 @@ class ParameterMatch:
     def field(self) -> str | None:
         """The top-level field when the path has one segment (the object-id index can serve it)."""
         return self.path[0] if len(self.path) == 1 else None
+
+    @property
+    def plain(self) -> bool:
+        """Whether every key of the path is plain (letters, digits, ``_``, ``-``): then a database's JSON
+        path finds exactly the key Python does, whatever escapes the stored JSON uses."""
+        return all(_PLAIN.fullmatch(segment) for segment in self.path)
+
+    def number_bounds(self) -> tuple[float, float] | None:
+        """When the value is written as a number: bounds that every stored number equal to it as text
+        lies within (``NUMBER_TOLERANCE`` around it), else None."""
+        if not _NUMBER.fullmatch(self.text):
+            return None
+        value = float(self.text)
+        if not math.isfinite(value):
+            return None
+        spread = abs(value) * NUMBER_TOLERANCE
+        return max(value - spread, -sys.float_info.max), min(value + spread, sys.float_info.max)
 
     def describe(self) -> str:
         return f"parameter.{'.'.join(self.path)} = {self.text}"

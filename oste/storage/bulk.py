@@ -14,13 +14,14 @@ A chunk that cancels or requeues writes its ``cancelled``/``requeued`` events in
 delete wakes them too: they answer that the activity is gone). A delete removes the activities'
 executions in the same statement's transaction.
 
-A dry run reads the same chunks and decides the same way, writing nothing. A change interrupted part
-way (the process stopped) leaves the chunks already committed changed; each action can simply be run
-again.
+A dry run reads the same chunks and decides the same way, writing nothing (and so outside any
+transaction: no ``BEGIN``/``COMMIT`` round trips per chunk). A change interrupted part way (the
+process stopped) leaves the chunks already committed changed; each action can simply be run again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -39,7 +40,7 @@ from oste.storage import models as m
 from oste.storage.database import raises_unavailable
 from oste.storage.dialects import ClaimStrategy, Params, json_of, strategy_for, uuid_of
 from oste.storage.events import Change, record, subscribed_solutions
-from oste.storage.listing import activity_query
+from oste.storage.listing import activity_query, raw_rows
 from oste.storage.notices import publish
 
 CHUNK = 1000
@@ -55,6 +56,11 @@ _COLUMNS = {
 STATE_EVENTS = {"cancel": "cancelled", "requeue": "requeued"}
 """The event stream's name for the state change of each action that changes states."""
 _S = r.ActivityState
+
+
+def _chunk_transaction(dry_run: bool) -> contextlib.AbstractAsyncContextManager[Any]:
+    """A chunk's transaction; none for a dry run, which only reads (each chunk is one statement)."""
+    return contextlib.nullcontext() if dry_run else in_transaction()
 
 
 @raises_unavailable
@@ -81,12 +87,14 @@ class BulkChange:
         query, _ = await activity_query(solution, filters)
         query = query.filter(id__lt=new_id())
         event = STATE_EVENTS.get(action)
-        recorded = event is not None and solution.id in await subscribed_solutions(self.clock.now())
+        recorded = (
+            not dry_run and event is not None and solution.id in await subscribed_solutions(self.clock.now())
+        )
         last: uuid.UUID | None = None
         while True:
             page = query.filter(id__gt=last) if last is not None else query
-            async with in_transaction():
-                rows = await page.order_by("id").limit(self.chunk).values(*_COLUMNS[action])
+            async with _chunk_transaction(dry_run):
+                rows = await raw_rows(page.order_by("id").limit(self.chunk).values(*_COLUMNS[action]))
                 if not rows:
                     break
                 changed = await self._chunk(rows, action, plan, kinds, result)

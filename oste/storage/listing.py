@@ -4,9 +4,11 @@ search (``parameter.SongId = 42``), each with a bounded cost whatever a tenant t
 A parameter search is answered two ways at once. For the types whose ``object_id_ref`` is exactly the
 searched field, the object id *is* the value: the ``(solution_id, object_id)`` index finds every match
 however old. For the other types the parameters of the newest ``SEARCH_SCAN`` activities matching the
-rest of the filter are read and compared (``ParameterMatch.matches``, the same rule on both databases);
-older ones are not looked at, and the answer's ``Scan`` says so. The two are joined into one condition
-on the activity table, so listing, counting and bulk changes (``oste.storage.bulk``) share it.
+rest of the filter are compared, in SQL first (the dialect's JSON functions, a prefilter, so only the
+candidates leave the database), then exactly (``ParameterMatch.matches``, the same rule on both
+databases); older ones are not looked at, and the answer's ``Scan`` says so. The two are joined into
+one condition on the activity table, so listing, counting and bulk changes (``oste.storage.bulk``)
+share it; ``page_and_total`` resolves it once for both.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from oste.domain.search import ParameterMatch
 from oste.domain.stats import Count
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import json_of, uuid_of
+from oste.storage.dialects import Params, json_of, strategy_for, uuid_of
 from oste.storage.store import activity_record, decode_cursor, encode_cursor, matching_activities
 
 SEARCH_SCAN = 5_000
@@ -87,10 +89,9 @@ async def _parameter_condition(
             .limit(SEARCH_SCAN + 1)
             .values("id", "parameter")
         )
-        rows = await _raw(newest)  # the driver's rows: no ORM conversion of thousands of them
-        truncated = len(rows) > SEARCH_SCAN
-        rows = rows[:SEARCH_SCAN]
-        scanned = len(rows)
+        rows, seen = await candidates(newest, match)
+        truncated = seen > SEARCH_SCAN
+        scanned = min(seen, SEARCH_SCAN)
         hits = [uuid_of(row["id"]) for row in rows if match.matches(json_of(row["parameter"]))]
         if hits:
             parts.append(Q(id__in=hits))
@@ -114,27 +115,79 @@ class ActivityListing:
     ) -> Listing:
         """One page, newest first (or oldest first), after ``cursor``."""
         query, scan = await activity_query(solution, filters)
-        if cursor:
-            last = decode_cursor(cursor)
-            query = query.filter(id__lt=last) if newest else query.filter(id__gt=last)
-        rows = await query.order_by("-id" if newest else "id").limit(limit + 1)
-        names = dict(await m.ActivityType.filter(solution_id=solution.id).values_list("id", "name"))
-        items = [activity_record(row, names.get(row.activity_type_id, "?")) for row in rows[:limit]]
-        next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
-        return Listing(r.Page(items, next_cursor), scan)
+        return await _page(solution, query, scan, limit, cursor, newest)
 
     async def total(self, solution: r.Solution, filters: r.ActivityFilter, cap: int = TOTAL_CAP) -> Count:
         """How many activities match, stopped at ``cap`` (then ``at_least``)."""
         query, _ = await activity_query(solution, filters)
-        rows = await _raw(
-            query.limit(cap + 1).values_list("id", flat=True), "SELECT count(*) AS n FROM ({}) q"
-        )
-        n = int(rows[0]["n"])
-        return Count(min(n, cap), n > cap)
+        return await _total(query, cap)
+
+    async def page_and_total(
+        self,
+        solution: r.Solution,
+        filters: r.ActivityFilter,
+        limit: int,
+        cursor: str | None = None,
+        newest: bool = True,
+        cap: int = TOTAL_CAP,
+    ) -> tuple[Listing, Count]:
+        """``page`` and ``total`` of the same filter, a parameter search resolved once for both."""
+        query, scan = await activity_query(solution, filters)
+        return await _page(solution, query, scan, limit, cursor, newest), await _total(query, cap)
 
 
-async def _raw(query: Any, wrap: str = "{}") -> list[dict[str, Any]]:
-    """The rows of a Tortoise query run as raw SQL (optionally wrapped, ``{}`` standing for it)."""
+async def _page(
+    solution: r.Solution, query: QuerySet, scan: Scan | None, limit: int, cursor: str | None, newest: bool
+) -> Listing:
+    if cursor:
+        last = decode_cursor(cursor)
+        query = query.filter(id__lt=last) if newest else query.filter(id__gt=last)
+    rows = await query.order_by("-id" if newest else "id").limit(limit + 1)
+    names = dict(await m.ActivityType.filter(solution_id=solution.id).values_list("id", "name"))
+    items = [activity_record(row, names.get(row.activity_type_id, "?")) for row in rows[:limit]]
+    next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
+    return Listing(r.Page(items, next_cursor), scan)
+
+
+async def _total(query: QuerySet, cap: int) -> Count:
+    rows = await raw_rows(
+        query.limit(cap + 1).values_list("id", flat=True), "SELECT count(*) AS n FROM ({}) q"
+    )
+    n = int(rows[0]["n"])
+    return Count(min(n, cap), n > cap)
+
+
+async def candidates(newest: Any, match: ParameterMatch) -> tuple[list[dict[str, Any]], int]:
+    """The rows of ``newest`` (``id`` and ``parameter``, newest first, at most ``SEARCH_SCAN`` + 1)
+    that may match, and how many it holds.
+
+    The database compares (``json_scalar_match``, a prefilter ``match.matches`` then checks exactly)
+    and answers only the candidates among the first ``SEARCH_SCAN`` rows, plus the newest row, which
+    carries the count: one row, not thousands, for a search that finds nothing. A path with keys that
+    are not plain is not prefiltered (every row comes back, as before).
+    """
+    sql = newest.sql()
+    _, values = newest.query.get_parameterized_sql()
+    db = m.Activity._meta.db
+    params = Params(strategy_for(db.capabilities.dialect))
+    params.values = list(values)
+    maybe = (
+        params.strategy.json_scalar_match("parameter", match.path, match.text, match.number_bounds(), params)
+        if match.plain
+        else "1 = 1"
+    )
+    rows = await db.execute_query_dict(
+        "SELECT id, parameter, n FROM (SELECT id, parameter, row_number() OVER (ORDER BY id DESC) AS k, "
+        f"count(*) OVER () AS n FROM ({sql}) w) q WHERE k = 1 OR (k <= {SEARCH_SCAN} AND {maybe})",
+        params.values,
+    )
+    seen = int(rows[0]["n"]) if rows else 0
+    return list(rows), seen
+
+
+async def raw_rows(query: Any, wrap: str = "{}") -> list[dict[str, Any]]:
+    """The rows of a Tortoise query run as raw SQL (optionally wrapped, ``{}`` standing for it): the
+    driver's values (on SQLite ids are text), without the ORM's conversion of each one."""
     sql = query.sql()
     _, params = query.query.get_parameterized_sql()
     return list(await m.Activity._meta.db.execute_query_dict(wrap.format(sql), params))

@@ -217,6 +217,11 @@ class Activity(Model):
                 fields=("next_attempt_at",), name="activity_scheduled_idx", where="state = 'scheduled'"
             ),
             Index(fields=("solution_id", "state", "id"), name="activity_listing_idx"),
+            WhereIndex(  # the ``retrying`` list; see ``oste.storage.store.RETRIED``
+                fields=("solution_id", "state", "id"),
+                name="activity_retrying_idx",
+                where="state = 'scheduled' AND attempts > 0",
+            ),
             Index(fields=("solution_id", "object_id"), name="activity_object_idx"),
             Index(fields=("activity_type_id", "state"), name="activity_type_state_idx"),
             WhereIndex(

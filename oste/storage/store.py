@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tortoise.exceptions import IntegrityError
-from tortoise.expressions import F, Q, Subquery
+from tortoise.expressions import F, Q, RawSQL, Subquery
 from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
@@ -169,6 +169,12 @@ async def page_of(query: QuerySet, limit: int, cursor: str | None, convert: Call
     return r.Page(items, next_cursor)
 
 
+RETRIED = RawSQL("0")
+"""``attempts > 0`` (the ``retrying`` list) written as a literal, not a bound parameter, so the SQL
+itself implies the condition of the partial index ``activity_retrying_idx`` (SQLite's planner proves
+that from the statement's text; with a parameter it depends on re-preparing with the bound value)."""
+
+
 def matching_activities(solution: r.Solution, filters: r.ActivityFilter) -> QuerySet:
     """The activities of a solution matching the filters (None = any)."""
     conditions: dict[str, Any] = {
@@ -183,7 +189,7 @@ def matching_activities(solution: r.Solution, filters: r.ActivityFilter) -> Quer
         raise ValueError("a parameter search is resolved by oste.storage.listing.activity_query")
     conditions.update(
         id__in=list(filters.ids) if filters.ids is not None else None,
-        attempts__gt=0 if filters.retrying else None,
+        attempts__gt=RETRIED if filters.retrying else None,
         next_attempt_at__lte=filters.due_by,
     )
     query = m.Activity.filter(solution_id=solution.id)

@@ -160,10 +160,9 @@ async def activities(request: Request, viewer: Viewer) -> Response:
     try:
         filters, types = await filters_of(request, found, values)
         pages = ui(request).storage.listing
-        listing = await pages.page(
+        listing, total = await pages.page_and_total(
             found, filters, PAGE_SIZE, request.query_params.get("cursor") or None, newest
         )
-        total = await pages.total(found, filters)
     except (FilterError, OsteError) as exc:
         error = str(exc)
         types = (await ui(request).store.list_activity_types(found, TYPES_SHOWN)).items

@@ -8,6 +8,7 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
+from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
 from oste.domain.search import parse_search, view_of
@@ -115,3 +116,110 @@ async def test_bulk_run_now_and_delete_by_id_list_change_exactly_those(store: St
     assert (deleted.matched, deleted.changed) == (2, 2)
     left = [a.id for a in (await store.list_activities(solution, r.ActivityFilter(), 10)).items]
     assert left == [later[0].id, later[3].id]
+
+
+PARAMETERS = [
+    {"v": "42"},
+    {"v": 42},
+    {"v": 42.0},
+    {"v": 4.5},
+    {"v": "4.5"},
+    {"v": True},
+    {"v": "true"},
+    {"v": 1},
+    {"v": "Blue Moon"},
+    {"v": [42]},
+    {"v": {"w": 42}},
+    {"v": None},
+    {"w": 42},
+    {"v": 1e20},
+    {"v": 9007199254740993},
+    {"v": -0.5},
+    {"a": {"b": 42}},
+    {"a": {"b": "x"}},
+    {"a": [{"b": 42}]},
+    {"$odd": 1},
+    {"v": "42 "},
+]
+SEARCHES = [
+    "parameter.v = 42",
+    'parameter.v = "42"',
+    "parameter.v = 42.0",
+    "parameter.v = 4.5",
+    "parameter.v = true",
+    'parameter.v = "true"',
+    "parameter.v = 1",
+    "parameter.v = Blue Moon",
+    "parameter.v = 1e20",
+    "parameter.v = 9007199254740993",
+    "parameter.v = -0.5",
+    "parameter.a.b = 42",
+    "parameter.a.b = x",
+    "parameter.$odd = 1",
+    "parameter.v = nothing",
+]
+
+
+async def test_the_database_prefilter_finds_what_the_exact_comparison_finds(store: Store) -> None:
+    """The SQL comparison (each dialect's JSON functions) keeps every row the Python rule matches, and
+    only few others: the answer is the same as reading every parameter, on both databases."""
+    kind = await make_type(store, "https://x.example/")
+    solution = await store.get_solution(await store.get_company("acme"), "songs")
+    made = await make_activities(
+        store,
+        kind,
+        store.clock.now() + timedelta(hours=1),
+        count=len(PARAMETERS),
+        parameter=lambda i: PARAMETERS[i],
+    )
+    stored = {a.id: (await store.get_activity(solution, a.id)).parameter for a in made}  # as read back
+    found = {}
+    for text in SEARCHES:
+        search = parse_search(text)
+        assert search is not None and search.parameter is not None
+        match = search.parameter
+        expected = {i for i, parameter in stored.items() if match.matches(parameter)}
+        assert set(await _ids(store, solution, r.ActivityFilter(parameter=match))) == expected, text
+        rows, seen = await listing.candidates(_newest(solution), match)
+        assert seen == len(PARAMETERS)
+        if match.plain:  # only candidates (and the newest row, carrying the count) leave the database
+            assert len(rows) <= len(expected) + 2, (text, rows)
+        found[text] = len(expected)
+    assert found["parameter.v = 42"] == 2 and found["parameter.v = true"] == 2  # 42 and "42"; true, "true"
+    assert found["parameter.a.b = 42"] == 1 and found["parameter.$odd = 1"] == 1
+    assert found["parameter.v = nothing"] == 0
+
+
+def _newest(solution: r.Solution) -> object:
+    return (
+        m.Activity.filter(solution_id=solution.id)
+        .order_by("-id")
+        .limit(listing.SEARCH_SCAN + 1)
+        .values("id", "parameter")
+    )
+
+
+async def test_the_retrying_list_and_its_total_read_the_retrying_index(store: Store) -> None:
+    """The ``retrying`` view's page and total are answered from ``activity_retrying_idx``, not by
+    walking every scheduled activity (on SQLite the index's ``state`` column is what makes the planner
+    prefer it to the listing index)."""
+    kind = await make_type(store, "https://x.example/{n}")
+    solution = await store.get_solution(await store.get_company("acme"), "songs")
+    made = await make_activities(store, kind, store.clock.now() + timedelta(hours=1), count=20)
+    await m.Activity.filter(id=made[3].id).update(attempts=1)
+    query, _ = await listing.activity_query(solution, _filter(store, "retrying"))
+    statements = [query.order_by("-id").limit(51), query.limit(1001).values_list("id", flat=True)]
+    db = m.Activity._meta.db
+    postgres = db.capabilities.dialect == "postgres"
+    for statement in statements:
+        sql = statement.sql()
+        _, values = statement.query.get_parameterized_sql()
+        if postgres:
+            async with in_transaction() as conn:  # a tiny table: make the planner show its index choice
+                await conn.execute_script("SET LOCAL enable_seqscan = off")
+                plan = await conn.execute_query_dict("EXPLAIN " + sql, values)
+        else:
+            plan = await db.execute_query_dict("EXPLAIN QUERY PLAN " + sql, values)
+        assert "activity_retrying_idx" in str(plan), plan
+    page = await ActivityListing().page(solution, _filter(store, "retrying"), 10)
+    assert [a.id for a in page.page.items] == [made[3].id]

@@ -79,3 +79,16 @@ def test_views_name_states_plus_due_and_retrying() -> None:
     assert (retrying.state, retrying.due_by, retrying.retrying) == ("scheduled", None, True)
     with pytest.raises(InvalidInput):
         view_of("sleeping", NOW)
+
+
+def test_what_the_database_prefilter_is_given() -> None:
+    """Plain keys only go into the databases' JSON paths; a value written as a number gets bounds that
+    hold the numbers equal to it as text, and none otherwise (a date, a word, an overflow)."""
+    assert ParameterMatch(("SongId",), "1").plain and ParameterMatch(("a-b", "c_d", "9"), "1").plain
+    assert not ParameterMatch(("$odd",), "1").plain and not ParameterMatch(("café",), "1").plain
+    for text, number in (("42", 42), ("-0.5", -0.5), ("1e+20", 1e20), ("9007199254740993", 9007199254740993)):
+        bounds = ParameterMatch(("n",), text).number_bounds()
+        assert bounds is not None and bounds[0] <= number <= bounds[1], text
+        assert bounds[1] - bounds[0] <= abs(number) * 1e-8
+    for text in ("Blue Moon", "2026-11-23", "1_000", "inf", "NaN", "0x10", "1e999", "", "+1", "01"):
+        assert ParameterMatch(("n",), text).number_bounds() is None, text
