@@ -164,6 +164,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "sends there.",
     ),
     SettingSpec(
+        "audit_retention",
+        "OSTE_AUDIT_RETENTION",
+        "P90D",
+        "How long audit entries (one per change made through the API, UI or CLI) are kept; older ones "
+        "are deleted by the engine's nodes every few minutes. 0 keeps them forever.",
+    ),
+    SettingSpec(
         "signing_secret_grace",
         "OSTE_SIGNING_SECRET_GRACE",
         "P1D",
@@ -318,6 +325,7 @@ class Settings:
     api_rate_limit: float = 1000.0
     signing_secret_grace: float = 24 * 3600.0
     breaker_failures: int = 5
+    audit_retention: float = 90 * 86400.0
     breaker_cooldown: float = 5.0
     breaker_max_cooldown: float = 300.0
     destination_max_in_flight: int | None = None
@@ -565,6 +573,10 @@ def _ca_file(value: Any) -> Path:
     return path
 
 
+def _retention(value: Any) -> float:
+    return 0.0 if str(value).strip() in ("0", "PT0S") else _interval(value)
+
+
 def _cap(value: Any) -> int | None:
     if value is None or str(value).strip().lower() in ("none", "null", "unlimited"):
         return None
@@ -628,6 +640,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "ui_session_max_age": _interval,
     "signing_secret_grace": _grace,
     "breaker_failures": _int_in(0, 100_000),
+    "audit_retention": _retention,
     "breaker_cooldown": _interval,
     "breaker_max_cooldown": _interval,
     "destination_max_in_flight": _cap,

@@ -15,6 +15,12 @@ def new_id() -> uuid.UUID:
     return uuid_utils.compat.uuid7()
 
 
+def first_id_at(seconds: float) -> uuid.UUID:
+    """The smallest UUIDv7 of the instant ``seconds`` (a unix time): every id made before it sorts below."""
+    millis = max(int(seconds * 1000), 0) & ((1 << 48) - 1)
+    return uuid.UUID(int=(millis << 80) | (0x7 << 76) | (0b10 << 62))
+
+
 def new_signing_secret() -> str:
     """A Standard Webhooks signing secret: ``whsec_`` + base64 of 32 random bytes."""
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()

@@ -1,4 +1,5 @@
-"""LeaseKeeper (extends the leases of claims still held) and Rescuer (returns expired claims)."""
+"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims) and
+AuditPruner (deletes audit entries past their retention)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from oste.domain.clock import Clock
 from oste.engine import metrics
 from oste.engine.config import RescuerConfig
 from oste.engine.poller import ClaimBook
+from oste.storage.audit import AuditLog
 from oste.storage.dispatch import DispatchStore
 
 log = logging.getLogger("oste.engine.maintenance")
@@ -79,3 +81,27 @@ class Rescuer:
                         dead,
                     )
                 return RescueResult(rescheduled, dead)
+
+
+AUDIT_CHUNK = 10_000
+"""Audit entries deleted per statement."""
+AUDIT_PRUNE_INTERVAL = 300.0
+"""Seconds between two runs of the audit pruner."""
+
+
+class AuditPruner:
+    """Deletes audit entries older than ``OSTE_AUDIT_RETENTION`` (none when it is 0), in chunks."""
+
+    def __init__(self, audit: AuditLog, retention: float) -> None:
+        self.audit = audit
+        self.retention = retention
+
+    async def run_once(self) -> int:
+        if self.retention <= 0:
+            return 0
+        deleted = 0
+        while True:
+            done = await self.audit.prune(self.retention, AUDIT_CHUNK)
+            deleted += done
+            if done < AUDIT_CHUNK:
+                return deleted

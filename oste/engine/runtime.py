@@ -30,7 +30,7 @@ from oste.engine.destinations import DeferralWriter, DestinationGate, Destinatio
 from oste.engine.executor import Executor
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.engine.log_shipping import LogRoller, RollerConfig, RollResult, rollers_for
-from oste.engine.maintenance import LeaseKeeper, Rescuer
+from oste.engine.maintenance import AUDIT_PRUNE_INTERVAL, AuditPruner, LeaseKeeper, Rescuer
 from oste.engine.metrics import DeliveryRecorder, shipped, watch
 from oste.engine.poller import ClaimBook, Poller
 from oste.errors import Unavailable
@@ -153,6 +153,8 @@ class Engine:
         self._spawn("destinations", self.keeper.run())
         self._spawn("lease-keeper", _every(cfg.lease_refresh_interval, keeper.run_once, "lease keeper"))
         self._spawn("rescuer", _every(cfg.rescuer.interval, rescuer.run_once, "rescuer"))
+        pruner = AuditPruner(self.storage.audit, self.settings.audit_retention)
+        self._spawn("audit-pruner", _every(AUDIT_PRUNE_INTERVAL, pruner.run_once, "audit pruner"))
         self._spawn("balancer", _every(cfg.balancer.interval, self._rebalance, "partition balancer"))
         if sync is not None:
             self._spawn("clock-sync", _every(cfg.balancer.interval, sync.run_once, "clock sync"))

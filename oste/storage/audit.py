@@ -11,6 +11,7 @@ import uuid
 from oste.domain import records as r
 from oste.domain.audit import AuditEntry, AuditFilter
 from oste.domain.clock import Clock
+from oste.domain.ids import first_id_at
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
 from oste.storage.store import decode_cursor, encode_cursor, to_record
@@ -26,6 +27,15 @@ class AuditLog:
     async def record(self, entry: AuditEntry) -> None:
         """Store one entry (one INSERT)."""
         await m.Audit.create(**{name: getattr(entry, name) for name in AuditEntry.__dataclass_fields__})
+
+    async def prune(self, retention: float, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` entries older than ``retention`` seconds (ids are UUIDv7, so the primary
+        key finds them in time order); returns how many."""
+        before = first_id_at(self.clock.now().timestamp() - retention)
+        ids = await m.Audit.filter(id__lt=before).order_by("id").limit(limit).values_list("id", flat=True)
+        if not ids:
+            return 0
+        return await m.Audit.filter(id__in=list(ids)).delete()
 
     async def page(
         self,
