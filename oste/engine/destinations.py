@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -26,7 +27,7 @@ from enum import Enum
 
 from prometheus_client import Counter, Gauge
 
-from oste.domain.claims import AttemptReport, Claim, Deferral
+from oste.domain.claims import AttemptReport, Claim, Deferral, DispatchTarget
 from oste.domain.clock import Clock
 from oste.domain.destinations import (
     BreakerPolicy,
@@ -104,6 +105,9 @@ class _Slots:
     usable_until: float = 0.0
     """Monotonic time after which the grant may have lapsed in the store: no new request then."""
     parked: FairQueue = field(default_factory=FairQueue)
+    """Claims waiting for a slot, in the fair order between companies and solutions; every request
+    in flight to the destination counts in it, so the next freed slot goes to whoever holds fewest."""
+    originals: dict[uuid.UUID, Claim] = field(default_factory=dict)
 
     def free(self, now: float) -> bool:
         return now < self.usable_until and self.in_flight < self.granted
@@ -145,6 +149,9 @@ class DestinationGate:
         self.streaks: dict[str, _Streak] = {}
         self.users: set[tuple[str, uuid.UUID]] = set()
         self.slots: dict[str, _Slots] = {}
+        self.ready: set[str] = set()
+        """Capped destinations with parked claims and a free slot (``next_parked`` takes from them)."""
+        self._plain_targets: dict[uuid.UUID, tuple[DispatchTarget, DispatchTarget]] = {}
 
     # --- the executor's side --------------------------------------------------------------------
 
@@ -175,21 +182,58 @@ class DestinationGate:
         if cap is None:
             return Verdict.GO, None
         slots = self.slots.setdefault(destination, _Slots())
-        if slots.free(time.monotonic()):
+        now_m = time.monotonic()
+        if slots.free(now_m) and not len(slots.parked):
             slots.in_flight += 1
+            slots.parked.started(self._plain(claim), now_m)
             return Verdict.GO, None
-        slots.parked.push(claim, time.monotonic())
+        slots.parked.push(self._plain(claim), now_m)
+        slots.originals[claim.activity_id] = claim
         PARKED.inc()
-        if slots.granted <= slots.in_flight:
+        if slots.free(now_m):
+            self.ready.add(destination)
+        elif slots.granted <= slots.in_flight:
             self.wake()
         return Verdict.PARK, None
 
+    def _plain(self, claim: Claim) -> Claim:
+        """The claim as a destination's queue holds it: without its type's limits, which the node's own
+        queue already applied (a rate limit would otherwise be paid twice)."""
+        target = claim.target
+        if target.max_concurrency is None and target.rate_limit is None:
+            return claim
+        known = self._plain_targets.get(target.activity_type_id)
+        if known is None or known[0] is not target:
+            known = (target, dataclasses.replace(target, max_concurrency=None, rate_limit=None))
+            self._plain_targets[target.activity_type_id] = known
+        return dataclasses.replace(claim, target=known[1])
+
+    def next_parked(self) -> tuple[Claim, str] | None:
+        """A parked claim whose destination has a free slot now (counted in flight), with its
+        destination; None when there is none."""
+        now = time.monotonic()
+        while self.ready:
+            name = next(iter(self.ready))
+            slots = self.slots.get(name)
+            if slots is None or not len(slots.parked) or not slots.free(now):
+                self.ready.discard(name)
+                continue
+            plain = slots.parked.pop(now)
+            if plain is None:
+                self.ready.discard(name)
+                continue
+            slots.in_flight += 1
+            PARKED.dec()
+            return slots.originals.pop(plain.activity_id, plain), name
+        return None
+
     def finished(
         self, claim: Claim, destination: str | None, report: AttemptReport, verdict: Verdict
-    ) -> list[Claim]:
-        """A request to ``destination`` ended with ``report``. Returns parked claims that may go now."""
+    ) -> None:
+        """A request to ``destination`` ended with ``report``: count it against the breaker (or report
+        the probe), and free its slot of a capped destination."""
         if destination is None:
-            return []
+            return
         failure = report.reached_receiver and is_failure(report.outcome, report.http_status)
         if verdict == Verdict.PROBE:
             self.probing.pop(destination, None)
@@ -200,9 +244,11 @@ class DestinationGate:
             self._observe(claim, destination, report, failure)
         slots = self.slots.get(destination)
         if slots is None or verdict != Verdict.GO:
-            return []
+            return
         slots.in_flight = max(slots.in_flight - 1, 0)
-        return self._unpark(destination, slots)
+        slots.parked.done(claim)
+        if len(slots.parked):
+            self.ready.add(destination)
 
     def _observe(self, claim: Claim, destination: str, report: AttemptReport, failure: bool) -> None:
         streak = self.streaks.setdefault(destination, _Streak())
@@ -219,34 +265,18 @@ class DestinationGate:
             streak.failures = 0
             streak.reset = True
 
-    def _unpark(self, destination: str, slots: _Slots) -> list[Claim]:
-        now = time.monotonic()
-        ready = []
-        while len(slots.parked) and slots.free(now):
-            claim = slots.parked.pop(now)
-            if claim is None:
-                break
-            slots.parked.done(claim)
-            ready.append(claim)
-            PARKED.dec()
-        return ready
-
     def take_parked(self) -> list[Claim]:
         """Every parked claim (the node stops)."""
-        claims = []
+        claims: list[Claim] = []
         for slots in self.slots.values():
-            claims.extend(slots.parked.take_all())
+            claims.extend(slots.originals.pop(c.activity_id, c) for c in slots.parked.take_all())
+        self.ready.clear()
         PARKED.set(0)
         return claims
 
     @property
     def parked(self) -> int:
         return sum(len(s.parked) for s in self.slots.values())
-
-    def go_parked(self, destination: str) -> list[Claim]:
-        """Parked claims of ``destination`` that the slots just granted let go."""
-        slots = self.slots.get(destination)
-        return self._unpark(destination, slots) if slots is not None else []
 
 
 class DestinationKeeper:
@@ -257,13 +287,13 @@ class DestinationKeeper:
         gate: DestinationGate,
         store: DestinationStore,
         node: str,
-        release: Callable[[list[Claim]], None],
+        pump: Callable[[], None],
     ) -> None:
         self.gate = gate
         self.store = store
         self.node = node
-        self.release = release
-        """Hands parked claims whose slots were granted back to the executor."""
+        self.pump = pump
+        """Tells the executor that parked claims may go (slots were granted)."""
         self._wake = asyncio.Event()
         self._noted: dict[tuple[str, uuid.UUID], float] = {}
 
@@ -353,12 +383,12 @@ class DestinationKeeper:
 
     async def _grant(self) -> None:
         gate = self.gate
+        granted_more = False
         for name, slots in list(gate.slots.items()):
             cap = gate.cap_of(name)
             wanted = slots.in_flight + len(slots.parked)
-            if cap is None:
+            if cap is None:  # no cap any more: every slot is free
                 slots.granted, slots.usable_until = 1 << 30, float("inf")
-                ready = gate.go_parked(name)
             else:
                 if wanted == 0 and slots.granted == 0:
                     del gate.slots[name]
@@ -366,9 +396,11 @@ class DestinationKeeper:
                 started = time.monotonic()
                 granted = await self.store.grant(name, self.node, wanted, slots.in_flight, cap, GRANT_TTL)
                 slots.granted, slots.usable_until = granted, started + GRANT_TTL - GRANT_MARGIN
-                ready = gate.go_parked(name)
-            if ready:
-                self.release(ready)
+            if len(slots.parked) and slots.free(time.monotonic()):
+                gate.ready.add(name)
+                granted_more = True
+        if granted_more:
+            self.pump()
 
     async def run(self) -> None:
         """Sync until cancelled: every ``SYNC_INTERVAL``, sooner when woken."""

@@ -149,23 +149,33 @@ class Executor:
         while len(self._in_flight) < self.config.max_in_flight:
             if self.may_send is not None and not self.may_send():
                 break  # ``pump`` is called again once completions were written
+            parked = self.gate.next_parked() if self.gate is not None else None
+            if parked is not None:  # its destination's slot freed: it goes before new claims
+                self._start(parked[0], parked[1], Verdict.GO)
+                continue
             claim = self._waiting.pop(now)
             if claim is None:
                 break
-            destination, verdict = None, Verdict.GO
+            destination: str | None = None
+            verdict = Verdict.GO
             if self.gate is not None:
                 destination = destination_for(claim)
                 verdict, deferral = self.gate.admit(claim, destination)
-                if verdict in (Verdict.PARK, Verdict.DEFER):
-                    self._waiting.done(claim)  # not sent: it holds no slot
+                if verdict == Verdict.DEFER:
+                    self._waiting.done(claim)  # put back unsent
                     if deferral is not None and self.on_defer is not None:
                         self.on_defer(deferral)
                     continue
-            task = asyncio.create_task(self._run(claim, destination, verdict))
-            self._in_flight[claim.activity_id] = (claim, task)
+                if verdict == Verdict.PARK:
+                    continue  # still counted as its type's and company's until it ran (``_run``)
+            self._start(claim, destination, verdict)
         self._wake_for_rate_limits(now)
         if self.on_room is not None:
             self.on_room()
+
+    def _start(self, claim: Claim, destination: str | None, verdict: Verdict) -> None:
+        task = asyncio.create_task(self._run(claim, destination, verdict))
+        self._in_flight[claim.activity_id] = (claim, task)
 
     def _wake_for_rate_limits(self, now: float) -> None:
         """If claims wait only for a rate limit's next token, pump again when it is there."""
@@ -187,19 +197,11 @@ class Executor:
             self._in_flight.pop(claim.activity_id, None)
             self._waiting.done(claim)
             if self.gate is not None and completion is not None:
-                self.release(self.gate.finished(claim, destination, completion.report, verdict))
+                self.gate.finished(claim, destination, completion.report, verdict)
         assert completion is not None
         if self.sink is not None:
             self.sink(claim, completion)
         self._pump()
-
-    def release(self, claims: list[Claim]) -> None:
-        """Queue claims again that waited for a slot of their destination (granted now)."""
-        now = time.monotonic()
-        for claim in claims:
-            self._waiting.push(claim, now)
-        if claims:
-            self._pump()
 
     def cancel_queued(self) -> list[Claim]:
         """Take back every claim still waiting for a slot (its request was never started)."""

@@ -184,6 +184,14 @@ class FairQueue:
             del self._per_type[type_id]
         return entry[3]
 
+    def started(self, claim: Claim, now: float) -> None:
+        """Count a claim that went without waiting in this queue as in flight (``done`` when finished),
+        so that the next claim handed out goes to whoever holds fewest."""
+        solution, lane = self._lane(claim.target, now)
+        lane.in_flight += 1
+        solution.in_flight += 1
+        self._companies[claim.target.company_id].in_flight += 1
+
     def done(self, claim: Claim) -> None:
         """A claim handed out by ``pop`` finished: its slot counts no more."""
         target = claim.target

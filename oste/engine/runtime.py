@@ -123,7 +123,7 @@ class Engine:
             may_send=self._may_send,
         )
         self.keeper = DestinationKeeper(
-            self.gate, self.storage.destinations, self.node.id, self.executor.release
+            self.gate, self.storage.destinations, self.node.id, self.executor.pump
         )
         self.gate.wake = self.keeper.wake
         await _guarded(self.keeper.run_once(), "reading the destinations' circuit breakers")

@@ -160,3 +160,32 @@ async def test_two_nodes_never_have_more_in_flight_than_the_destination_cap(
     assert peak <= cap, f"{peak} requests were in flight at once; the cap is {cap}"
     assert peak >= 2, "the requests never overlapped: the test proves nothing"
     assert {n.node.id for n in nodes if n.node} and len(receiver.hits) == 60
+
+
+async def test_companies_share_a_capped_destination_fairly(
+    store: Store, receiver: Receiver, database_url: str
+) -> None:
+    """A tenant with a backlog parked behind a destination's cap does not hold back another tenant's
+    few activities for the same destination: each freed slot goes to whoever holds fewest."""
+
+    async def slow(request: web.Request, rec: Receiver) -> web.StreamResponse:
+        await asyncio.sleep(0.1)
+        return web.Response(text="ok")
+
+    receiver.behaviour = slow
+    await DestinationStore(SystemClock()).set_cap(destination_of(receiver.url), 2)
+    node = _engine(database_url)
+    await node.start()
+    try:
+        hog = await make_type(store, receiver.url + "/hog/{n}", company="hog")
+        calm = await make_type(store, receiver.url + "/calm/{n}", company="calm")
+        await make_activities(store, hog, SystemClock().now(), count=200)
+        await receiver.wait_for(4, within=10)  # the hog's backlog is claimed and parked behind the cap
+        mine = await make_activities(store, calm, SystemClock().now(), count=6)
+        for activity in mine:
+            assert (await settled(store, activity, within=20)).state == r.ActivityState.SUCCEEDED
+        hog_hits = sum(1 for hit in receiver.hits if hit.path.startswith("/hog/"))
+    finally:
+        await node.stop(grace=0.5)
+    # The calm tenant's six took about three turns of the two slots, the hog held the other half.
+    assert hog_hits <= 30, f"the hog got {hog_hits} requests before the calm tenant's 6 were done"
