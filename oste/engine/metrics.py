@@ -202,6 +202,11 @@ class DeliveryRecorder:
         except Exception:
             log.exception("recording delivery statistics failed")
 
+    @property
+    def written_at(self) -> float:
+        """When the rollups were last written (``time.monotonic``)."""
+        return self._written_at
+
     async def write(self) -> None:
         """Write the buffered rollups now (and prune old ones once a minute); kept on failure."""
         self._written_at = time.monotonic()

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import random
 import secrets
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -153,6 +154,9 @@ class Engine:
         self._spawn("destinations", self.keeper.run())
         self._spawn("lease-keeper", _every(cfg.lease_refresh_interval, keeper.run_once, "lease keeper"))
         self._spawn("rescuer", _every(cfg.rescuer.interval, rescuer.run_once, "rescuer"))
+        # Rollups are written with the next batch once the interval has passed; this writes the last
+        # ones when no batch follows (the stats would otherwise wait for the next delivery).
+        self._spawn("rollups", _every(self.recorder.write_interval, self._write_rollups, "delivery rollups"))
         pruner = AuditPruner(self.storage.audit, self.settings.audit_retention)
         self._spawn("audit-pruner", _every(AUDIT_PRUNE_INTERVAL, pruner.run_once, "audit pruner"))
         self._spawn("balancer", _every(cfg.balancer.interval, self._rebalance, "partition balancer"))
@@ -182,6 +186,10 @@ class Engine:
     def _completed(self, claim: Claim, completion: Completion) -> None:
         assert self.writer is not None
         self.writer.add(claim, completion)
+
+    async def _write_rollups(self) -> None:
+        if time.monotonic() - self.recorder.written_at >= self.recorder.write_interval:
+            await self.recorder.write()
 
     def _may_send(self) -> bool:
         """False while a whole batch of completions waits to be written (see ``Executor.may_send``)."""
