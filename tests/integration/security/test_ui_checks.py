@@ -38,8 +38,8 @@ async def test_the_schedule_editor_refuses_what_the_api_refuses(
             "parameter": parameter,
             "back": "/ui/",
         }
-        await ui.post(f"{ui_path(tenant)}/recurring/new", form)
-        page = await http.get("/ui/")
-        assert page.status_code == 200
-        assert reason in page.text, page.text[:3000]
+        page = await http.post(f"{ui_path(tenant)}/recurring/new", data={**form, "csrf": ui.csrf})
+        # The editor is shown again with the reason beside the field and what was entered kept.
+        assert page.status_code == 422, page.text[:3000]
+        assert reason in page.text and 'aria-invalid="true"' in page.text, page.text[:3000]
     assert await db_rows(api.database_url, "SELECT id FROM recurring_activity") == []
