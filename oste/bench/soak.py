@@ -469,6 +469,39 @@ def _print_row(row: Mapping[str, Any], first: bool) -> None:
     print("soak: " + "  ".join(str(v) for v in row.values()), file=sys.stderr, flush=True)
 
 
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-minute rows as the terminal shows them: the figures that decide a soak, a few to a
+    column, and the WAL written in each minute rather than the server's running total."""
+    shown = []
+    wal_before = None
+    for row in rows:
+        line: dict[str, Any] = {
+            "minute": row["minute"],
+            "created": row["created"],
+            "arrived/s": row["arrived_per_s"],
+            "lag ms p50/p99/max": _slashed(row["lag_p50_ms"], row["lag_p99_ms"], row["lag_max_ms"]),
+            "create p99 ms single/batch": _slashed(row["single_create_p99_ms"], row["batch_create_p99_ms"]),
+            "CPU µs per activity all/db": _slashed(row["cpu_us_per_activity"], row["cpu_db_us_per_activity"]),
+            "database MB": row["db_mb"],
+        }
+        wal = row.get("wal_written_mb")
+        if wal is not None:  # PostgreSQL: the server's WAL position, so the minute's share is a difference
+            line["WAL MB"] = round(wal - wal_before, 1) if wal_before is not None else None
+            wal_before = wal
+            line["activity MB table/index"] = _slashed(row.get("activity_mb"), row.get("activity_index_mb"))
+            line["activity dead tuples"] = row.get("activity_dead")
+        else:
+            line["WAL MB"] = row.get("wal_mb")
+            line["free MB"] = row.get("freelist_mb")
+        line["RSS MB"] = _slashed(*(value for key, value in row.items() if key.startswith("rss_")))
+        shown.append(line)
+    return shown
+
+
+def _slashed(*values: float | None) -> str:
+    return " / ".join("—" if v is None else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" for v in values)
+
+
 def save(rows: list[dict[str, Any]], path: Path) -> None:
     """The per-minute rows as CSV (a ``.csv`` name) or JSON."""
     if path.suffix == ".csv":
@@ -594,7 +627,7 @@ async def soak(harness: Harness) -> Result:
         "usage": process_usage,
         "soak": facts,
         "minutes": rows,
-        "timings": {"per minute": rows},
+        "timings": {"per minute (every figure: --output or --json)": summary(rows)},
         "notes": notes,
     }
 

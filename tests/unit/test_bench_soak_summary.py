@@ -1,0 +1,48 @@
+"""The soak's per-minute table as the terminal shows it: a few figures per column, WAL per minute."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oste.bench.soak import summary
+
+
+def minute(n: int, wal: float | None, **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "minute": float(n),
+        "created": 60_000,
+        "arrived_per_s": 1000.0,
+        "lag_p50_ms": 10.84,
+        "lag_p99_ms": 24.77,
+        "lag_max_ms": 157.1,
+        "single_create_p99_ms": 83.48,
+        "batch_create_p99_ms": 87.4,
+        "cpu_us_per_activity": 738.2,
+        "cpu_db_us_per_activity": 173.8,
+        "db_mb": 82.5,
+        "rss_api_mb": 88.9,
+        "rss_worker1_mb": 80.0,
+        **extra,
+    }
+    if wal is not None:
+        row.update(wal_written_mb=wal, activity_mb=24.5, activity_index_mb=32.3, activity_dead=180_422)
+    return row
+
+
+def test_postgres_rows_show_the_wal_written_in_each_minute_not_the_servers_total() -> None:
+    shown = summary([minute(1, 1645.8), minute(2, 1860.1), minute(3, 2071.0)])
+    assert [row["WAL MB"] for row in shown] == [None, 214.3, 210.9]
+    first = shown[0]
+    assert first["lag ms p50/p99/max"] == "10.8 / 24.8 / 157"
+    assert first["create p99 ms single/batch"] == "83.5 / 87.4"
+    assert first["CPU µs per activity all/db"] == "738 / 174"
+    assert first["activity MB table/index"] == "24.5 / 32.3"
+    assert first["activity dead tuples"] == 180_422
+    assert first["RSS MB"] == "88.9 / 80.0"
+
+
+def test_sqlite_rows_show_the_wal_file_and_free_pages() -> None:
+    shown = summary([minute(1, None, wal_mb=2.4, freelist_mb=0.3, cpu_db_us_per_activity=None)])
+    assert shown[0]["WAL MB"] == 2.4 and shown[0]["free MB"] == 0.3
+    assert shown[0]["CPU µs per activity all/db"] == "738 / —"
+    assert "activity dead tuples" not in shown[0]
