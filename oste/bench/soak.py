@@ -61,6 +61,10 @@ KINDS = ("fire", "flaky", "dead")
 LOG_PERIOD = "PT2S"
 """How long after an activity ends its record is shipped (the solutions' success and dead-letter period)."""
 ROLLER_INTERVAL = "2"
+AUDIT_RETENTION = "PT2M"
+"""``OSTE_AUDIT_RETENTION`` unless the environment sets it: the audit trail (a row per create request)
+is the one table whose rows outlive the lifecycle, kept 90 days by default; a short retention shows
+within the soak that it levels off too (the pruner runs every five minutes)."""
 SETTLE = 0.5
 """Seconds the receiver is watched after the last expected arrival, for requests fired twice."""
 PURGED_WITHIN = 120.0
@@ -347,7 +351,7 @@ class Sizes:
     async def vacuum(self) -> None:
         """What autovacuum would do for the tables the lifecycle churns: ``VACUUM (ANALYZE)``."""
         conn = await self._connection()
-        await conn.execute("VACUUM (ANALYZE) activity, execution")
+        await conn.execute("VACUUM (ANALYZE) activity, execution, audit")
         self.vacuums += 1
 
     async def _connection(self) -> asyncpg.Connection:
@@ -367,7 +371,7 @@ class Sizes:
         rows = await conn.fetch(
             "SELECT relname, pg_table_size(relid) AS table_bytes, pg_indexes_size(relid) AS index_bytes, "
             "n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables "
-            "WHERE relname IN ('activity', 'execution')"
+            "WHERE relname IN ('activity', 'execution', 'audit')"
         )
         database = await conn.fetchval("SELECT pg_database_size(current_database())")
         wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
@@ -490,6 +494,7 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             wal_before = wal
             line["activity MB table/index"] = _slashed(row.get("activity_mb"), row.get("activity_index_mb"))
             line["activity dead tuples"] = row.get("activity_dead")
+            line["audit MB"] = round(row.get("audit_mb", 0) + row.get("audit_index_mb", 0), 1)
         else:
             line["WAL MB"] = row.get("wal_mb")
             line["free MB"] = row.get("freelist_mb")
@@ -525,6 +530,7 @@ async def soak(harness: Harness) -> Result:
     rate = opts.rate
     period = period_of(minutes)
     os.environ.setdefault("OSTE_ROLLER_INTERVAL", ROLLER_INTERVAL)
+    os.environ.setdefault("OSTE_AUDIT_RETENTION", AUDIT_RETENTION)
     ledger = Ledger()
     rows: list[dict[str, Any]] = []
     async with harness.deployment(types=1) as deployment:
@@ -535,8 +541,8 @@ async def soak(harness: Harness) -> Result:
         vacuuming = await sizes.autovacuum_off()
         if vacuuming:
             deployment.notes.append(
-                "autovacuum is off on this PostgreSQL server: the bench ran VACUUM (ANALYZE) on activity "
-                "and execution itself after each period, as autovacuum would have (bench_vacuums)"
+                "autovacuum is off on this PostgreSQL server: the bench ran VACUUM (ANALYZE) on activity, "
+                "execution and audit itself after each period, as autovacuum would have (bench_vacuums)"
             )
         usage.cpu_since_last()
         deployment.meter.begin()
