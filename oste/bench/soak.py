@@ -71,6 +71,17 @@ PURGED_WITHIN = 120.0
 """Seconds waited after the last arrival for the rollers to ship and purge everything."""
 
 
+def due_after(now: float) -> float:
+    """The due instant of activities created at ``now``: ``DUE_AFTER`` later, on a whole millisecond.
+
+    The ledger keys an activity by its due millisecond and the receiver reports the instant to the
+    microsecond (``OSTE-Scheduled-For``): an instant within half a microsecond of a half millisecond
+    would otherwise be rounded to one millisecond by the ledger and to the next by the receiver's side,
+    and a round of activities counted missing and unexpected at once.
+    """
+    return round(now + DUE_AFTER, 3)
+
+
 def kind_of(n: int) -> str:
     """1 % dead letters, 10 % retried once, the rest succeed at once."""
     if n % 100 == 0:
@@ -262,7 +273,7 @@ class Creator:
             raise self._error
 
     def _round(self, count: int) -> None:
-        due = time.time() + DUE_AFTER
+        due = due_after(time.time())
         per_tenant: dict[int, list[tuple[tuple[str, int], dict[str, Any]]]] = {}
         for _ in range(count):
             n = self.next_n

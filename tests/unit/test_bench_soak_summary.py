@@ -1,10 +1,28 @@
-"""The soak's per-minute table as the terminal shows it: a few figures per column, WAL per minute."""
+"""The soak's bookkeeping: the per-minute table as the terminal shows it, the due instants it keys by."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from oste.bench.soak import summary
+from oste.bench.client import instant
+from oste.bench.report import key_of
+from oste.bench.soak import due_after, summary
+
+HALF_MS_EDGE = 1764054899.8185003 - 2.0
+"""Created 2 s before an instant within half a microsecond of a half millisecond."""
+
+
+def test_the_due_instant_names_the_same_millisecond_as_the_receivers_header() -> None:
+    def as_received(due: float) -> tuple[str, int]:
+        return key_of(7, datetime.fromisoformat(instant(due)).timestamp())
+
+    unrounded = HALF_MS_EDGE + 2.0
+    assert key_of(7, unrounded) != as_received(unrounded)  # the edge is real: keyed apart unrounded
+    for now in (HALF_MS_EDGE, HALF_MS_EDGE + 0.1234567, 1764054000.0):
+        due = due_after(now)
+        assert key_of(7, due) == as_received(due)
+        assert abs(due - (now + 2.0)) <= 0.0005
 
 
 def minute(n: int, wal: float | None, **extra: Any) -> dict[str, Any]:
