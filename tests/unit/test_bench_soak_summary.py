@@ -50,6 +50,7 @@ def minute(n: int, wal: float | None, **extra: Any) -> dict[str, Any]:
             activity_dead=180_422,
             audit_mb=3.0,
             audit_index_mb=1.5,
+            other_mb=12.0,
         )
     return row
 
@@ -63,7 +64,7 @@ def test_postgres_rows_show_the_wal_written_in_each_minute_not_the_servers_total
     assert first["CPU µs per activity all/db"] == "738 / 174"
     assert first["activity MB table/index"] == "24.5 / 32.3"
     assert first["activity dead tuples"] == 180_422
-    assert first["audit MB"] == 4.5
+    assert first["audit MB"] == 4.5 and first["other MB"] == 12.0
     assert first["RSS MB"] == "88.9 / 80.0"
 
 
