@@ -248,7 +248,17 @@ def print_report(result: Mapping[str, Any], console: Console) -> None:
         console.print(facts_table("OSTE processes", usage_facts(result["usage"])))
     for note in result.get("notes", []):
         console.print(f"note: {note}")
-    verdict = (
-        "OK: nothing missing, nothing doubled" if result["ok"] else "FAILED: " + "; ".join(result["problems"])
-    )
-    console.print(verdict)
+    console.print(verdict_line(result))
+
+
+def verdict_line(result: Mapping[str, Any]) -> str:
+    """The last line of a report: what was lost or doubled, and whether that is allowed."""
+    if not result["ok"]:
+        return "FAILED: " + "; ".join(result["problems"])
+    doubled = (result.get("oste") or {}).get("duplicates") or 0
+    if doubled:  # only a crash may double requests, and only within its bound
+        bound = (result.get("crash") or {}).get("bound")
+        return (
+            f"OK: nothing missing; {doubled:,} requests doubled by the crash, within its bound of {bound:,}"
+        )
+    return "OK: nothing missing, nothing doubled"

@@ -1,4 +1,4 @@
-"""The soak's bookkeeping: the per-minute table as the terminal shows it, the due instants it keys by."""
+"""The bench's bookkeeping: the soak's per-minute table, the due instants it keys by, the verdict line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from oste.bench.client import instant
-from oste.bench.report import key_of
+from oste.bench.report import key_of, verdict_line
 from oste.bench.soak import due_after, summary
 
 HALF_MS_EDGE = 1764054899.8185003 - 2.0
@@ -73,3 +73,15 @@ def test_sqlite_rows_show_the_wal_file_and_free_pages() -> None:
     assert shown[0]["WAL MB"] == 2.4 and shown[0]["free MB"] == 0.3
     assert shown[0]["CPU µs per activity all/db"] == "738 / —"
     assert "activity dead tuples" not in shown[0]
+
+
+def test_a_crash_report_says_what_was_doubled_rather_than_nothing() -> None:
+    crash = {"ok": True, "problems": [], "oste": {"duplicates": 191}, "crash": {"bound": 564}}
+    assert (
+        verdict_line(crash)
+        == "OK: nothing missing; 191 requests doubled by the crash, within its bound of 564"
+    )
+    burst = {"ok": True, "problems": [], "oste": {"duplicates": 0}}
+    assert verdict_line(burst) == "OK: nothing missing, nothing doubled"
+    failed = {"ok": False, "problems": ["OSTE: 3 missing"], "oste": {"duplicates": 0}}
+    assert verdict_line(failed) == "FAILED: OSTE: 3 missing"
