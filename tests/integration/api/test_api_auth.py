@@ -23,7 +23,7 @@ from tests.integration.api.conftest import Api, Tenant, api_client, assert_probl
 async def api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
     """The suite's server, with room for many wrong tokens from this one client: these tests send a
     revoked key to every route, which the brute-force throttle would soon answer with 429 before
-    looking (tests/integration/security/test_brute_force.py tests that)."""
+    looking (tests/security/test_brute_force.py tests that)."""
     settings = Settings(data_dir=tmp_path, database_url=database_url)
     async with api_client(settings, throttle=SignInThrottle(burst=10_000)) as client:
         yield client

@@ -218,7 +218,7 @@ async def test_schedule_previews_answer_correct_times_at_both_ends_of_the_range(
 
 
 async def test_activities_far_in_the_past_or_future_are_stored_as_given(api: Api) -> None:
-    """Within the years OSTE stores (tests/integration/security/test_lag_figures.py: beyond them, 422)."""
+    """Within the years OSTE stores (tests/security/test_lag_figures.py: beyond them, 422)."""
     tenant, _ = await _type_path(api)
     for when in ("1970-01-02T00:00:00Z", "1970-07-20T20:17:40Z", "9999-12-30T00:00:00Z"):
         created = await api.post(tenant.activities, tenant.activity(scheduled_for=when), expect=201)
