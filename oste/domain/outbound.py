@@ -17,7 +17,7 @@ import orjson
 
 from oste import __version__
 from oste.domain.claims import Claim, DispatchTarget
-from oste.domain.parameters import fill_uri
+from oste.domain.parameters import climbing_value, fill_uri
 from oste.domain.records import BODY_VERBS
 
 SECRET_PREFIX = "whsec_"
@@ -153,4 +153,7 @@ def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> Ou
     )
     headers["traceparent"] = traceparent(claim, span_id)
     pattern = claim.uri_override or target.uri_pattern
+    climbing = climbing_value(pattern, claim.parameter)
+    if climbing is not None:  # stored before creates refused it: never sent
+        raise ValueError(f"{{{climbing[0]}}} would put a dot segment in the path ({climbing[1]!r})")
     return OutboundRequest(verb, fill_uri(pattern, claim.parameter), headers, body)

@@ -71,6 +71,46 @@ def _encode(text: str) -> str:
     return text
 
 
+_SEPARATOR = re.compile(r"[/\\]")
+"""What a server may read as a path separator once it decoded a value's %2F (or %5C)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def path_placeholders(pattern: str) -> tuple[str, ...]:
+    """The names of the placeholders in a URI pattern's path (before its query), in order."""
+    pieces = _uri_pieces(pattern)
+    names: list[str] = []
+    for i in range(1, len(pieces), 2):
+        if "?" in pieces[i - 1]:
+            break
+        names.append(pieces[i])
+    return tuple(names)
+
+
+def climbing_value(pattern: str, parameter: dict[str, Any]) -> tuple[str, str] | None:
+    """The first path placeholder (name, value) whose value, once a server decoded the ``%2F`` (or
+    ``%5C``) it is sent with, makes a ``.`` or ``..`` path segment (``../../admin``); None when none does.
+
+    ``fill_uri`` sends such a value as one segment (``..%2F..%2Fadmin``), but that is the very form
+    the pattern rule refuses: a server or proxy that decodes ``%2F`` before it resolves dot segments
+    would climb out of the path. Refused when an activity is created, and never sent."""
+    for name in path_placeholders(pattern):
+        value = parameter.get(name)
+        if isinstance(value, str) and _SEPARATOR.search(value):
+            decoded = _ENCODED_SEPARATOR.sub("/", fill_uri(_path_of(pattern), parameter))
+            return (name, value) if dot_segment(decoded) is not None else None
+    return None
+
+
+_ENCODED_SEPARATOR = re.compile(r"%2F|%5C", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _path_of(pattern: str) -> str:
+    """A URI pattern's path, without its scheme, host and query."""
+    return pattern.partition("?")[0].split("://", 1)[-1].partition("/")[2]
+
+
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
 """Text that percent-encoding leaves as it is (RFC 3986 unreserved characters)."""
 
@@ -104,7 +144,7 @@ class ParameterRules:
     @cached_property
     def _dot_prone_segments(self) -> tuple[str, ...]:
         """Path segments that placeholders alone could turn into ``.`` or ``..`` (``{Dir}``, ``.{X}``)."""
-        path = self.uri_pattern.partition("?")[0].split("://", 1)[-1].partition("/")[2]
+        path = _path_of(self.uri_pattern)
         return tuple(
             segment
             for segment in path.split("/")
@@ -148,6 +188,18 @@ class ParameterRules:
                 )
         if not errors:
             errors.extend(self._dot_segment_errors(parameter, field))
+            climbing = climbing_value(self.uri_pattern, parameter)
+            if climbing is not None:
+                name, value = climbing
+                errors.append(
+                    FieldError(
+                        join_path(field, name),
+                        f"fills {{{name}}} in the URI's path with {value!r}: sent as one segment with its "
+                        "'/' encoded as %2F, it makes a '.' or '..' segment for a server that decodes %2F, "
+                        "which would climb out of the path; use another value (or a placeholder in the "
+                        "query)",
+                    )
+                )
         for name in self.object_id_ref:
             if name not in parameter or parameter[name] is None:
                 errors.append(FieldError(join_path(field, name), "is required: it is part of object_id_ref"))

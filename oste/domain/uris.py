@@ -4,8 +4,10 @@ Activity types' ``uri_pattern`` (with ``{Name}`` placeholders), solutions' ``suc
 ``dead_letter_uri`` (plain URIs) and any URI override all pass through ``check_target_uri``. It refuses
 what different parsers read differently or what hides the real target from a reader: user information
 before the host, fragments, IPv4 hosts not written as four decimal numbers, IPv6 zone ids,
-percent-encoded slashes and dot segments in the path, backslashes and control characters. The SSRF
-guard still checks the resolved address at fire time: this is the first line, not the only one.
+percent-encoded slashes and dot segments in the path, backslashes, control characters, and the other
+characters RFC 3986 does not allow anywhere in a URI (``"<>^`|``, ``{``/``}`` outside a placeholder,
+``[``/``]`` outside an IPv6 host). The SSRF guard still checks the resolved address at fire time: this
+is the first line, not the only one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ with a letter or ``_`` (``SongId``, ``song-id``, ``_v2``; not ``k-``, ``k--v`` o
 SCHEMES = ("http", "https")
 
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
+_NOT_IN_URI = re.compile(r'["<>^`|]')
+"""ASCII characters RFC 3986 allows nowhere in a URI (spaces, controls, backslash and braces apart)."""
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _ENCODED_SLASH = re.compile(r"%2f", re.IGNORECASE)
 _ENCODED_DOT = re.compile(r"%2e", re.IGNORECASE)
@@ -48,6 +52,13 @@ def check_target_uri(value: Any, field: str = "uri_pattern", *, placeholders: bo
         raise InvalidInput.field(field, "must not contain whitespace or control characters")
     if "\\" in value:
         raise InvalidInput.field(field, "must not contain a backslash ('\\'); write '/' or %5C")
+    bad = _NOT_IN_URI.search(value)
+    if bad:
+        raise InvalidInput.field(
+            field,
+            f"must not contain {bad.group()!r}: it is not allowed in a URI; percent-encode it "
+            f"(%{ord(bad.group()):02X})",
+        )
     if "#" in value:
         raise InvalidInput.field(
             field,
@@ -74,6 +85,11 @@ def check_target_uri(value: Any, field: str = "uri_pattern", *, placeholders: bo
     if port == 0:
         raise InvalidInput.field(field, "port must be 1-65535")
     _check_host(parts.netloc, parts.hostname or "", field)
+    after_host = value.partition("://")[2][len(parts.netloc) :]
+    if "[" in after_host or "]" in after_host:
+        raise InvalidInput.field(
+            field, "may hold '[' or ']' only around an IPv6 host; percent-encode them elsewhere (%5B, %5D)"
+        )
     if _BAD_ESCAPE.search(value):
         raise InvalidInput.field(
             field, "has a '%' not followed by two hex digits; write a literal '%' as %25"
