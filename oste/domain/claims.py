@@ -78,6 +78,12 @@ class DispatchTarget:
     """Failures in a row that open the destination's breaker (None: the setting; 0: never)."""
     auth: OutboundAuth | None = None
     """How the request authenticates to the receiver (``oste.engine.credentials`` applies it)."""
+    credentials: tuple[str, ...] = ()
+    """The type's credentials (``auth``, ``headers/<name>`` of each secret header): they go to the
+    destination of ``uri_pattern`` only (``oste.domain.bound_credentials``)."""
+    version: Any = None
+    """The stored version of the type (and its solution) this target was read from: a claim that finds
+    another one stored reads the type again, so URI and credentials always come from one version."""
 
 
 @dataclass(frozen=True)

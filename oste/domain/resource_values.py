@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from oste.domain import records as r
+from oste.domain.bound_credentials import check_type_move
 from oste.domain.fields import parse_duration
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
 from oste.domain.receiver_auth import check_auth
@@ -93,8 +94,14 @@ def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
     return headers
 
 
-def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> dict[str, Any]:
-    """Validated column values of an activity type from a create (current=None) or patch body."""
+def type_values(
+    data: dict[str, Any], current: r.ActivityType | None = None, kept_headers: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """Validated column values of an activity type from a create (current=None) or patch body.
+
+    A change that moves the type to another destination must restate its credentials
+    (``oste.domain.bound_credentials``); ``kept_headers`` names secret headers a form filled in with
+    their stored values, which do not count as restated."""
     values: dict[str, Any] = {
         k: data[k]
         for k in ("name", "verb", "retries", "max_concurrency", "rate_limit", "paused", "breaker_failures")
@@ -145,6 +152,7 @@ def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> 
         }
         values = {**defaults, **values}
     _check_consistency(values, current)
+    _check_credentials(data, values, current, kept_headers)
     return values
 
 
@@ -153,6 +161,14 @@ def _auth_values(data: dict[str, Any], current: r.ActivityType | None) -> dict[s
     if "auth" not in data:
         return {}
     return {"auth": check_auth(data["auth"], current.auth if current is not None else None)}
+
+
+def _check_credentials(
+    data: dict[str, Any], values: dict[str, Any], current: r.ActivityType | None, kept: frozenset[str]
+) -> None:
+    """A change that moves the type elsewhere restates its credentials (``check_type_move``)."""
+    if current is not None:
+        check_type_move(current, data, values, kept)
 
 
 def _check_consistency(values: dict[str, Any], current: r.ActivityType | None) -> None:

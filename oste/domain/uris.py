@@ -52,13 +52,7 @@ def check_target_uri(value: Any, field: str = "uri_pattern", *, placeholders: bo
         raise InvalidInput.field(field, "must not contain whitespace or control characters")
     if "\\" in value:
         raise InvalidInput.field(field, "must not contain a backslash ('\\'); write '/' or %5C")
-    bad = _NOT_IN_URI.search(value)
-    if bad:
-        raise InvalidInput.field(
-            field,
-            f"must not contain {bad.group()!r}: it is not allowed in a URI; percent-encode it "
-            f"(%{ord(bad.group()):02X})",
-        )
+    _check_characters(value, field)
     if "#" in value:
         raise InvalidInput.field(
             field,
@@ -85,17 +79,30 @@ def check_target_uri(value: Any, field: str = "uri_pattern", *, placeholders: bo
     if port == 0:
         raise InvalidInput.field(field, "port must be 1-65535")
     _check_host(parts.netloc, parts.hostname or "", field)
-    after_host = value.partition("://")[2][len(parts.netloc) :]
-    if "[" in after_host or "]" in after_host:
-        raise InvalidInput.field(
-            field, "may hold '[' or ']' only around an IPv6 host; percent-encode them elsewhere (%5B, %5D)"
-        )
+    _check_brackets(value.partition("://")[2][len(parts.netloc) :], field)
     if _BAD_ESCAPE.search(value):
         raise InvalidInput.field(
             field, "has a '%' not followed by two hex digits; write a literal '%' as %25"
         )
     _check_path(parts.path, field)
     return names
+
+
+def _check_characters(value: str, field: str) -> None:
+    bad = _NOT_IN_URI.search(value)
+    if bad:
+        raise InvalidInput.field(
+            field,
+            f"must not contain {bad.group()!r}: it is not allowed in a URI; percent-encode it "
+            f"(%{ord(bad.group()):02X})",
+        )
+
+
+def _check_brackets(after_host: str, field: str) -> None:
+    if "[" in after_host or "]" in after_host:
+        raise InvalidInput.field(
+            field, "may hold '[' or ']' only around an IPv6 host; percent-encode them elsewhere (%5B, %5D)"
+        )
 
 
 def _placeholder_names(value: str, field: str, allowed: bool) -> tuple[str, ...]:

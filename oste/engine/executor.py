@@ -21,6 +21,7 @@ from datetime import datetime
 import aiohttp
 from yarl import URL
 
+from oste.domain.bound_credentials import misplaced
 from oste.domain.claims import AttemptReport, Claim, Completion, Deferral, DispatchTarget
 from oste.domain.clock import Clock
 from oste.domain.delivery import classify, conclude, parse_retry_after
@@ -32,6 +33,7 @@ from oste.engine.credentials import AuthFailure, Credentials, Grant
 from oste.engine.destinations import DestinationGate, Verdict, destination_for
 from oste.engine.fairness import FairQueue
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
+from oste.errors import InvalidInput
 
 log = logging.getLogger("oste.engine.executor")
 
@@ -65,6 +67,7 @@ class Executor:
         gate: DestinationGate | None = None,
         on_defer: Callable[[Deferral], None] | None = None,
         may_send: Callable[[], bool] | None = None,
+        latest: Callable[[DispatchTarget], DispatchTarget] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -83,6 +86,9 @@ class Executor:
         self.gate = gate
         """Destinations' breakers and caps (None: every claim goes, as in ``drain``)."""
         self.on_defer = on_defer
+        self.latest = latest
+        """The newest version of a type the node has read since a claim was made (its URI and
+        credentials together): a claim that waited for its instant or a slot fires with it."""
         self.may_send = may_send
         """False while too many completions wait to be written: no new request starts then, so a crash
         repeats at most the requests in flight plus one batch of unwritten completions."""
@@ -237,6 +243,10 @@ class Executor:
 
     async def fire(self, claim: Claim) -> Completion:
         """Make the claim's request once and decide what happens next (never raises)."""
+        if self.latest is not None:
+            newest = self.latest(claim.target)
+            if newest is not claim.target:
+                claim = dataclasses.replace(claim, target=newest)
         report = await self.attempt(claim)
         return conclude(claim, report, self.node_id, self.rng)
 
@@ -244,6 +254,14 @@ class Executor:
         """Make the request and report what happened on the wire."""
         started = self.clock.now()
         t0 = time.perf_counter()
+        if claim.uri_override is not None and claim.target.credentials:
+            try:
+                refused = misplaced(claim.target.uri_pattern, claim.target.credentials, claim.uri_override)
+            except (ValueError, InvalidInput) as exc:
+                refused = f"not sent: cannot read the URI's destination: {exc}"
+            if refused is not None:
+                report = self._report(started, t0, Outcome.FAILED, error=refused)
+                return dataclasses.replace(report, reached_receiver=False)
         try:
             request = build_request(claim, started)
         except (KeyError, ValueError, TypeError) as exc:

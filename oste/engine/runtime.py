@@ -122,6 +122,7 @@ class Engine:
             gate=self.gate,
             on_defer=self.deferrals.add,
             may_send=self._may_send,
+            latest=self.store.latest_target,
         )
         self.keeper = DestinationKeeper(
             self.gate, self.storage.destinations, self.node.id, self.executor.pump

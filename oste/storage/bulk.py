@@ -14,6 +14,10 @@ A chunk that cancels or requeues writes its ``cancelled``/``requeued`` events in
 delete wakes them too: they answer that the activity is gone). A delete removes the activities'
 executions in the same statement's transaction.
 
+An update whose ``set.uri`` names another destination than the type of some matched scheduled
+activity is refused first (422, nothing changed) when that type has credentials: they belong to the
+type's destination (``oste.domain.bound_credentials``).
+
 A dry run reads the same chunks and decides the same way, writing nothing (and so outside any
 transaction: no ``BEGIN``/``COMMIT`` round trips per chunk). A change interrupted part way (the
 process stopped) leaves the chunks already committed changed; each action can simply be run again.
@@ -32,10 +36,13 @@ import orjson
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
+from oste.domain.bound_credentials import check_override, credential_fields
 from oste.domain.bulk import APPLIES_TO, CHANGED_MEANWHILE, BulkResult, TypeRules, UpdatePlan, state_reason
 from oste.domain.clock import Clock
 from oste.domain.ids import new_id
 from oste.domain.parameters import ParameterRules
+from oste.domain.receiver_auth import auth_from_document
+from oste.errors import InvalidInput
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
 from oste.storage.dialects import ClaimStrategy, Params, json_of, strategy_for, uuid_of
@@ -86,6 +93,9 @@ class BulkChange:
         kinds = await self._types(solution) if action in ("requeue", "update") else {}
         query, _ = await activity_query(solution, filters)
         query = query.filter(id__lt=new_id())
+        override = plan.values.get("uri_override") if plan is not None else None
+        if override:
+            await self._check_credentials_stay(solution, query, override)
         event = STATE_EVENTS.get(action)
         recorded = (
             not dry_run and event is not None and solution.id in await subscribed_solutions(self.clock.now())
@@ -273,6 +283,25 @@ class BulkChange:
         where = strategy.in_list("id", list(ids), p, "uuid")
         sql = f"SELECT id FROM activity WHERE {where} ORDER BY id FOR UPDATE"
         await conn.execute_query_dict(sql, p.values)
+
+    async def _check_credentials_stay(self, solution: r.Solution, query: Any, override: str) -> None:
+        """Refuse (InvalidInput) a URI override that would take a type's credentials elsewhere, when
+        the change matches scheduled activities of that type."""
+        rows = await m.ActivityType.filter(solution_id=solution.id).values(
+            "id", "name", "uri_pattern", "headers", "auth"
+        )
+        for row in rows:
+            headers = json_of(row["headers"]) or {}
+            secret = {name: r.Header("", True) for name, h in headers.items() if h.get("secret")}
+            fields = credential_fields(secret, auth_from_document(json_of(row["auth"])))
+            if not fields:
+                continue
+            try:
+                check_override(row["name"], row["uri_pattern"], fields, override)
+            except InvalidInput:
+                scheduled = query.filter(activity_type_id=row["id"], state=_S.SCHEDULED)
+                if await scheduled.exists():
+                    raise
 
     async def _types(self, solution: r.Solution) -> dict[uuid.UUID, TypeRules]:
         rows = await m.ActivityType.filter(solution_id=solution.id).values(

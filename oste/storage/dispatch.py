@@ -20,13 +20,14 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tortoise import connections
 from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
+from oste.domain.bound_credentials import credential_fields
 from oste.domain.claims import (
     Claim,
     Completion,
@@ -41,7 +42,7 @@ from oste.domain.delivery import conclude_expired
 from oste.domain.ids import new_id
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.domain.receiver_auth import auth_from_document
-from oste.domain.records import ActivityState
+from oste.domain.records import ActivityState, Header
 from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.chains import write_follow_ons
@@ -50,8 +51,15 @@ from oste.storage.dialects import EXECUTION_COLUMNS, ClaimStrategy, FollowOnWrit
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
 from oste.storage.notices import publish
 
-DEFAULT_TARGET_TTL = 5.0
-"""Seconds a loaded activity type (verb, URI, headers, secret…) is reused before it is read again."""
+TYPE_VERSION = (
+    "(SELECT t.updated_at FROM activity_type t WHERE t.id = activity.activity_type_id) AS type_version",
+    "(SELECT s.updated_at FROM activity_type t JOIN solution s ON s.id = t.solution_id "
+    "WHERE t.id = activity.activity_type_id) AS solution_version",
+)
+"""What the claim returns of each claimed activity's type and solution: their stored versions. A
+loaded type (verb, URI, headers, auth, signing secret…) is reused while the claim finds it unchanged,
+and read again (URI and credentials together, in one statement) as soon as it changed: a change is
+seen by every claim made after it committed, on every node."""
 WRITE_CHUNK = 500
 _UNCLAIMED = "state = 'scheduled', claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL"
 """The assignments that hand a claimed activity back to the queue."""
@@ -79,14 +87,11 @@ class DispatchStore:
     Create it after the database is open: it picks the claim strategy from the connection's dialect.
     """
 
-    def __init__(
-        self, clock: Clock, target_ttl: float = DEFAULT_TARGET_TTL, connection: str = "default"
-    ) -> None:
+    def __init__(self, clock: Clock, connection: str = "default") -> None:
         self.clock = clock
-        self.target_ttl = target_ttl
         self.connection = connection
         self.strategy: ClaimStrategy = strategy_for(connections.get(connection).capabilities.dialect)
-        self._targets: dict[uuid.UUID, tuple[DispatchTarget, datetime]] = {}
+        self._targets: dict[uuid.UUID, DispatchTarget] = {}
 
     # --- nodes ----------------------------------------------------------------------------------
 
@@ -267,7 +272,8 @@ class DispatchStore:
         if not rows:
             return []
         await publish(self.connection, (self.strategy.uuid_of(row["id"]) for row in rows))
-        targets = await self._targets_of({self.strategy.uuid_of(row["activity_type_id"]) for row in rows})
+        versions = {self.strategy.uuid_of(row["activity_type_id"]): self._version_of(row) for row in rows}
+        targets = await self._targets_of(versions)
         claims = [self._claim(row, owner, token, lease_until, targets) for row in rows]
         running = [(c.target.solution_id, Change(c.activity_id, "running", c.attempt)) for c in claims if c]
         await record_changes(running, now, self.connection)
@@ -307,7 +313,8 @@ class DispatchStore:
             f"WHERE {left_alone})"
         )
         pick = f"WHERE {where} AND {paused} ORDER BY next_attempt_at LIMIT {p.add(limit)}"
-        return self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS), p.values
+        sql = self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS, TYPE_VERSION)
+        return sql, p.values
 
     def _claim(
         self,
@@ -339,24 +346,37 @@ class DispatchStore:
             uri_override=row["uri_override"],
         )
 
-    async def _targets_of(self, type_ids: set[uuid.UUID]) -> dict[uuid.UUID, DispatchTarget]:
-        """The dispatch targets of these activity types, from the cache or one query for the rest."""
-        now = self.clock.now()
-        fresh_after = now - timedelta(seconds=self.target_ttl)
+    def _version_of(self, row: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+        """The stored version of a claimed row's type and solution (None: deleted meanwhile)."""
+        s = self.strategy
+        return s.optional_time_of(row["type_version"]), s.optional_time_of(row["solution_version"])
+
+    async def _targets_of(
+        self, versions: dict[uuid.UUID, tuple[datetime | None, datetime | None]]
+    ) -> dict[uuid.UUID, DispatchTarget]:
+        """The dispatch targets of these activity types at (at least) these versions: the cached one
+        while it is of the same version, else read again in one statement (URI, headers, auth and
+        signing secret from one consistent row)."""
         found: dict[uuid.UUID, DispatchTarget] = {}
-        for type_id in type_ids:
+        for type_id, version in versions.items():
             cached = self._targets.get(type_id)
-            if cached is not None and cached[1] >= fresh_after:
-                found[type_id] = cached[0]
-        missing = type_ids - found.keys()
+            if cached is not None and cached.version == version:
+                found[type_id] = cached
+        missing = versions.keys() - found.keys()
         if missing:
             async with self._db():
                 rows = await m.ActivityType.filter(id__in=list(missing)).select_related("solution__company")
             for row in rows:
                 target = _target(row)
-                self._targets[row.id] = (target, now)
+                self._targets[row.id] = target
                 found[row.id] = target
         return found
+
+    def latest_target(self, target: DispatchTarget) -> DispatchTarget:
+        """The newest version of ``target``'s type this store has read (``target`` itself when none
+        is newer): a claim that waited fires with what a later claim found stored."""
+        newest = self._targets.get(target.activity_type_id)
+        return newest if newest is not None else target
 
     def forget_targets(self) -> None:
         """Drop cached activity types (the next claims read them again)."""
@@ -525,6 +545,7 @@ def _node(row: m.Node) -> NodeInfo:
 
 
 def _target(row: m.ActivityType) -> DispatchTarget:
+    auth = auth_from_document(row.auth)
     headers = {name: str(h["value"]) for name, h in (row.headers or {}).items()}
     statuses = tuple(int(s) for s in row.success_statuses) if row.success_statuses else None
     return DispatchTarget(
@@ -550,8 +571,14 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         previous_signing_secret=row.solution.previous_signing_secret,
         previous_signing_secret_expires_at=row.solution.previous_signing_secret_expires_at,
         breaker_failures=row.breaker_failures,
-        auth=auth_from_document(row.auth),
+        auth=auth,
+        credentials=credential_fields(_headers(row.headers), auth),
+        version=(row.updated_at.astimezone(UTC), row.solution.updated_at.astimezone(UTC)),
     )
+
+
+def _headers(document: dict[str, Any] | None) -> dict[str, Header]:
+    return {name: Header(str(h["value"]), bool(h.get("secret"))) for name, h in (document or {}).items()}
 
 
 def _after_completions(

@@ -139,8 +139,11 @@ def _rows(form: FormState) -> int:
 # --- parsing the form into the API's body --------------------------------------------------------------
 
 
-def _headers(form: dict[str, str], current: r.ActivityType | None, errors: dict[str, str]) -> dict[str, Any]:
-    """The headers object of the API's body; a secret row left empty keeps the stored value."""
+def _headers(
+    form: dict[str, str], current: r.ActivityType | None, errors: dict[str, str], kept: set[str]
+) -> dict[str, Any]:
+    """The headers object of the API's body; a secret row left empty keeps the stored value (its name
+    goes to ``kept``: a kept secret is not restated for a new destination)."""
     stored = current.headers if current else {}
     headers: dict[str, Any] = {}
     for index in range(_rows(FormState(form))):
@@ -156,6 +159,7 @@ def _headers(form: dict[str, str], current: r.ActivityType | None, errors: dict[
         if secret and not value:
             if was is not None and was.secret:
                 value = was.value  # "secret, unchanged"
+                kept.add(name)
             else:
                 errors[f"header-{index}-value"] = "give the secret value"
                 continue
@@ -190,7 +194,7 @@ def _auth(form: dict[str, str], current: r.ActivityType | None, errors: dict[str
     return body
 
 
-def _body(form: dict[str, str], current: r.ActivityType | None) -> dict[str, Any]:
+def _body(form: dict[str, str], current: r.ActivityType | None, kept: set[str]) -> dict[str, Any]:
     errors: dict[str, str] = {}
     body: dict[str, Any] = {
         "verb": text(form, "verb"),
@@ -203,7 +207,7 @@ def _body(form: dict[str, str], current: r.ActivityType | None) -> dict[str, Any
         "on_success": text(form, "on_success") or None,
         "on_success_delay": text(form, "on_success_delay") or None,
         "on_dead_letter": text(form, "on_dead_letter") or None,
-        "headers": _headers(form, current, errors),
+        "headers": _headers(form, current, errors, kept),
     }
     if current is None:
         body["name"] = text(form, "name")
@@ -226,12 +230,13 @@ def _body(form: dict[str, str], current: r.ActivityType | None) -> dict[str, Any
 async def _checked(
     request: Request, solution: r.Solution, form: dict[str, str], current: r.ActivityType | None
 ) -> dict[str, Any]:
-    body = _body(form, current)
+    kept: set[str] = set()
+    body = _body(form, current, kept)
     try:
         data = schemas.check_shape(
             schemas.ACTIVITY_TYPE_PATCH if current else schemas.ACTIVITY_TYPE_CREATE, body
         )
-        values = type_values(data, current)
+        values = type_values(data, current, frozenset(kept))
         own = current.name if current else values["name"]
         await check_chain_types(ui(request).store, solution, values, own)
     except InvalidInput as exc:
