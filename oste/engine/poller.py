@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,10 @@ TIMER_SLACK = 0.001
 """Seconds added to each timer: the event loop's timers count whole milliseconds and can fire up to
 one early. A timer that still fires before the claim is due is set again for the rest (``_due``), so
 a claim is never dispatched before its due time by the node's clock."""
+REFRESH_INTERVAL = 0.5
+"""Seconds between checks of the stored versions of the types of held claims: a claim taken before
+its type changed (up to the look-ahead before its instant, or waiting for a slot) fires with the
+change once the check saw it, at most this long (plus one poll) after it committed."""
 
 
 class ClaimBook:
@@ -61,6 +66,10 @@ class ClaimBook:
     def expiring(self, before: datetime) -> set[uuid.UUID]:
         """Tokens of held claims whose lease ends before ``before``."""
         return {token for token, until in self._leases.items() if until < before}
+
+    def type_ids(self) -> set[uuid.UUID]:
+        """The activity types of the held claims."""
+        return {claim.target.activity_type_id for claim in self._claims.values()}
 
     def extended(self, tokens: Iterable[uuid.UUID], until: datetime) -> None:
         for token in tokens:
@@ -109,6 +118,7 @@ class Poller:
         self._next_poll_at = clock.now()
         self._blocked = False
         self._others_idle_until: datetime | None = None
+        self._refresh_at = 0.0
 
     async def run_once(self) -> PollResult:
         """Claim what is due up to ``now + lookahead`` (within the backlog room) and set the timers.
@@ -117,6 +127,7 @@ class Poller:
         theirs) are passed over while anything else is due, and get whatever room is left once the
         others were claimed, so the room never sits empty while due work waits in the store.
         """
+        await self._refresh_held()
         limit = min(self.config.batch_size, self._room())
         batch = self._least_batch
         skip = set(self.crowded(self._half_room)) if limit > 0 else set()
@@ -135,6 +146,14 @@ class Poller:
         for claim in claims:
             self._schedule(claim)
         return PollResult(claimed=len(claims), full=len(claims) >= limit, blocked=self._blocked)
+
+    async def _refresh_held(self) -> None:
+        """Every ``REFRESH_INTERVAL``, have the store read again the changed types of held claims."""
+        now = time.monotonic()
+        if not len(self.book) or now < self._refresh_at:
+            return
+        self._refresh_at = now + REFRESH_INTERVAL
+        await self.store.refresh_targets(self.book.type_ids())
 
     def _room(self) -> int:
         """Claims the node may take now: what its backlog and its waiting room both have space for."""

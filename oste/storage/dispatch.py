@@ -372,6 +372,27 @@ class DispatchStore:
                 found[row.id] = target
         return found
 
+    async def refresh_targets(self, type_ids: Iterable[uuid.UUID]) -> int:
+        """Read again those of ``type_ids`` (types of claims the node holds) whose stored version
+        changed since they were read: one query for the versions, one for what changed. Claims
+        already held then fire with the new version (``latest_target``). Returns how many changed."""
+        known = sorted(i for i in set(type_ids) if i in self._targets)
+        if not known:
+            return 0
+        p = Params(self.strategy)
+        which = self._in_uuids("t.id", known, p)
+        sql = (
+            "SELECT t.id, t.updated_at AS type_version, s.updated_at AS solution_version "
+            f"FROM activity_type t JOIN solution s ON s.id = t.solution_id WHERE {which}"
+        )
+        async with self._db():
+            rows = await self._conn().execute_query_dict(sql, p.values)
+        versions = {self.strategy.uuid_of(row["id"]): self._version_of(row) for row in rows}
+        changed = {i: v for i, v in versions.items() if self._targets[i].version != v}
+        if changed:
+            await self._targets_of(changed)
+        return len(changed)
+
     def latest_target(self, target: DispatchTarget) -> DispatchTarget:
         """The newest version of ``target``'s type this store has read (``target`` itself when none
         is newer): a claim that waited fires with what a later claim found stored."""

@@ -27,7 +27,15 @@ from typing import Any
 
 import pytest
 
+from oste.domain import records as r
+from oste.domain.clock import ManualClock
+from oste.domain.outbound import build_request
+from oste.domain.partitions import ALL_PARTITIONS
+from oste.domain.receiver_auth import BearerAuth
+from oste.storage.dispatch import DispatchStore
+from oste.storage.store import Store
 from tests.engine_support import Hit, Receiver, test_settings
+from tests.factories import T0, make_activities, make_type
 from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem, rejected
 
 pytestmark = pytest.mark.timeout(120)
@@ -155,6 +163,34 @@ async def test_the_very_next_fire_after_a_change_uses_it(
         where, hit = await fire_one(api, tenant, song, both)
         assert where is receiver and hit.headers["Authorization"] == f"Bearer {token}", (song, hit)
     assert all(f"{TOKEN}-{n}" not in str(h.headers) for h in attacker.hits for n in (1, 2, 3, 5))
+
+
+async def test_a_claim_held_before_a_change_fires_with_it_uri_and_credentials_together(store: Store) -> None:
+    """A claim taken before a change (up to the look-ahead before its instant, or waiting for a slot)
+    fires with the change once the node's periodic check of held types saw it, never with a mix."""
+    clock = ManualClock(T0)
+    store, dispatch = Store(clock), DispatchStore(clock)
+    headers = {"X-Secret": r.Header(SECRET, secret=True)}
+    kind = await make_type(store, "http://legit.example/song/{n}", headers=headers)
+    await store.update_activity_type(kind, {"auth": BearerAuth(TOKEN)})
+    await make_activities(store, kind, T0, count=1, parameter=lambda i: {"n": i})
+    [held] = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
+    assert held.target.credentials == ("auth", "headers/X-Secret")
+    assert dispatch.latest_target(held.target) is held.target
+    assert await dispatch.refresh_targets([kind.id]) == 0  # unchanged: nothing read again
+
+    clock.advance(0.001)
+    moved = {
+        "uri_pattern": "http://other.example/song/{n}",
+        "auth": BearerAuth(NEW_TOKEN),
+        "headers": {"X-Secret": r.Header(NEW_SECRET, secret=True)},
+    }
+    await store.update_activity_type(kind, moved)
+    assert await dispatch.refresh_targets([kind.id]) == 1
+    newest = dispatch.latest_target(held.target)
+    request = build_request(dataclasses.replace(held, target=newest), clock.now())
+    assert request.url == "http://other.example/song/0"
+    assert request.headers["X-Secret"] == NEW_SECRET and newest.auth == BearerAuth(NEW_TOKEN)
 
 
 async def test_a_move_within_the_destination_or_of_a_type_without_credentials_needs_nothing(
