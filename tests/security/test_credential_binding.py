@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from oste.domain import records as r
@@ -36,7 +37,8 @@ from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 from tests.engine_support import Hit, Receiver, test_settings
 from tests.factories import T0, make_activities, make_type
-from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem, rejected
+from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem, dump, rejected
+from tests.integration.operations.test_one_path import Ui, ui_path
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -209,6 +211,44 @@ async def test_a_move_within_the_destination_or_of_a_type_without_credentials_ne
     await api.patch(path, {"headers": secret_headers(SECRET)}, token=tenant.key, expect=200)
     back = {"uri_pattern": "https://receiver.example/song/{SongId}", "headers": {}}
     await api.patch(path, back, token=tenant.key, expect=200)
+
+
+async def test_the_ui_type_form_refuses_a_move_that_keeps_the_stored_secrets(api: Api) -> None:
+    """The form fills a kept ("secret, unchanged") header in with its stored value on the server: that
+    is not restating it, and the form goes through the API's checks."""
+    tenant = await api.tenant(
+        uri_pattern="https://legit.example/song/{SongId}",
+        auth={"type": "bearer", "token": TOKEN},
+        headers={"X-Secret": {"value": SECRET, "secret": True}},
+    )
+    form = {
+        "verb": "POST",
+        "uri_pattern": "https://attacker.example/echo/{SongId}",
+        "retries": "3",
+        "header_rows": "1",
+        "header-0-name": "X-Secret",
+        "header-0-value": "",
+        "header-0-secret": "on",
+        "header-0-was": "X-Secret",
+        "auth/type": "bearer",
+        "auth/token": "",
+    }
+    edit = f"{ui_path(tenant)}/types/{tenant.activity_type}/edit"
+    async with httpx.AsyncClient(base_url=str(api.http.base_url), timeout=30.0) as http:
+        ui = Ui(http)
+        await ui.sign_in(tenant.key)
+        before = await dump(api)
+        page = await http.post(edit, data={**form, "csrf": ui.csrf})
+        assert page.status_code == 422 and "restate" in page.text, page.text[:3000]
+        page = await http.post(edit, data={**form, "auth/token": NEW_TOKEN, "csrf": ui.csrf})
+        assert page.status_code == 422 and "belongs to https://legit.example:443" in page.text, page.text[
+            :3000
+        ]
+        assert await dump(api) == before
+        restated = {**form, "auth/token": NEW_TOKEN, "header-0-value": NEW_SECRET}
+        await ui.post(edit, restated)
+    shown = (await api.get(type_path(tenant), expect=200)).json()
+    assert shown["uri_pattern"] == form["uri_pattern"]
 
 
 def oauth(token_url: str) -> dict[str, Any]:
