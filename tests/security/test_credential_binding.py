@@ -80,22 +80,22 @@ def secret_headers(value: str) -> dict[str, Any]:
     return {"X-Secret": {"value": value, "secret": True}, "X-Team": "blue"}
 
 
-async def next_hit(receivers: list[Receiver], seen: int) -> tuple[Receiver, Hit]:
-    """The first request either receiver gets beyond the ``seen`` they had together."""
+async def next_hit(receivers: list[Receiver], counts: list[int]) -> tuple[Receiver, Hit]:
+    """The one request the receivers got beyond the ``counts`` they had."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE
-    while sum(len(r.hits) for r in receivers) <= seen:
+    while [len(r.hits) for r in receivers] == counts:
         assert loop.time() < deadline, "nothing fired"
         await asyncio.sleep(0.01)
-    [(receiver, hit)] = [(r, h) for r in receivers for h in r.hits][seen : seen + 1]
+    [(receiver, hit)] = [(r, h) for r, n in zip(receivers, counts, strict=True) for h in r.hits[n:]]
     return receiver, hit
 
 
 async def fire_one(api: Api, tenant: Tenant, song: int, receivers: list[Receiver]) -> tuple[Receiver, Hit]:
     """Create an activity due now; the request it made (and it settled: nothing changes after)."""
-    seen = sum(len(r.hits) for r in receivers)
+    counts = [len(r.hits) for r in receivers]
     created = await api.post(tenant.activities, tenant.activity(song), token=tenant.key, expect=201)
-    fired = await next_hit(receivers, seen)
+    fired = await next_hit(receivers, counts)
     assert (await settled_state(api, tenant, created.json()["id"]))["state"] == "succeeded"
     return fired
 
