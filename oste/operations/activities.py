@@ -112,7 +112,7 @@ class ActivityOperations:
                     f"activity is {current.state}; only a dead or cancelled activity can be requeued"
                 )
             # after the row it locked (the company's row is the last lock): a refusal rolls it back
-            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES)
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
             requeued = await self.store.get_activity(solution, activity.id)
             await record_events(solution.id, [Change(requeued.id, "requeued")], requeued.updated_at)
             await self._audit(actor, company, solution, "requeue", activity.id)

@@ -34,12 +34,12 @@ class Quotas:
         """What the company holds now (counted afresh)."""
         return await self.store.company_usage(company)
 
-    async def take(self, company: r.Company, quota: str, adding: int = 1) -> None:
+    async def take(self, company: r.Company, quota: str, adding: int = 1, written: bool = False) -> None:
         """Inside the caller's transaction, before its insert: room for ``adding`` more under ``quota``,
         or TooMany (429 naming the quota, its limit and the exact use); the caller's transaction then
-        rolls back, storing nothing."""
+        rolls back, storing nothing. ``written``: they are already written in the transaction."""
         expect_limit = self.of(company)[quota] is not None
-        await self.room.take(company.id, quota, adding, expect_limit)
+        await self.room.take(company.id, quota, adding, expect_limit, written)
 
     def bulk_room(self, company: r.Company) -> BulkRoom:
         """Room for a bulk requeue's chunks, as much as fits each time."""

@@ -112,11 +112,18 @@ class QuotaRoom:
         self.defaults = defaults
 
     async def take(
-        self, company_id: uuid.UUID, quota: str, adding: int = 1, expect_limit: bool = True
+        self,
+        company_id: uuid.UUID,
+        quota: str,
+        adding: int = 1,
+        expect_limit: bool = True,
+        written: bool = False,
     ) -> None:
         """Make room for ``adding`` more, all or nothing: TooMany (429 naming the quota, its limit and
         the exact use) when they do not fit. ``expect_limit``: the caller believes the company has a
-        limit (False: try the unserialised path first; only ``max_scheduled_activities`` uses it)."""
+        limit (False: try the unserialised path first; only ``max_scheduled_activities`` uses it).
+        ``written``: the ``adding`` are already written in this transaction (a requeue's row, locked
+        before the company's), so a count sees them; the use reported leaves them out."""
         if adding <= 0:
             return
         if quota != MAX_SCHEDULED_ACTIVITIES:
@@ -124,7 +131,7 @@ class QuotaRoom:
             if limit is not None:
                 check_room(quota, limit, await count(company_id, quota), adding)
             return
-        got = await self._scheduled(company_id, adding, expect_limit, partial=False)
+        got = await self._scheduled(company_id, adding, expect_limit, False, adding if written else 0)
         assert got.granted == adding  # a refusal raised
 
     async def take_up_to(self, company_id: uuid.UUID, wanted: int) -> Granted:
@@ -132,10 +139,10 @@ class QuotaRoom:
         requeues: what does not fit is left out, never stored)."""
         if wanted <= 0:
             return Granted(0, None)
-        return await self._scheduled(company_id, wanted, True, partial=True)
+        return await self._scheduled(company_id, wanted, True, True)
 
     async def _scheduled(
-        self, company_id: uuid.UUID, adding: int, expect_limit: bool, partial: bool
+        self, company_id: uuid.UUID, adding: int, expect_limit: bool, partial: bool, written: int = 0
     ) -> Granted:
         q = Query()
         if not expect_limit and not q.sqlite:
@@ -162,7 +169,7 @@ class QuotaRoom:
             return Granted(adding, None)
         if bound is not None and int(bound) <= limit:
             return Granted(adding, limit)
-        used = await count(company_id, MAX_SCHEDULED_ACTIVITIES)
+        used = await count(company_id, MAX_SCHEDULED_ACTIVITIES) - written
         granted = min(adding, max(limit - used, 0)) if partial else adding
         if not partial:
             check_room(MAX_SCHEDULED_ACTIVITIES, limit, used, adding)
