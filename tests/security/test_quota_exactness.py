@@ -29,7 +29,7 @@ AT_ONCE = 30
 SCHEDULED = "max_scheduled_activities"
 
 
-async def set_quotas(api: Api, tenant: Tenant, **quotas: int) -> None:
+async def set_quotas(api: Api, tenant: Tenant, **quotas: int | None) -> None:
     await api.patch(f"/v1/companies/{tenant.company}", {"quotas": quotas}, expect=200)
 
 
@@ -230,3 +230,24 @@ async def test_an_occurrence_over_the_quota_is_skipped_not_stored(api: Api) -> N
     occurrences = await api.all_items(tenant.activities, params={"recurring_activity": recurring["id"]})
     assert occurrences == []
     assert await live_in_database(api, tenant) == 1
+
+
+async def test_a_limit_set_on_an_unlimited_company_holds_at_once(api: Api) -> None:
+    tenant = await api.tenant()
+    await set_quotas(api, tenant, **{SCHEDULED: None})  # null: unlimited
+    answers = await asyncio.gather(
+        *(
+            api.post(tenant.activities, tenant.activity(i, delay="PT1H"), token=tenant.key)
+            for i in range(AT_ONCE)
+        )
+    )
+    assert [a.status_code for a in answers] == [201] * AT_ONCE
+    await set_quotas(api, tenant, **{SCHEDULED: AT_ONCE + 2})
+    answers = await asyncio.gather(
+        *(
+            api.post(tenant.activities, tenant.activity(i, delay="PT1H"), token=tenant.key)
+            for i in range(AT_ONCE)
+        )
+    )
+    assert outcomes(list(answers), SCHEDULED, AT_ONCE + 2) == 2
+    assert await live_in_database(api, tenant) == AT_ONCE + 2
