@@ -10,7 +10,9 @@ backfill created 997 activities, a bulk requeue changed 1,018; thirty concurrent
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,8 +21,10 @@ import pytest
 from oste.cli.transfer import Importer
 from oste.domain.clock import SystemClock
 from oste.errors import TooMany
+from oste.settings import Settings
 from oste.storage.store import Store
-from tests.integration.api.conftest import Api, Tenant, db_rows, dump
+from tests.engine_support import Receiver
+from tests.integration.api.conftest import Api, Tenant, api_client, db_rows, dump
 from tests.security.test_scopes_and_quotas import quota_problem
 
 pytestmark = pytest.mark.timeout(120)
@@ -251,3 +255,35 @@ async def test_a_limit_set_on_an_unlimited_company_holds_at_once(api: Api) -> No
     )
     assert outcomes(list(answers), SCHEDULED, AT_ONCE + 2) == 2
     assert await live_in_database(api, tenant) == AT_ONCE + 2
+
+
+@pytest.fixture
+async def engine_api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    settings = Settings(data_dir=tmp_path, database_url=database_url, allowed_targets=("127.0.0.1",))
+    async with api_client(settings, run_engine=True) as client:
+        yield client
+
+
+async def test_a_follow_on_takes_its_causes_place_at_a_full_quota(
+    engine_api: Api, receiver: Receiver
+) -> None:
+    """A follow-on is written in the transaction that ends its cause: the count never grows, so a chain
+    goes on at a full quota (and nothing else gets in beside it)."""
+    api = engine_api
+    tenant = await api.tenant(uri_pattern=receiver.url + "/first/{SongId}")
+    then = {"name": "then", "verb": "POST", "uri_pattern": receiver.url + "/then/{SongId}"}
+    await api.post(tenant.types, then, expect=201)
+    await api.patch(f"{tenant.types}/{tenant.activity_type}", {"on_success": "then"}, expect=200)
+    await set_quotas(api, tenant, **{SCHEDULED: 1})
+    first = (await api.post(tenant.activities, tenant.activity(1), expect=201)).json()["id"]
+    quota_problem(await api.post(tenant.activities, tenant.activity(2), token=tenant.key), SCHEDULED, 1, 1)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30.0
+    while True:
+        listed = await api.all_items(tenant.activities)
+        follow_ons = [a for a in listed if a["caused_by"] == first]
+        if follow_ons and follow_ons[0]["state"] == "succeeded":
+            break
+        assert loop.time() < deadline, listed
+        await api.get(f"{tenant.activities}/{first}", params={"wait": "PT1S", "state": "scheduled"})
+    assert len(follow_ons) == 1 and len(listed) == 2, listed
