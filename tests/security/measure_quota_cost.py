@@ -1,16 +1,21 @@
-"""What exact quotas cost a create: a measurement, not a test (run it by hand on a quiet machine).
+"""What exact quotas cost a create: a measurement, not a test (run it by hand, on a quiet machine).
 
-    CI=true PYTHONPATH=$PWD python tests/security/measure_quota_cost.py [sqlite|postgres ...]
+    CI=true PYTHONPATH=$PWD python tests/security/measure_quota_cost.py [sqlite|postgres ...] [--held N]
 
-Against a real server (Hypercorn in this process, as the API tests run it) over a fresh database, one
-company under the default quotas (``max_scheduled_activities`` 1,000,000), it prints per database:
+It drives the create operation itself (``operations.activities``: the path every face calls, without
+HTTP, whose cost on a shared machine would drown the figures) over a fresh database, for one company
+under the deployment's default quotas (``max_scheduled_activities`` 1,000,000), and prints per
+database:
 
-- single creates one after another: p50 / p99 ms (``single``);
-- 32 concurrent single creates of one company: creates per second (``concurrent``);
-- batches of 1,000: ms per batch, mean (``batch``);
-- a create that must count (the company holding ``--held`` scheduled activities, its quota set to
-  just that many plus one each time): ms per create, mean (``counted``); before exact quotas, the
-  once-a-second count of the same company, ms (``counted`` too: ``usage`` of the company read).
+- ``single_p50_ms`` / ``single_p99_ms``: single creates one after another;
+- ``concurrent_per_s``: single creates of one company, 32 at a time;
+- ``batch_1000_ms``: a batch of 1,000, mean of 10;
+- ``usage_ms``: counting what the company holds (``GET /v1/companies/{c}``'s ``usage``) at ``--held``
+  scheduled activities;
+- ``counted_ms``: a create that must count them (its quota just changed to what it holds plus one),
+  median of 20.
+
+The same script runs against the code before exact quotas (its operations have the same signatures).
 """
 
 from __future__ import annotations
@@ -22,14 +27,22 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from oste.settings import Settings
-from tests.conftest import fresh_postgres_database
-from tests.integration.api.conftest import Api, api_client
+from tortoise import connections
 
-SINGLES = 400
+from oste.domain.clock import SystemClock
+from oste.domain.tenancy import QuotaDefaults
+from oste.operations import SYSTEM, OperationContext, Operations
+from oste.settings import Settings
+from oste.storage import Storage
+from oste.storage.database import close_database, open_database
+from tests.conftest import fresh_postgres_database, migrated
+from tests.factories import make_activity_type, make_company, make_solution, new_activity
+
+SINGLES = 500
 CONCURRENT = 32
 CONCURRENT_CREATES = 2000
 BATCHES = 10
@@ -41,51 +54,69 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(api: Api, held: int) -> dict[str, Any]:
-    tenant = await api.tenant()
-    one = tenant.activity(1, delay="PT1H")
-    for _ in range(20):  # warm up
-        await api.post(tenant.activities, one, token=tenant.key, expect=201)
-    single = []
-    for _ in range(SINGLES):
-        started = time.perf_counter()
-        await api.post(tenant.activities, one, token=tenant.key, expect=201)
-        single.append((time.perf_counter() - started) * 1000)
-    queue = list(range(CONCURRENT_CREATES))
-
-    async def worker() -> None:
-        while queue:
-            queue.pop()
-            await api.post(tenant.activities, one, token=tenant.key, expect=201)
-
+async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENT)))
-    concurrent = CONCURRENT_CREATES / (time.perf_counter() - started)
-    batch = {"activities": [tenant.activity(i, delay="PT1H") for i in range(1000)]}
-    batches = []
-    for _ in range(BATCHES):
+    await call()
+    return (time.perf_counter() - started) * 1000
+
+
+async def measure(url: str, held: int) -> dict[str, Any]:
+    await migrated(url)
+    await open_database(url, True)
+    try:
+        defaults = QuotaDefaults(
+            **{name: getattr(Settings(), f"quota_{name}") for name in QuotaDefaults.__dataclass_fields__}
+        )
+        storage = Storage(SystemClock())
+        ops = Operations(OperationContext(storage, quota_defaults=defaults))
+        store = storage.store
+        company = await make_company(store)
+        solution = await make_solution(store, company)
+        kind = await make_activity_type(store, solution)
+
+        async def one() -> None:
+            await ops.activities.create(SYSTEM, company, solution, new_activity(kind))
+
+        async def batch() -> None:
+            await ops.activities.create_many(
+                SYSTEM, company, solution, [new_activity(kind) for _ in range(1000)]
+            )
+
+        for _ in range(20):
+            await one()  # warm up
+        single = [await timed(one) for _ in range(SINGLES)]
+        left = list(range(CONCURRENT_CREATES))
+
+        async def worker() -> None:
+            while left:
+                left.pop()
+                await one()
+
         started = time.perf_counter()
-        await api.post(tenant.activities, batch, token=tenant.key, expect=201)
-        batches.append((time.perf_counter() - started) * 1000)
-    while (await api.get(f"/v1/companies/{tenant.company}", expect=200)).json()["usage"][
-        "scheduled_activities"
-    ] < held:
-        await api.post(tenant.activities, batch, token=tenant.key, expect=201)
-    company = f"/v1/companies/{tenant.company}"
-    counted = []
-    for _ in range(20):
-        used = (await api.get(company, expect=200)).json()["usage"]["scheduled_activities"]
-        await api.patch(company, {"quotas": {"max_scheduled_activities": used + 1}}, expect=200)
-        started = time.perf_counter()
-        await api.post(tenant.activities, one, token=tenant.key, expect=201)
-        counted.append((time.perf_counter() - started) * 1000)
-    return {
-        "single_p50_ms": round(pct(single, 0.5), 2),
-        "single_p99_ms": round(pct(single, 0.99), 2),
-        "concurrent_per_s": round(concurrent),
-        "batch_1000_ms": round(statistics.mean(batches), 1),
-        f"counted_at_{held}_ms": round(statistics.mean(counted), 2),
-    }
+        await asyncio.gather(*(worker() for _ in range(CONCURRENT)))
+        concurrent = CONCURRENT_CREATES / (time.perf_counter() - started)
+        batches = [await timed(batch) for _ in range(BATCHES)]
+        while (await store.company_usage(company))["scheduled_activities"] < held:
+            await batch()
+        conn = connections.get("default")
+        await conn.execute_script("ANALYZE" if url.startswith("sqlite") else "VACUUM ANALYZE")
+        usage = [await timed(lambda: store.company_usage(company)) for _ in range(5)]
+        counted = []
+        for _ in range(20):
+            used = (await store.company_usage(company))["scheduled_activities"]
+            company = await store.update_company(company, {"quotas": {"max_scheduled_activities": used + 1}})
+            counted.append(await timed(one))
+        return {
+            "single_p50_ms": round(pct(single, 0.5), 2),
+            "single_p99_ms": round(pct(single, 0.99), 2),
+            "concurrent_per_s": round(concurrent),
+            "batch_1000_ms": round(statistics.mean(batches), 1),
+            "held": held,
+            "usage_ms": round(statistics.median(usage), 1),
+            "counted_ms": round(statistics.median(counted), 2),
+        }
+    finally:
+        await close_database()
 
 
 async def main() -> None:
@@ -100,10 +131,7 @@ async def main() -> None:
                     url = f"sqlite://{Path(tmp) / 'oste.sqlite3'}"
                 else:
                     url = await stack.enter_async_context(fresh_postgres_database())
-                api = await stack.enter_async_context(
-                    api_client(Settings(data_dir=Path(tmp), database_url=url))
-                )
-                print(name, await measure(api, args.held), flush=True)
+                print(name, await measure(url, args.held), flush=True)
 
 
 if __name__ == "__main__":
