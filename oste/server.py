@@ -45,14 +45,7 @@ MAKE_ADMIN_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))
 
 def quota_defaults_of(settings: Settings) -> QuotaDefaults:
     """The quotas of a company that sets none, from ``OSTE_QUOTA_*``."""
-    return QuotaDefaults(
-        max_scheduled_activities=settings.quota_max_scheduled_activities,
-        max_activity_types=settings.quota_max_activity_types,
-        max_recurring_activities=settings.quota_max_recurring_activities,
-        max_solutions=settings.quota_max_solutions,
-        max_api_keys=settings.quota_max_api_keys,
-        requests_per_second=settings.quota_requests_per_second,
-    )
+    return QuotaDefaults.of_settings(settings)
 
 
 def check_admin_token(token: str, source: str = "OSTE_ADMIN_TOKEN") -> str:
@@ -146,7 +139,7 @@ def create_app(
     set_up_metrics()
     clock = clock or SystemClock()
     throttle = throttle or SignInThrottle()
-    storage = Storage(clock)
+    storage = Storage(clock, quota_defaults_of(settings))
     engine = Engine(settings, storage=storage) if run_engine else None
     prepare_data_dir(settings)
 

@@ -387,6 +387,7 @@ async def _migrate(settings: Settings) -> None:
 async def _import(settings: Settings, args: argparse.Namespace) -> int:
     """`oste import`: 0 when every line was stored, 3 when some were rejected (the rest are stored)."""
     from oste.cli.transfer import import_file  # the API room's checks: loaded only by this command
+    from oste.domain.tenancy import QuotaDefaults
 
     result = await import_file(
         settings.database_url,
@@ -395,6 +396,7 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
         args.solution,
         rejects=args.rejects,
         progress=not args.no_progress,
+        quota_defaults=QuotaDefaults.of_settings(settings),  # OSTE_QUOTA_*, as the server applies them
     )
     return 3 if result.rejected else 0
 

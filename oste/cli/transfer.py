@@ -25,6 +25,7 @@ from oste.api.activities import activity_filter
 from oste.api.requests import iso
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
+from oste.domain.tenancy import QuotaDefaults
 from oste.errors import Conflict, FieldError, InvalidInput, NotFound
 from oste.operations import SYSTEM, OperationContext, Operations
 from oste.operations.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
@@ -76,7 +77,9 @@ class Importer:
 
     ``on_reject`` hears every rejected line, in line order, once its chunk is stored; ``on_progress`` hears
     how many bytes of input each chunk consumed. Database errors (Unavailable) propagate: every chunk
-    before the failing one is stored, which ``result.lines`` tells.
+    before the failing one is stored, which ``result.lines`` tells. So does the quota's TooMany once a
+    chunk does not fit ``max_scheduled_activities`` (its lines are not stored); ``quota_defaults`` are
+    the deployment's (``OSTE_QUOTA_*``), under each company's own quotas.
     """
 
     def __init__(
@@ -86,10 +89,13 @@ class Importer:
         on_reject: Callable[[Rejected], None],
         on_progress: Callable[[int], None] = lambda consumed: None,
         chunk_lines: int = CHUNK_LINES,
+        quota_defaults: QuotaDefaults | None = None,
     ) -> None:
         self.store = store
         self.solution = solution
-        self.activities = Operations(OperationContext(Storage(store.clock))).activities
+        defaults = quota_defaults or QuotaDefaults()
+        context = OperationContext(Storage(store.clock, defaults), quota_defaults=defaults)
+        self.activities = Operations(context).activities
         self._company: r.Company | None = None
         self.cache = TypeCache(store, solution)
         self.on_reject = on_reject
@@ -263,6 +269,7 @@ async def import_file(
     solution: str,
     rejects: str | None = None,
     progress: bool = True,
+    quota_defaults: QuotaDefaults | None = None,
 ) -> ImportResult:
     """`oste import`: stream ``path`` (``-`` = standard input) into a solution, with a progress bar
     and every rejected line on standard error (and as JSON lines in ``rejects``, if given)."""
@@ -295,7 +302,9 @@ async def import_file(
     try:
         store = Store(SystemClock())
         target = await _solution(store, company, solution)
-        importer = Importer(store, target, reject, lambda n: bar.advance(task, n))
+        importer = Importer(
+            store, target, reject, lambda n: bar.advance(task, n), quota_defaults=quota_defaults
+        )
         with bar:
             result = await importer.run(source)
     finally:

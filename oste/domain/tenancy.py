@@ -71,6 +71,11 @@ class QuotaDefaults:
     max_api_keys: int | None = None
     requests_per_second: int | None = None
 
+    @classmethod
+    def of_settings(cls, settings: Any) -> QuotaDefaults:
+        """The defaults from a settings object's ``quota_<name>`` attributes (``OSTE_QUOTA_*``)."""
+        return cls(**{name: getattr(settings, f"quota_{name}") for name in QUOTAS})
+
     def effective(self, own: Mapping[str, int | None] | None) -> dict[str, int | None]:
         """A company's quotas: its own where set, else these defaults."""
         own = own or {}

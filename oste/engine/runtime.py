@@ -23,6 +23,7 @@ from datetime import datetime
 from oste.domain.claims import Claim, Completion, NodeInfo
 from oste.domain.clock import Clock, CorrectedClock
 from oste.domain.partitions import ALL_PARTITIONS
+from oste.domain.tenancy import QuotaDefaults
 from oste.engine.balancer import PartitionBalancer
 from oste.engine.clocksync import ClockSync
 from oste.engine.completions import CompletionWriter
@@ -69,7 +70,7 @@ class Engine:
         self.expander: Expander | None = None
         self.clock = clock or (storage.clock if storage is not None else CorrectedClock())
         """The node's clock: by default its own, corrected to the database's time (``ClockSync``)."""
-        self.storage = storage or Storage(self.clock)
+        self.storage = storage or Storage(self.clock, QuotaDefaults.of_settings(settings))
         """The parts of storage the engine uses: ``dispatch``, ``occurrences``, ``log_shipping``."""
         self.config = config or EngineConfig.from_settings(settings)
         self.rng = rng or random.Random()

@@ -19,6 +19,7 @@ from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES
 from oste.errors import Conflict
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
+from oste.storage.bulk import QUOTA_FULL
 from oste.storage.changes import atomic, record_events, wake
 from oste.storage.events import Change
 
@@ -37,12 +38,14 @@ class ActivityOperations:
     ) -> tuple[r.Activity, bool]:
         """Create one activity (once per idempotency key): (activity, created now)."""
         actor.require(WRITE, "create activities")
-        await self.context.quotas.make_room(company, MAX_SCHEDULED_ACTIVITIES)
+
+        async def room() -> None:  # in the insert's transaction, before it
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES)
 
         async def audited(created: r.Activity) -> None:  # in the insert's transaction
             await self._audit(actor, company, solution, "create", created.id)
 
-        activity, fresh = await self.store.create_activity_once(item, audited)
+        activity, fresh = await self.store.create_activity_once(item, audited, room)
         if fresh:
             self.context.notify_due(activity.next_attempt_at)
         return activity, fresh
@@ -59,8 +62,8 @@ class ActivityOperations:
         actor.require(WRITE, "create activities")
         if not items:
             return []
-        await self.context.quotas.make_room(company, MAX_SCHEDULED_ACTIVITIES, len(items))
         async with atomic():
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, len(items))
             created = await self.store.create_activities(list(items))
             if audit:
                 await self._audit(actor, company, solution, "create", None, {"count": len(created)})
@@ -102,13 +105,14 @@ class ActivityOperations:
     ) -> r.Activity:
         """Dead or cancelled -> scheduled, retries reset to its type's (``Conflict`` in another state)."""
         actor.require(WRITE, "requeue activities")
-        await self.context.quotas.make_room(company, MAX_SCHEDULED_ACTIVITIES)
         async with atomic():
             if not await self.store.requeue_activity(solution, activity.id):
                 current = await self.store.get_activity(solution, activity.id)
                 raise Conflict(
                     f"activity is {current.state}; only a dead or cancelled activity can be requeued"
                 )
+            # after the row it locked (the company's row is the last lock): a refusal rolls it back
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
             requeued = await self.store.get_activity(solution, activity.id)
             await record_events(solution.id, [Change(requeued.id, "requeued")], requeued.updated_at)
             await self._audit(actor, company, solution, "requeue", activity.id)
@@ -143,9 +147,15 @@ class ActivityOperations:
         transaction with its events); ``dry_run`` only counts. ``described``: the filter (and the
         fields set) as the caller wrote them, for the audit row written once the change is done."""
         actor.require(WRITE, f"{action} activities")
-        result = await self.context.storage.bulk.run(solution, filters, action, plan, dry_run)
+        room = self.context.quotas.bulk_room(company)
+        bulk = self.context.storage.bulk
+        result = await bulk.run(
+            solution, filters, action, plan, dry_run, room if action == "requeue" else None
+        )
         if dry_run:
             return result
+        if action == "requeue" and result.changed == 0 and QUOTA_FULL in result.skipped:
+            room.refuse(result.skipped[QUOTA_FULL].count)  # nothing fitted: the quota's 429
         details = {
             **(described or {}),
             "matched": result.matched,

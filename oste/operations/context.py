@@ -61,4 +61,4 @@ class OperationContext:
 
     @functools.cached_property
     def quotas(self) -> Quotas:
-        return Quotas(self.store, self.quota_defaults)
+        return Quotas(self.store, self.quota_defaults)  # the same rules as the storage's own room

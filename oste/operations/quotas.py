@@ -1,50 +1,30 @@
-"""Company quotas, checked by the operations that grow what a company holds.
+"""Company quotas, taken by the operations that grow what a company holds.
 
-Activity types and recurring activities are counted exactly at each create. Scheduled activities are
-counted at most once a second per company and process (a count over a large table costs milliseconds),
-and the creates of that second are added to the count: nodes creating at the same moment may together
-pass a quota by what they create within a second, never by more.
+Every quota is exact: an operation takes room inside the transaction that inserts (``take``, before
+its insert), where ``oste.storage.quotas`` locks the company's row, reads its quotas afresh and counts
+what it holds, so concurrent creates — in one process or several — never pass a quota together. A
+create that does not fit is refused whole with a 429 naming the quota, its limit and the exact use,
+and stores nothing. What grows scheduled activities: creates (one, a batch, ``oste import``), requeues
+(one, or in bulk), a recurring activity's run-now and backfill, and its occurrences (the engine's,
+which skips what does not fit); follow-ons and dead-letter handlers replace the activity that caused
+them and so never grow the count.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable
-
 from oste.domain import records as r
-from oste.domain.tenancy import (
-    MAX_ACTIVITY_TYPES,
-    MAX_API_KEYS,
-    MAX_RECURRING_ACTIVITIES,
-    MAX_SCHEDULED_ACTIVITIES,
-    MAX_SOLUTIONS,
-    QuotaDefaults,
-    check_room,
-)
+from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES, QuotaDefaults, check_room
+from oste.storage.quotas import Granted, QuotaRoom
 from oste.storage.store import Store
-
-USAGE_TTL = 1.0
-"""Seconds a company's count of scheduled activities is reused."""
-_USED = {
-    MAX_SCHEDULED_ACTIVITIES: "scheduled_activities",
-    MAX_ACTIVITY_TYPES: "activity_types",
-    MAX_RECURRING_ACTIVITIES: "recurring_activities",
-    MAX_SOLUTIONS: "solutions",
-    MAX_API_KEYS: "api_keys",
-}
 
 
 class Quotas:
     """The quotas of every company, as the operator set them over the deployment's defaults."""
 
-    def __init__(
-        self, store: Store, defaults: QuotaDefaults, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, store: Store, defaults: QuotaDefaults) -> None:
         self.store = store
         self.defaults = defaults
-        self.monotonic = monotonic
-        self._scheduled: dict[uuid.UUID, tuple[float, int]] = {}
+        self.room = QuotaRoom(defaults)
 
     def of(self, company: r.Company) -> dict[str, int | None]:
         """The company's quotas in force."""
@@ -52,21 +32,37 @@ class Quotas:
 
     async def usage(self, company: r.Company) -> dict[str, int]:
         """What the company holds now (counted afresh)."""
-        used = await self.store.company_usage(company)
-        self._scheduled[company.id] = (self.monotonic(), used["scheduled_activities"])
-        return used
+        return await self.store.company_usage(company)
 
-    async def make_room(self, company: r.Company, quota: str, adding: int = 1) -> None:
-        """Raise TooMany (429 naming the quota, limit and use) unless ``adding`` more fit the quota."""
-        limit = self.of(company)[quota]
-        if limit is None or adding <= 0:
-            return
-        if quota == MAX_SCHEDULED_ACTIVITIES:
-            at, used = self._scheduled.get(company.id, (float("-inf"), 0))
-            if self.monotonic() - at > USAGE_TTL or used + adding > limit:
-                used = (await self.usage(company))["scheduled_activities"]
-            check_room(quota, limit, used, adding)
-            self._scheduled[company.id] = (self.monotonic(), used + adding)
-            return
-        used = (await self.store.company_usage(company))[_USED[quota]]
-        check_room(quota, limit, used, adding)
+    async def take(self, company: r.Company, quota: str, adding: int = 1, written: bool = False) -> None:
+        """Inside the caller's transaction, before its insert: room for ``adding`` more under ``quota``,
+        or TooMany (429 naming the quota, its limit and the exact use); the caller's transaction then
+        rolls back, storing nothing. ``written``: they are already written in the transaction."""
+        expect_limit = self.of(company)[quota] is not None
+        await self.room.take(company.id, quota, adding, expect_limit, written)
+
+    def bulk_room(self, company: r.Company) -> BulkRoom:
+        """Room for a bulk requeue's chunks, as much as fits each time."""
+        return BulkRoom(self.room, company)
+
+
+class BulkRoom:
+    """Grants a bulk requeue's chunks what fits under ``max_scheduled_activities`` and remembers the
+    last refusal, for the 429 of a requeue that could bring nothing back."""
+
+    def __init__(self, room: QuotaRoom, company: r.Company) -> None:
+        self.room = room
+        self.company = company
+        self.refused: Granted | None = None
+
+    async def __call__(self, wanted: int) -> int:
+        got = await self.room.take_up_to(self.company.id, wanted)
+        if got.granted < wanted:
+            self.refused = got
+        return got.granted
+
+    def refuse(self, wanted: int) -> None:
+        """Raise the quota's 429 (after a requeue that changed nothing for want of room)."""
+        if self.refused is not None and self.refused.limit is not None:
+            used = self.refused.used if self.refused.used is not None else self.refused.limit
+            check_room(MAX_SCHEDULED_ACTIVITIES, self.refused.limit, used, max(wanted, 1))

@@ -14,7 +14,7 @@ from typing import Any
 
 from oste.domain import records as r
 from oste.domain.recurrence import Overlap, Recurrence
-from oste.domain.tenancy import MAX_RECURRING_ACTIVITIES
+from oste.domain.tenancy import MAX_RECURRING_ACTIVITIES, MAX_SCHEDULED_ACTIVITIES
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
 from oste.storage.changes import atomic, wake
@@ -44,7 +44,6 @@ class RecurringOperations:
         """Store a recurring activity of ``kind`` (``values`` validated by the face: schedule, timezone,
         bounds, parameter, object_id, retries, priority, paused, policies) and plan its next occurrence."""
         actor.require(WRITE, "create recurring activities")
-        await self.context.quotas.make_room(company, MAX_RECURRING_ACTIVITIES)
         now = self.store.clock.now()
         upcoming = recurrence.fire_times(now, 1)
         stored = {
@@ -54,6 +53,7 @@ class RecurringOperations:
             "expand_at": now,
         }
         async with atomic():
+            await self.context.quotas.take(company, MAX_RECURRING_ACTIVITIES)
             created = await self.store.create_recurring(kind, stored)
             await self._audit(actor, company, solution, "create", created.id)
         return await self.planned(created.id)
@@ -139,9 +139,11 @@ class RecurringOperations:
         recurring: r.RecurringActivity,
         kind: r.ActivityType,
     ) -> r.Activity:
-        """One occurrence now, keyed by now; the schedule does not move."""
+        """One occurrence now, keyed by now; the schedule does not move. Within the company's quota of
+        scheduled activities (a 429 otherwise, nothing stored)."""
         actor.require(WRITE, "run recurring activities now")
         async with atomic():
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES)
             created = await self.occurrences.run_now(recurring, kind)
             await self._audit(actor, company, solution, "run_now", recurring.id)
         self.context.notify_due(created.scheduled_for)
@@ -157,10 +159,16 @@ class RecurringOperations:
         span: tuple[datetime, datetime],
         overlap: Overlap,
     ) -> tuple[list[r.Activity], int, int]:
-        """The occurrences of a past range, now, under an overlap policy: (created, queued, skipped)."""
+        """The occurrences of a past range, now, under an overlap policy: (created, queued, skipped).
+        Those created now must all fit the company's quota of scheduled activities (a 429 otherwise,
+        nothing stored); queued ones take room when the expander releases them."""
         actor.require(WRITE, "backfill recurring activities")
+
+        async def room(adding: int) -> None:  # in the backfill's transaction, before its insert
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, adding)
+
         async with atomic():
-            created, queued, skipped = await self.occurrences.backfill(recurring, kind, *span, overlap)
+            created, queued, skipped = await self.occurrences.backfill(recurring, kind, *span, overlap, room)
             details = {"created": len(created), "queued": queued}
             await self._audit(actor, company, solution, "backfill", recurring.id, details)
         if created:

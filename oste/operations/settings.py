@@ -84,8 +84,8 @@ class SettingsOperations:
         """Create a solution (validated ``values``) with a new signing secret."""
         actor.reach(company)
         actor.require(WRITE, "create solutions")
-        await self.context.quotas.make_room(company, MAX_SOLUTIONS)
         async with atomic():
+            await self.context.quotas.take(company, MAX_SOLUTIONS)
             solution = await self.store.create_solution(company, values)
             await self.context.record_audit(actor, company, solution, "create", "solution", solution.name)
         return solution
@@ -120,8 +120,8 @@ class SettingsOperations:
     ) -> r.ActivityType:
         """Create an activity type (validated ``values``) within the company's quota of types."""
         actor.require(WRITE, "create activity types")
-        await self.context.quotas.make_room(company, MAX_ACTIVITY_TYPES)
         async with atomic():
+            await self.context.quotas.take(company, MAX_ACTIVITY_TYPES)
             created = await self.store.create_activity_type(solution, values)
             await self.context.record_audit(actor, company, solution, "create", "activity_type", created.name)
         return created
@@ -178,8 +178,8 @@ class SettingsOperations:
         beyond = sorted(set(scopes) - actor.scopes)
         if beyond:
             raise Forbidden(f"this key cannot grant scopes it does not hold: {', '.join(beyond)}")
-        await self.context.quotas.make_room(company, MAX_API_KEYS)
         async with atomic():
+            await self.context.quotas.take(company, MAX_API_KEYS)
             key, secret = await self.store.create_api_key(company, name, scopes)
             details = {"name": name, "scopes": list(scopes)}
             await self.context.record_audit(actor, company, None, "create", "api_key", key.id, details)

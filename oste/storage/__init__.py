@@ -22,6 +22,8 @@ documented in its own module:
 ``storage.audit``             ``AuditLog`` (``audit.py``): who changed what
 ``storage.destinations``      ``DestinationStore`` (``destinations.py``): circuit breakers, caps and
                               slot grants of the receivers' destinations
+``storage.quotas``            ``QuotaRoom`` (``quotas.py``): room under the companies' quotas,
+                              taken in the transaction of every create
 ============================  ===================================================================
 
 The event stream (``events.py``), the change hub
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oste.domain.clock import Clock
+    from oste.domain.tenancy import QuotaDefaults
     from oste.storage.audit import AuditLog
     from oste.storage.bulk import BulkChange
     from oste.storage.destinations import DestinationStore
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from oste.storage.log_shipping import RollerStore
     from oste.storage.occurrences import RecurrenceStore
     from oste.storage.overview import OverviewStore
+    from oste.storage.quotas import QuotaRoom
     from oste.storage.stats import StatsService
     from oste.storage.store import Store
     from oste.storage.type_changes import TypeRulesChange
@@ -53,7 +57,8 @@ if TYPE_CHECKING:
 class Storage:
     """Every part of storage, built once on one clock (see the module docstring)."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, quota_defaults: QuotaDefaults | None = None) -> None:
+        from oste.domain.tenancy import QuotaDefaults
         from oste.storage.audit import AuditLog
         from oste.storage.bulk import BulkChange
         from oste.storage.destinations import DestinationStore
@@ -61,12 +66,15 @@ class Storage:
         from oste.storage.log_shipping import RollerStore
         from oste.storage.occurrences import RecurrenceStore
         from oste.storage.overview import OverviewStore
+        from oste.storage.quotas import QuotaRoom
         from oste.storage.stats import StatsService
         from oste.storage.store import Store
 
         self.clock = clock
+        self.quotas: QuotaRoom = QuotaRoom(quota_defaults or QuotaDefaults())
+        """The quotas in force (the deployment's defaults, ``OSTE_QUOTA_*``, under each company's own)."""
         self.store: Store = Store(clock)
-        self.occurrences: RecurrenceStore = RecurrenceStore(clock)
+        self.occurrences: RecurrenceStore = RecurrenceStore(clock, quotas=self.quotas)
         self.bulk: BulkChange = BulkChange(clock)
         self.log_shipping: RollerStore = RollerStore(clock)
         self.stats: StatsService = StatsService(clock)

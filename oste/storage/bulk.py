@@ -18,6 +18,10 @@ An update whose ``set.uri`` names another destination than the type of some matc
 activity is refused first (422, nothing changed) when that type has credentials: they belong to the
 type's destination (``oste.domain.bound_credentials``).
 
+A requeue brings activities back into ``max_scheduled_activities``: each chunk takes room for what it
+requeues in its own transaction (``room``, after its rows are locked); what does not fit stays dead or
+cancelled and is counted under ``QUOTA_FULL``.
+
 A dry run reads the same chunks and decides the same way, writing nothing (and so outside any
 transaction: no ``BEGIN``/``COMMIT`` round trips per chunk). A change interrupted part way (the
 process stopped) leaves the chunks already committed changed; each action can simply be run again.
@@ -28,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,6 +64,8 @@ _COLUMNS = {
     "run_now": ("id", "state"),
     "delete": ("id", "state"),
 }
+QUOTA_FULL = "the company's quota max_scheduled_activities is full"
+"""The skip reason of activities a requeue left dead or cancelled for want of room under the quota."""
 STATE_EVENTS = {"cancel": "cancelled", "requeue": "requeued"}
 """The event stream's name for the state change of each action that changes states."""
 _S = r.ActivityState
@@ -85,10 +91,12 @@ class BulkChange:
         action: str,
         plan: UpdatePlan | None = None,
         dry_run: bool = False,
+        room: Callable[[int], Awaitable[int]] | None = None,
     ) -> BulkResult:
         """Apply ``action`` (``cancel``, ``requeue``, ``run_now``, ``delete`` or ``update`` with
         ``plan``) to every matching activity it applies to; with ``dry_run`` only count. Returns the
-        counts and skip reasons."""
+        counts and skip reasons. ``room(n)``: how many of ``n`` activities a requeue chunk may bring
+        back, awaited in the chunk's transaction (the company's quota)."""
         result = BulkResult(action, dry_run)
         kinds = await self._types(solution) if action in ("requeue", "update") else {}
         query, _ = await activity_query(solution, filters)
@@ -107,7 +115,7 @@ class BulkChange:
                 rows = await raw_rows(page.order_by("id").limit(self.chunk).values(*_COLUMNS[action]))
                 if not rows:
                     break
-                changed = await self._chunk(rows, action, plan, kinds, result)
+                changed = await self._chunk(rows, action, plan, kinds, result, room)
                 if recorded and changed:
                     assert event is not None
                     await self._record(event, sorted(changed))
@@ -125,6 +133,7 @@ class BulkChange:
         plan: UpdatePlan | None,
         kinds: dict[uuid.UUID, TypeRules],
         result: BulkResult,
+        room: Callable[[int], Awaitable[int]] | None = None,
     ) -> set[uuid.UUID]:
         """Decide and write one chunk (in the caller's transaction); the ids changed."""
         result.matched += len(rows)
@@ -158,6 +167,10 @@ class BulkChange:
             result.sample(eligible)
             return set()
         await self._lock(eligible)
+        if action == "requeue" and room is not None:
+            eligible = await self._within_room(eligible, writes, room, result)
+            if not eligible:
+                return set()
         changed = await self._write(action, kinds, writes, group_changes, per_row)
         result.changed += len(changed)
         result.sample([i for i in eligible if i in changed])
@@ -166,6 +179,27 @@ class BulkChange:
                 result.skip(CHANGED_MEANWHILE, activity_id)
         result.would_change -= len(eligible) - len(changed)
         return changed
+
+    async def _within_room(
+        self,
+        eligible: list[uuid.UUID],
+        writes: dict[Any, list[uuid.UUID]],
+        room: Callable[[int], Awaitable[int]],
+        result: BulkResult,
+    ) -> list[uuid.UUID]:
+        """The eligible ids that fit the room ``room`` grants (in id order); the others are skipped
+        under ``QUOTA_FULL`` and taken out of ``writes``."""
+        granted = await room(len(eligible))
+        if granted >= len(eligible):
+            return eligible
+        kept, left = eligible[:granted], eligible[granted:]
+        keep = set(kept)
+        for key in writes:
+            writes[key] = [i for i in writes[key] if i in keep]
+        for activity_id in left:
+            result.skip(QUOTA_FULL, activity_id)
+        result.would_change -= len(left)
+        return kept
 
     async def _record(self, event: str, ids: Sequence[uuid.UUID]) -> None:
         """The chunk's events for the solution's stream, in the chunk's transaction."""

@@ -41,6 +41,9 @@ class Company(Model):
     """The operator's quotas of this company by name (a missing name: the setting's default)."""
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
+    scheduled_bound = fields.IntField(null=True)
+    """An upper bound of its scheduled and running activities, raised by every path that adds to them
+    (``oste.storage.quotas``); None: unknown, counted at the next create under a limit."""
 
     class Meta:
         table = "company"

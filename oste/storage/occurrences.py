@@ -15,6 +15,11 @@
   editing never uses up ``max_runs``. Occurrences made by run-now, a backfill or the backlog are marked
   ``off_schedule`` and never count. The stored ``runs`` therefore counts the schedule's occurrences
   fired or still to fire; ``Store.get_recurring`` shows the fired ones.
+- **Within the company's quota.** Occurrences are activities, so they count towards
+  ``max_scheduled_activities``; room is taken in the transaction that writes them
+  (``oste.storage.quotas``). An occurrence of the schedule that does not fit is not stored: it is
+  skipped (counted in ``skipped``, never in ``runs``) and a warning names the company and the quota. A
+  backfilled occurrence waiting in the backlog stays there until there is room.
 - Raises ``NotFound`` for a recurring activity that no longer exists, ``Unavailable`` when the database
   cannot be reached.
 """
@@ -22,9 +27,11 @@
 from __future__ import annotations
 
 import functools
+import logging
 import random
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -50,11 +57,13 @@ from oste.domain.recurrence import (
     policy_of,
 )
 from oste.domain.schedule import parse_schedule
+from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES, QuotaDefaults
 from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
 from oste.storage.changes import cancel_scheduled
 from oste.storage.database import outages_unavailable
 from oste.storage.events import record_created
+from oste.storage.quotas import QuotaRoom
 from oste.storage.store import activity_record, recurring_record
 
 DEFAULT_LOOKAHEAD = 30.0
@@ -68,6 +77,12 @@ MISSED_SCAN = 2000
 """Oldest due rows looked at per run for occurrences missed in the store (see ``missed_in_store``)."""
 MAX_BACKFILL = 1000
 """Occurrences one backfill may create."""
+QUOTA_RETRY = timedelta(seconds=5)
+"""How soon a backlog held back by a full quota is looked at again."""
+QUOTA_WARNING_INTERVAL = 60.0
+"""Seconds between two warnings about one company's full quota (occurrences skipped meanwhile are
+still counted in their recurring activity's ``skipped``)."""
+log = logging.getLogger("oste.engine.expander")
 _TICK = timedelta(microseconds=1)
 _UNFIRED = {"state": r.ActivityState.SCHEDULED, "attempts": 0}
 _ON_SCHEDULE = Q(off_schedule__isnull=True) | Q(off_schedule=False)
@@ -126,9 +141,13 @@ def _recurrence(
 class RecurrenceStore:
     """Materialises, replaces and cancels the occurrences of recurring activities. See the module doc."""
 
-    def __init__(self, clock: Clock, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, clock: Clock, rng: random.Random | None = None, quotas: QuotaRoom | None = None
+    ) -> None:
         self.clock = clock
         self.rng = rng
+        self.quotas = quotas or QuotaRoom(QuotaDefaults())
+        self._warned: dict[uuid.UUID, float] = {}
 
     # --- the expander's side ----------------------------------------------------------------------
 
@@ -268,6 +287,7 @@ class RecurrenceStore:
             gone = await self._cancel_unfired(cancel, now) if cancel else set()
             # an occurrence claimed meanwhile fires after all: it is not counted as skipped
             fresh = [(ra, _fired_anyway(p, wanted[ra.id], gone)) for ra, p in fresh]
+            fresh = await self._within_quotas(fresh, now)
             for ra, p in fresh:
                 skipped += p.skipped
                 given_back[ra.id] = sum(1 for activity_id in wanted[ra.id] if activity_id in gone)
@@ -282,6 +302,52 @@ class RecurrenceStore:
                 await record_created([(row.solution_id, row.id) for row in rows], now)
             cancelled = len(gone)
         return ExpandResult(len(plans), len(rows), cancelled, skipped, stale)
+
+    async def _within_quotas(
+        self, plans: list[tuple[r.RecurringActivity, Plan]], now: datetime
+    ) -> list[tuple[r.RecurringActivity, Plan]]:
+        """The plans with their occurrences cut to the room under each company's quota (taken here, in
+        the plans' transaction, company by company in id order): the earliest fit; an occurrence of the
+        schedule left out is skipped, a backlog release goes back to the backlog."""
+        by_company: dict[uuid.UUID, list[int]] = {}
+        for index, (ra, p) in enumerate(plans):
+            if p.fire:
+                by_company.setdefault(ra.company_id, []).append(index)
+        out = list(plans)
+        for company_id in sorted(by_company):
+            indexes = by_company[company_id]
+            fires = sorted(
+                (f.scheduled_for, f.occurrence_at, index) for index in indexes for f in plans[index][1].fire
+            )
+            room = await self.quotas.take_up_to(company_id, len(fires))
+            if room.granted >= len(fires):
+                continue
+            kept = {(at, index) for _, at, index in fires[: room.granted]}
+            dropped = 0
+            for index in indexes:
+                ra, p = plans[index]
+                out[index] = (
+                    ra,
+                    _cut(ra, p, {f.occurrence_at for f in p.fire if (f.occurrence_at, index) in kept}, now),
+                )
+                dropped += len(p.fire) - len(out[index][1].fire)
+            self._warn_full(company_id, room.limit, room.used, dropped)
+        return out
+
+    def _warn_full(self, company_id: uuid.UUID, limit: int | None, used: int | None, dropped: int) -> None:
+        last = self._warned.get(company_id)
+        if last is not None and time.monotonic() - last < QUOTA_WARNING_INTERVAL:
+            return
+        self._warned[company_id] = time.monotonic()
+        log.warning(
+            "company %s is at its quota %s (limit %s, %s held): %d occurrence(s) of its recurring "
+            "activities not created (counted as skipped; a backlog waits for room)",
+            company_id,
+            MAX_SCHEDULED_ACTIVITIES,
+            limit,
+            used,
+            dropped,
+        )
 
     async def _lock_revisions(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
         """The current revision of each recurring activity, its row locked for this transaction in id
@@ -481,6 +547,7 @@ class RecurrenceStore:
         start: datetime,
         end: datetime,
         overlap: Overlap,
+        room: Callable[[int], Awaitable[None]] | None = None,
     ) -> tuple[list[r.Activity], int, int]:
         """Create the schedule's occurrences in [start, end] (a past range) as if they fell due now.
 
@@ -488,10 +555,25 @@ class RecurrenceStore:
         the others are skipped (and counted). ``buffer_one``: the oldest is created now and the rest
         wait in the backlog, each released by the expander once the previous one finished.
         Occurrences that already exist are left alone. Returns (created, queued, skipped).
+
+        One transaction, the recurring activity's row locked first; ``room(n)`` is awaited in it before
+        the ``n`` occurrences created now are written (the operation's quota: it raises to refuse).
         """
         instants = recurrence_of(recurring).fire_times(start - _TICK, MAX_BACKFILL + 1, end)
         if len(instants) > MAX_BACKFILL:
             raise InvalidInput.field("to", f"the range holds more than {MAX_BACKFILL} occurrences; split it")
+        async with _db(), in_transaction():
+            await self._lock(recurring.id)  # before the company's row, as the expander does
+            return await self._backfill(recurring, kind, instants, overlap, room)
+
+    async def _backfill(
+        self,
+        recurring: r.RecurringActivity,
+        kind: r.ActivityType,
+        instants: list[datetime],
+        overlap: Overlap,
+        room: Callable[[int], Awaitable[None]] | None,
+    ) -> tuple[list[r.Activity], int, int]:
         async with _db():
             existing = set(
                 await m.Activity.filter(
@@ -502,20 +584,26 @@ class RecurrenceStore:
         pending = (await self._pending([recurring.id], self.clock.now())).get(recurring.id)
         busy = pending is not None and pending.busy
         if overlap == Overlap.ALLOW:
-            return await self._create_now(recurring, kind, fresh), 0, 0
+            return await self._create_now(recurring, kind, fresh, room), 0, 0
         if overlap == Overlap.SKIP:
             chosen = [] if busy or not fresh else fresh[:1]
-            created = await self._create_now(recurring, kind, chosen)
+            created = await self._create_now(recurring, kind, chosen, room)
             await self._count_skipped(recurring.id, len(fresh) - len(chosen))
             return created, 0, len(fresh) - len(chosen)
         first, rest = ([], fresh) if busy else (fresh[:1], fresh[1:])
-        created = await self._create_now(recurring, kind, first)
+        created = await self._create_now(recurring, kind, first, room)
         await self._queue(recurring.id, rest)
         return created, len(rest), 0
 
     async def _create_now(
-        self, recurring: r.RecurringActivity, kind: r.ActivityType, instants: Sequence[datetime]
+        self,
+        recurring: r.RecurringActivity,
+        kind: r.ActivityType,
+        instants: Sequence[datetime],
+        room: Callable[[int], Awaitable[None]] | None = None,
     ) -> list[r.Activity]:
+        if not instants:
+            return []
         now = self.clock.now()
         # due now, a microsecond apart: they are claimed oldest first
         rows = [
@@ -525,6 +613,8 @@ class RecurrenceStore:
             for i, t in enumerate(instants)
         ]
         async with _db(), in_transaction():
+            if room is not None:
+                await room(len(rows))
             await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
             await record_created([(row.solution_id, row.id) for row in rows], now)
         return [activity_record(row, kind.name) for row in rows]
@@ -555,6 +645,27 @@ class RecurrenceStore:
         if row is None:
             raise NotFound("recurring activity not found")
         return row
+
+
+def _cut(ra: r.RecurringActivity, p: Plan, kept: set[datetime], now: datetime) -> Plan:
+    """The plan firing only the occurrences ``kept``: the schedule's others are skipped (no run), the
+    backlog's go back to the backlog and are looked at again after ``QUOTA_RETRY``."""
+    released = set(ra.backlog)
+    fire = tuple(f for f in p.fire if f.occurrence_at in kept)
+    left = [f.occurrence_at for f in p.fire if f.occurrence_at not in kept]
+    back = [at for at in left if at in released]
+    lost = len(left) - len(back)
+    if not back:
+        return replace(p, fire=fire, skipped=p.skipped + lost, runs=p.runs - lost)
+    retry = now + QUOTA_RETRY
+    return replace(
+        p,
+        fire=fire,
+        skipped=p.skipped + lost,
+        runs=p.runs - lost,
+        backlog=tuple(sorted({*p.backlog, *back})),
+        expand_at=min(p.expand_at, retry) if p.expand_at is not None else retry,
+    )
 
 
 def _fired_anyway(p: Plan, wanted: list[uuid.UUID], gone: set[uuid.UUID]) -> Plan:

@@ -42,6 +42,7 @@ from oste.storage.activity_inserts import insert_activities
 from oste.storage.changes import cancel_scheduled
 from oste.storage.database import raises_unavailable
 from oste.storage.dialects import json_of, optional_time_of, optional_uuid_of
+from oste.storage.quotas import USAGE_NAMES, count, reset_scheduled_bound
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -270,6 +271,7 @@ class Store:
         """Apply validated changes (qos_level, paused, quotas: merged into the company's own)."""
         if "quotas" in changes:
             changes = {**changes, "quotas": {**(company.quotas or {}), **changes["quotas"]}}
+            await reset_scheduled_bound(company.id)  # in the caller's transaction (if any)
         await self._update(m.Company.filter(id=company.id), changes, "company not found")
         return await self.get_company_by_id(company.id)
 
@@ -287,14 +289,7 @@ class Store:
         """What a company holds against its quotas: scheduled (and running) activities, activity types,
         recurring activities, solutions and API keys not revoked. Raises Unavailable when the database
         cannot be reached."""
-        live = [r.ActivityState.SCHEDULED, r.ActivityState.RUNNING]
-        return {
-            "scheduled_activities": await m.Activity.filter(company_id=company.id, state__in=live).count(),
-            "activity_types": await m.ActivityType.filter(company_id=company.id).count(),
-            "recurring_activities": await m.RecurringActivity.filter(company_id=company.id).count(),
-            "solutions": await m.Solution.filter(company_id=company.id).count(),
-            "api_keys": await m.ApiKey.filter(company_id=company.id, revoked_at=None).count(),
-        }
+        return {name: await count(company.id, quota) for quota, name in USAGE_NAMES.items()}
 
     # --- API keys ----------------------------------------------------------------------------------
 
@@ -486,18 +481,22 @@ class Store:
         return await insert_activities(new, self.clock.now())
 
     async def create_activity_once(
-        self, new: r.NewActivity, then: Callable[[r.Activity], Awaitable[None]] | None = None
+        self,
+        new: r.NewActivity,
+        then: Callable[[r.Activity], Awaitable[None]] | None = None,
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[r.Activity, bool]:
         """Create an activity under an idempotency key; returns (activity, created).
 
         The same key with the same request hash returns the stored activity and ``created=False``; the
         same key with a different hash raises InvalidInput naming the ``Idempotency-Key`` header.
-        ``then`` runs in the insert's transaction once the row is in (an operation's audit row): each
+        ``then`` runs in the insert's transaction once the row is in (an operation's audit row), and
+        ``before`` in it before the insert (the operation's quota: it raises to refuse): each
         attempt is a transaction of its own, so losing the race to a concurrent request rolls back
         cleanly and the winner's activity is read.
         """
         if new.idempotency_key is None:
-            return await self._create_one(new, then), True
+            return await self._create_one(new, then, before), True
         for _ in range(2):
             existing = await m.Activity.filter(
                 solution_id=new.activity_type.solution_id, idempotency_key=new.idempotency_key
@@ -509,15 +508,20 @@ class Store:
                     )
                 return await self._with_type_name(existing), False
             try:
-                return await self._create_one(new, then), True
+                return await self._create_one(new, then, before), True
             except Conflict:
                 continue  # a concurrent request with the same key won the race: read its activity
         raise Conflict("the idempotency key is being used concurrently; retry the request")
 
     async def _create_one(
-        self, new: r.NewActivity, then: Callable[[r.Activity], Awaitable[None]] | None
+        self,
+        new: r.NewActivity,
+        then: Callable[[r.Activity], Awaitable[None]] | None,
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> r.Activity:
         async with in_transaction():
+            if before is not None:
+                await before()
             created = (await self.create_activities([new]))[0]
             if then is not None:
                 await then(created)

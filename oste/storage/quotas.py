@@ -1,0 +1,196 @@
+"""Room under a company's quotas, taken in the very transaction that fills it.
+
+Every path that adds to what a company holds — an activity created, imported, requeued or planned by
+a recurring activity; a type, a recurring activity, a solution or an API key created — calls
+``QuotaRoom.take`` (or ``take_up_to``) inside its own transaction, before it inserts. The check and
+the insert are then one atomic step on both databases:
+
+- the company's row is locked first (PostgreSQL: by the ``UPDATE`` that reads its quotas, held until
+  the transaction ends; SQLite: the same statement takes the database's one write lock), so two
+  creates of one company are serialised from the count to the commit, whatever process runs them;
+- the limit is read from that locked row (the operator's change is seen at once, not a cached copy)
+  over the deployment's defaults;
+- the count is made after the lock was taken, so it sees every committed insert of the company.
+
+**Scheduled activities** (``max_scheduled_activities``: scheduled and running) are too many to count
+on every create. The company's row keeps ``scheduled_bound``, an upper bound of them: every path that
+adds to them raises it in the same transaction, and nothing that removes them (a completion, a
+cancel, a delete) touches it, so the engine's hot path pays nothing. While ``bound + adding`` fits the
+limit the create is let through on the bound alone (one statement, no count); otherwise the company's
+live activities are counted exactly (an index range scan over ``activity_listing_idx``, per solution)
+and the bound is reset to that count. A refusal is therefore always made on an exact count, which the
+429 reports as ``used``; the bound only saves counting while there is room. It is ``NULL`` (unknown,
+counted at the next limited create) after the operator changes the company's quotas, and it is kept
+``NULL`` while the company has no limit.
+
+A company without a limit (``none``) is not serialised on PostgreSQL: its creates read the row with
+``FOR KEY SHARE`` (what a foreign key check takes), which does not wait for other creates; the
+operator's quota change takes ``FOR UPDATE`` (``reset_scheduled_bound``) and so waits for those
+creates to commit before a limit applies.
+
+Follow-ons and dead-letter handlers need no room: each is written in the transaction that ends the
+activity causing it, so it takes that activity's place and the count never grows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from oste.domain.tenancy import (
+    MAX_ACTIVITY_TYPES,
+    MAX_API_KEYS,
+    MAX_RECURRING_ACTIVITIES,
+    MAX_SCHEDULED_ACTIVITIES,
+    MAX_SOLUTIONS,
+    QuotaDefaults,
+    check_room,
+)
+from oste.storage.dialects import Query, json_of
+
+LIVE_STATES = ("scheduled", "running")
+"""The states ``max_scheduled_activities`` counts."""
+
+_OF_COMPANY = "solution_id IN (SELECT id FROM solution WHERE company_id = {company})"
+"""A company's rows of a table keyed by solution: through the solutions, so the solution indexes serve."""
+_COUNTS = {
+    MAX_SCHEDULED_ACTIVITIES: "SELECT count(*) AS n FROM activity WHERE "
+    + _OF_COMPANY
+    + " AND state IN ('scheduled', 'running')",
+    MAX_ACTIVITY_TYPES: "SELECT count(*) AS n FROM activity_type WHERE " + _OF_COMPANY,
+    MAX_RECURRING_ACTIVITIES: "SELECT count(*) AS n FROM recurring_activity WHERE " + _OF_COMPANY,
+    MAX_SOLUTIONS: "SELECT count(*) AS n FROM solution WHERE company_id = {company}",
+    MAX_API_KEYS: "SELECT count(*) AS n FROM api_key WHERE company_id = {company} AND revoked_at IS NULL",
+}
+"""The exact count of what each quota limits, for one company."""
+USAGE_NAMES = {
+    MAX_SCHEDULED_ACTIVITIES: "scheduled_activities",
+    MAX_ACTIVITY_TYPES: "activity_types",
+    MAX_RECURRING_ACTIVITIES: "recurring_activities",
+    MAX_SOLUTIONS: "solutions",
+    MAX_API_KEYS: "api_keys",
+}
+"""Each counted quota's name in a company's ``usage``."""
+
+
+@dataclass(frozen=True)
+class Granted:
+    """What ``take_up_to`` let through: ``granted`` of the wanted; ``used`` is the exact count when
+    the company had to be counted (always when less than wanted was granted)."""
+
+    granted: int
+    limit: int | None
+    used: int | None = None
+
+
+async def count(company_id: uuid.UUID, quota: str) -> int:
+    """What the company holds against ``quota``, counted now (no lock)."""
+    q = Query()
+    rows = await q.rows(_COUNTS[quota].format(company=q.add(company_id)))
+    return int(rows[0]["n"]) if rows else 0
+
+
+async def reset_scheduled_bound(company_id: uuid.UUID) -> None:
+    """The operator changes the company's quotas: lock its row against every create (PostgreSQL:
+    ``FOR UPDATE``, which waits for creates holding ``FOR KEY SHARE``) and forget the bound, so the next
+    limited create counts. Call inside the change's transaction, before the change."""
+    q = Query()
+    where = q.add(company_id)
+    if not q.sqlite:
+        await q.rows(f"SELECT id FROM company WHERE id = {where} FOR UPDATE")
+    await q.conn.execute_query(f"UPDATE company SET scheduled_bound = NULL WHERE id = {where}", q.values)
+
+
+class QuotaRoom:
+    """Takes room under the quotas in force: each company's own over ``defaults``. See the module doc.
+
+    Every method runs inside the caller's transaction and must come before the insert it makes room
+    for (the company's row is the last lock a create takes before its new rows)."""
+
+    def __init__(self, defaults: QuotaDefaults) -> None:
+        self.defaults = defaults
+
+    async def take(
+        self,
+        company_id: uuid.UUID,
+        quota: str,
+        adding: int = 1,
+        expect_limit: bool = True,
+        written: bool = False,
+    ) -> None:
+        """Make room for ``adding`` more, all or nothing: TooMany (429 naming the quota, its limit and
+        the exact use) when they do not fit. ``expect_limit``: the caller believes the company has a
+        limit (False: try the unserialised path first; only ``max_scheduled_activities`` uses it).
+        ``written``: the ``adding`` are already written in this transaction (a requeue's row, locked
+        before the company's), so a count sees them; the use reported leaves them out."""
+        if adding <= 0:
+            return
+        if quota != MAX_SCHEDULED_ACTIVITIES:
+            limit = self._limit(await self._lock(company_id), quota)
+            if limit is not None:
+                check_room(quota, limit, await count(company_id, quota), adding)
+            return
+        got = await self._scheduled(company_id, adding, expect_limit, False, adding if written else 0)
+        assert got.granted == adding  # a refusal raised
+
+    async def take_up_to(self, company_id: uuid.UUID, wanted: int) -> Granted:
+        """Make room for as many of ``wanted`` scheduled activities as fit (engine-made work and bulk
+        requeues: what does not fit is left out, never stored)."""
+        if wanted <= 0:
+            return Granted(0, None)
+        return await self._scheduled(company_id, wanted, True, True)
+
+    async def _scheduled(
+        self, company_id: uuid.UUID, adding: int, expect_limit: bool, partial: bool, written: int = 0
+    ) -> Granted:
+        q = Query()
+        if not expect_limit and not q.sqlite:
+            shared = await q.rows(
+                f"SELECT quotas, scheduled_bound FROM company WHERE id = {q.add(company_id)} FOR KEY SHARE"
+            )
+            if shared and self._limit(shared[0], MAX_SCHEDULED_ACTIVITIES) is None:
+                if shared[0]["scheduled_bound"] is not None:
+                    await self._set_bound(company_id, None)
+                return Granted(adding, None)
+            q = Query()
+        added = q.add(adding)  # placeholders in the statement's order (SQLite's "?" are positional)
+        rows = await q.rows(
+            f"UPDATE company SET scheduled_bound = scheduled_bound + {added} WHERE id = {q.add(company_id)} "
+            "RETURNING quotas, scheduled_bound"
+        )
+        if not rows:
+            return Granted(adding, None)  # the company is gone: its creates fail on their own
+        limit = self._limit(rows[0], MAX_SCHEDULED_ACTIVITIES)
+        bound = rows[0]["scheduled_bound"]
+        if limit is None:
+            if bound is not None:
+                await self._set_bound(company_id, None)
+            return Granted(adding, None)
+        if bound is not None and int(bound) <= limit:
+            return Granted(adding, limit)
+        used = await count(company_id, MAX_SCHEDULED_ACTIVITIES) - written
+        granted = min(adding, max(limit - used, 0)) if partial else adding
+        if not partial:
+            check_room(MAX_SCHEDULED_ACTIVITIES, limit, used, adding)
+        await self._set_bound(company_id, used + granted)
+        return Granted(granted, limit, used)
+
+    async def _lock(self, company_id: uuid.UUID) -> dict[str, Any]:
+        """Lock the company's row for this transaction and read its quotas (``{}``: it is gone)."""
+        q = Query()
+        rows = await q.rows(
+            f"UPDATE company SET scheduled_bound = scheduled_bound WHERE id = {q.add(company_id)} "
+            "RETURNING quotas"
+        )
+        return rows[0] if rows else {}
+
+    async def _set_bound(self, company_id: uuid.UUID, bound: int | None) -> None:
+        q = Query()
+        value = "NULL" if bound is None else q.add(bound)
+        sql = f"UPDATE company SET scheduled_bound = {value} WHERE id = {q.add(company_id)}"
+        await q.conn.execute_query(sql, q.values)
+
+    def _limit(self, row: dict[str, Any], quota: str) -> int | None:
+        own = json_of(row.get("quotas")) if row else None
+        return self.defaults.effective(own if isinstance(own, dict) else None)[quota]
