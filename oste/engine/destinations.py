@@ -453,7 +453,7 @@ class DestinationKeeper:
                     "%s still open for %s: the probe request %s; next probe in %.0f s",
                     whose,
                     name,
-                    result.replace("_", " "),
+                    _FOUND[result],
                     after.cooldown,
                 )
 
@@ -542,6 +542,15 @@ def _probe_due(row: Destination, now: datetime) -> bool:
     if row.state == CircuitState.HALF_OPEN:
         return row.probe_expires_at is None or row.probe_expires_at <= now
     return False
+
+
+_FOUND = {
+    ProbeResult.OK: "succeeded",
+    ProbeResult.FAILED_ANSWER: "got a 5xx answer",
+    ProbeResult.FAILED: "got no answer",
+    ProbeResult.UNREACHABLE: "could not connect",
+    ProbeResult.SKIPPED: "was not sent",
+}
 
 
 def _owner(gate: DestinationGate, key: Breaker) -> str | None:
