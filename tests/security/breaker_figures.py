@@ -4,10 +4,13 @@ cool-down doubling to 5 min). Prints B's delays; not a test (it takes minutes).
 
     PYTHONPATH=. .venv/bin/python -m tests.security.breaker_figures [sqlite|postgres ...] [--window 30]
 
-Routes: A's activities go to a path that answers 500, or with ``"timeout": "PT0.001S"`` to a path that
-answers after 0.2 s, while B creates two activities a second for ``--window`` seconds (its delay: from
-its create to its request reaching the receiver); and an operator opens the breaker by hand, B creates
-five activities, the operator closes it 3 s later (the delay: from the close to the last arrival).
+Routes (``--routes``): A's activities go to a path that answers 500, or with ``"timeout":
+"PT0.001S"`` to a path that answers after 0.2 s, while B creates two activities a second for
+``--window`` seconds (its delay: from its create to its request reaching the receiver); an operator
+opens the breaker by hand, B creates five activities, the operator closes it 3 s later (the delay: from
+the close to the last arrival); and a dead host (nothing listens), where two companies send two
+activities a second each for 10 s: how many requests went out before the breaker stopped everyone's
+(the threshold is 5).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import socket
 import statistics
 import tempfile
 import time
@@ -153,14 +157,54 @@ async def manual_close(api: Api, host: Host, first: int) -> dict[str, Any]:
     return {"sent while forced open": held, "last delivery after the close s": round(last - closed_at, 2)}
 
 
-async def measure(kind: str, window: float) -> None:
+async def dead_host(api: Api, window: float) -> dict[str, Any]:
+    """A and B each create two activities a second to a port where nothing listens: how many requests
+    went out (failed) before the breaker stopped everyone's, and how many waited instead."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    dead = f"http://127.0.0.1:{port}"
+    tenants = [await api.tenant(uri_pattern=dead + "/x/{SongId}", retries=0) for _ in range(2)]
+    created: list[tuple[Tenant, str]] = []
+    end = time.monotonic() + window
+    song = 0
+    while time.monotonic() < end:
+        for tenant in tenants:
+            body = tenant.activity(song)
+            answer = await api.post(tenant.activities, body, token=tenant.key, expect=201)
+            created.append((tenant, answer.json()["id"]))
+        song += 1
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2)
+    sent = waited = 0
+    for tenant, activity in created:
+        path = f"{tenant.activities}/{activity}/executions"
+        seen = [e["outcome"] for e in await api.all_items(path, token=tenant.key)]
+        sent += sum(1 for o in seen if o == "error")
+        waited += 1 if "deferred" in seen else 0
+    return {"activities": len(created), "requests sent": sent, "activities that waited": waited}
+
+
+async def measure(kind: str, window: float, routes: set[str]) -> None:
     host = await Host().start()
     try:
+        if "dead" in routes:
+            async with database(kind) as url:
+                settings = Settings(
+                    data_dir=Path(tempfile.mkdtemp(prefix="oste-breaker-data-")),
+                    database_url=url,
+                    allowed_targets=("127.0.0.1",),
+                )
+                async with api_client(settings, run_engine=True) as api:
+                    result = await dead_host(api, min(window, 10.0))
+            print(f"{kind:8} {'dead host':14} {result}", flush=True)
         slow = {"uri_pattern": host.url + "/slow/{SongId}", "retries": 0, "timeout": "PT0.001S"}
         for first, name, a_fields in (
             (1000, "500 path", {"uri_pattern": host.url + "/fail/{SongId}", "retries": 0}),
             (2000, "tiny timeout", slow),
         ):
+            if name.split()[0] not in routes:
+                continue
             async with database(kind) as url:
                 settings = Settings(
                     data_dir=Path(tempfile.mkdtemp(prefix="oste-breaker-data-")),
@@ -170,6 +214,8 @@ async def measure(kind: str, window: float) -> None:
                 async with api_client(settings, run_engine=True) as api:
                     result = await route(api, host, window, a_fields, first)
             print(f"{kind:8} {name:14} {result}", flush=True)
+        if "manual" not in routes:
+            return
         async with database(kind) as url:
             settings = Settings(
                 data_dir=Path(tempfile.mkdtemp(prefix="oste-breaker-data-")),
@@ -188,9 +234,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("databases", nargs="*", default=["sqlite", "postgres"])
     parser.add_argument("--window", type=float, default=30.0)
+    parser.add_argument(
+        "--routes", default="500,tiny,manual,dead", help="comma-separated: 500, tiny, manual, dead"
+    )
     args = parser.parse_args()
     for kind in args.databases:
-        asyncio.run(measure(kind, args.window))
+        asyncio.run(measure(kind, args.window, set(args.routes.split(","))))
 
 
 if __name__ == "__main__":
