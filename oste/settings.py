@@ -138,9 +138,12 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "breaker_failures",
         "OSTE_BREAKER_FAILURES",
         "5",
-        "Network errors, timeouts or 5xx answers in a row (from every node together) that open a "
-        "destination's circuit breaker: its due activities then wait without spending a retry until a "
-        "probe request succeeds. An activity type's `breaker_failures` overrides it; 0 turns breakers off.",
+        "Network errors, timeouts or 5xx answers in a row of one company's requests (from every node "
+        "together) that open that company's own circuit breaker at a destination: its due activities "
+        "there then wait without spending a retry until a probe request succeeds. The same number of "
+        "connection failures in a row (refused, DNS, TLS; whoever's requests) opens the destination's "
+        "breaker for every company, as do the own breakers of two companies. An activity type's "
+        "`breaker_failures` overrides it for its company's breaker; 0 turns breakers off.",
     ),
     SettingSpec(
         "breaker_cooldown",

@@ -24,7 +24,10 @@ COMPANY_DESTINATIONS = "/v1/companies/{company}/destinations"
 
 
 def render(d: Destination, default_cap: int | None) -> dict[str, Any]:
-    return {
+    """A destination as the caller may see it: a company's view has its own failures and the state that
+    holds its activities back (``scope``); the operator's has the destination's own breaker
+    (``failures``: connection failures in a row) and every company's breaker there (``companies``)."""
+    shown: dict[str, Any] = {
         "destination": d.destination,
         "state": str(d.state),
         "failures": d.failures,
@@ -33,7 +36,21 @@ def render(d: Destination, default_cap: int | None) -> dict[str, Any]:
         "forced": d.forced,
         "max_in_flight": d.max_in_flight if d.max_in_flight is not None else default_cap,
         "own_max_in_flight": d.max_in_flight,
+        "scope": d.scope,
+        "opened_by": str(d.opened_by) if d.opened_by is not None else None,
     }
+    if d.shown_scope is None:  # the operator's view
+        shown["companies"] = [
+            {
+                "company": c.company,
+                "state": str(c.state),
+                "failures": c.failures,
+                "opened_at": iso(c.opened_at),
+                "next_probe_at": iso(c.next_probe_at),
+            }
+            for c in d.companies
+        ]
+    return shown
 
 
 def _page(request: Request, rows: list[Destination]) -> Response:

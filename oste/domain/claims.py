@@ -144,6 +144,9 @@ class AttemptReport:
     reached_receiver: bool = True
     """False when no request went out (no token or certificate could be had): the attempt says
     nothing about the receiver's health, so its destination's breaker does not count it."""
+    unreachable: bool = False
+    """True when no connection could be made (refused or reset while connecting, DNS, a TLS handshake
+    with OSTE's own trust settings): evidence about the host, not about the request. Never a timeout."""
 
 
 @dataclass(frozen=True)
@@ -203,3 +206,6 @@ class Deferral:
     claim: Claim
     until: datetime
     reason: str
+    breaker: tuple[str, uuid.UUID | None] | None = None
+    """The breaker that held it back: (destination, company) for a company's own, (destination, None)
+    for the destination's. When it is closed by the time the deferral is written, it is due at once."""

@@ -1,26 +1,42 @@
 """Destinations: the receivers OSTE protects. Pure rules, no I/O.
 
 A destination is where a request goes, as ``scheme://host:port`` (the port always written, the host
-in lower case): every activity type, solution and tenant that sends there shares its circuit breaker
-and its in-flight cap.
+in lower case): every activity type, solution and tenant that sends there shares its in-flight cap.
 
-The breaker (closed → open → half-open → closed):
+Circuit breakers (closed → open → half-open → closed) come in two scopes, so that one tenant cannot
+hold back another's requests to a host that works:
 
-- **closed**: requests go. Consecutive network errors, timeouts and 5xx answers are counted (by every
-  node together); any other answer (2xx, 3xx, 4xx, 429) proves the receiver is up and resets the count.
-  When the count reaches the threshold the breaker opens.
-- **open**: requests wait without being sent and without spending a retry (a ``deferred`` execution
-  says why) until ``next_probe_at``.
-- **half-open**: one node sends one request, the probe. An answer other than a failure closes the
-  breaker; a failure opens it again with the cool-down doubled (up to its maximum).
+- **each company's own** (``scope`` ``company``), for each destination it sends to: its consecutive
+  network errors, timeouts and 5xx answers are counted (by every node together); any other answer
+  (2xx, 3xx, 4xx, 429) to one of *its* requests resets the count. At the threshold (the type's
+  ``breaker_failures``, else the setting) it opens for that company only: a path of its own that
+  answers 500, or a timeout of its own too short for the host, stops nobody else.
+- **the destination's** (``scope`` ``destination``), for every company at once. It opens on evidence
+  about the host itself rather than about one tenant's requests: ``failures`` connection failures in a
+  row (refused or reset while connecting, DNS, a TLS handshake with OSTE's own trust settings — never a
+  timeout, which is the tenant's setting, nor a failure after the request was sent), whoever's
+  requests they were (``opened_by`` ``network``); or the own breakers of ``companies`` (2) distinct
+  companies opened with no good answer to anyone there since the earliest of them
+  (``opened_by`` ``companies``); or an operator (``opened_by`` ``operator``, forced: no probes until
+  closed by hand).
 
-An operator may force a breaker open (it stays open, without probes, until closed by hand) or closed.
+While a breaker is **open** the requests it holds wait without being sent and without spending a retry
+(a ``deferred`` execution says why) until ``next_probe_at``. Then it is **half-open**: one node sends one
+request, the probe (one per cool-down per breaker, whoever's deferred activities wait). A good answer
+closes it; a failure opens it again with the cool-down doubled (up to its maximum) — for the
+destination's breaker only when the probe could not connect, since a 5xx or a timeout of one tenant's
+request says nothing about the host (its cool-down then stays as it was). Any good answer to a probe
+also closes a destination breaker opened by companies' evidence, and any answer at all one opened by
+connection failures. Closing a destination by hand closes every company's breaker there too and sends
+what they held at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -40,6 +56,40 @@ class CircuitState(StrEnum):
     HALF_OPEN = "half_open"
 
 
+class OpenedBy(StrEnum):
+    """What opened a destination's own breaker (the one every company shares)."""
+
+    NETWORK = "network"
+    COMPANIES = "companies"
+    OPERATOR = "operator"
+
+
+class ProbeResult(StrEnum):
+    """What a probe request found out."""
+
+    OK = "ok"
+    """An answer that is not a failure: the receiver works."""
+    FAILED_ANSWER = "failed_answer"
+    """A 5xx answer: the host is reachable, the request failed."""
+    FAILED = "failed"
+    """No answer for a reason that may be the request's own (a timeout, a reset after it was sent)."""
+    UNREACHABLE = "unreachable"
+    """No connection could be made (refused, reset while connecting, DNS, TLS handshake)."""
+    SKIPPED = "skipped"
+    """The request never went out (no token or certificate): nothing was learnt."""
+
+
+@dataclass(frozen=True)
+class CompanyCircuit:
+    """One company's own breaker at a destination, as the operator's view lists it."""
+
+    company: str
+    state: CircuitState
+    failures: int
+    opened_at: datetime | None
+    next_probe_at: datetime | None
+
+
 @dataclass(frozen=True)
 class BreakerPolicy:
     """How the breakers behave (settings; ``failures`` may be overridden per activity type)."""
@@ -50,6 +100,9 @@ class BreakerPolicy:
     """Seconds an opened breaker waits before its first probe."""
     max_cooldown: float = 300.0
     """The longest wait between probes (the cool-down doubles after each failed probe up to this)."""
+    companies: int = 2
+    """Distinct companies whose own breakers at a destination must be open (with no good answer to
+    anyone there since) before it opens for every company; 0 never opens it on such evidence."""
 
     @property
     def enabled(self) -> bool:
@@ -81,6 +134,20 @@ class Destination:
     updated_at: datetime
     probe_owner: str | None = None
     probe_expires_at: datetime | None = None
+    company_id: uuid.UUID | None = None
+    """Set on a company's own breaker (``scope`` ``company``); None on the destination's."""
+    opened_by: OpenedBy | None = None
+    """What opened the destination's breaker (None while closed, and on a company's own)."""
+    companies: tuple[CompanyCircuit, ...] = ()
+    """The operator's view: every company's own breaker there that is not closed or counts failures."""
+    shown_scope: str | None = None
+    """A company's view: which breaker its state comes from (``company`` or ``destination``)."""
+
+    @property
+    def scope(self) -> str:
+        if self.shown_scope is not None:
+            return self.shown_scope
+        return "company" if self.company_id is not None else "destination"
 
 
 def is_failure(outcome: Outcome | str, http_status: int | None) -> bool:
@@ -94,8 +161,45 @@ def is_failure(outcome: Outcome | str, http_status: int | None) -> bool:
     return http_status is None or http_status >= 500
 
 
+def probe_result(
+    outcome: Outcome | str, http_status: int | None, unreachable: bool, sent: bool
+) -> ProbeResult:
+    """What a probe's attempt says (``unreachable``: it could not connect; ``sent``: it went out)."""
+    if not sent:
+        return ProbeResult.SKIPPED
+    if not is_failure(outcome, http_status):
+        return ProbeResult.OK
+    if http_status is not None:
+        return ProbeResult.FAILED_ANSWER
+    return ProbeResult.UNREACHABLE if unreachable else ProbeResult.FAILED
+
+
+def company_view(shared: Destination, own: Destination | None) -> Destination:
+    """What a company sees of a destination: the destination's breaker when it holds every company back
+    (``scope`` ``destination``), else its own (``scope`` ``company``) — and its own failures only, never
+    the count other companies' requests made."""
+    failures = own.failures if own is not None else 0
+    if shared.state != CircuitState.CLOSED:
+        return dataclasses.replace(shared, failures=failures, companies=(), shown_scope="destination")
+    if own is None or own.state == CircuitState.CLOSED:
+        return dataclasses.replace(
+            shared, failures=failures, opened_by=None, companies=(), shown_scope="company"
+        )
+    return dataclasses.replace(
+        shared,
+        state=own.state,
+        failures=failures,
+        opened_at=own.opened_at,
+        next_probe_at=own.next_probe_at,
+        cooldown=own.cooldown,
+        opened_by=None,
+        companies=(),
+        shown_scope="company",
+    )
+
+
 @functools.lru_cache(maxsize=4096)
-def _static_destination(pattern: str) -> str | None:
+def static_destination(pattern: str) -> str | None:
     """The destination of a URI pattern whose scheme and authority have no placeholder (else None)."""
     scheme, sep, rest = pattern.partition("://")
     if not sep:
@@ -113,7 +217,7 @@ def destination_of(uri: str) -> str:
 
 def destination_of_pattern(pattern: str, fill: Any = None) -> str:
     """The destination of a URI pattern; ``fill(pattern)`` fills placeholders in the host when needed."""
-    static = _static_destination(pattern)
+    static = static_destination(pattern)
     if static is not None:
         return static
     if fill is None:
@@ -169,12 +273,28 @@ def deferral_reason(row: Destination) -> str:
             "(close it with POST /v1/destinations/{destination}/close)"
         )
     since = f" since {row.opened_at.isoformat()}" if row.opened_at else ""
+    if row.company_id is not None:
+        whose = f"your company's circuit of {row.destination}"
+        if row.state == CircuitState.HALF_OPEN:
+            return (
+                f"deferred: {whose} is half-open{since} (a probe request is testing the receiver); "
+                "no retry was spent"
+            )
+        return (
+            f"deferred: {whose} is open{since} after {row.failures} failures in a row of your company's "
+            "requests (network errors, timeouts or 5xx); no retry was spent"
+        )
     if row.state == CircuitState.HALF_OPEN:
         return (
-            f"deferred: the circuit of {row.destination} is half-open{since} (a probe request is testing "
-            "the receiver); no retry was spent"
+            f"deferred: the circuit of {row.destination} is half-open{since} for every company (a probe "
+            "request is testing the receiver); no retry was spent"
+        )
+    if row.opened_by == OpenedBy.COMPANIES:
+        return (
+            f"deferred: the circuit of {row.destination} is open{since} for every company: the requests "
+            "of several companies failed there; no retry was spent"
         )
     return (
-        f"deferred: the circuit of {row.destination} is open{since} after {row.failures} failures in a "
-        "row (network errors, timeouts or 5xx); no retry was spent"
+        f"deferred: the circuit of {row.destination} is open{since} for every company after "
+        f"{row.failures} connection failures in a row (refused, reset, DNS or TLS); no retry was spent"
     )

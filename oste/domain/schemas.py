@@ -680,21 +680,67 @@ DESTINATION_PATCH = _obj(
 DESTINATION = _obj(
     {
         "destination": {"type": "string", "example": "https://api.example.com:443"},
-        "state": {"type": "string", "enum": ["closed", "open", "half_open"]},
-        "failures": {"type": "integer", "minimum": 0, "description": "Failures in a row counted"},
+        "state": {
+            "type": "string",
+            "enum": ["closed", "open", "half_open"],
+            "description": "A company's view: the breaker that holds its activities back (see scope)",
+        },
+        "failures": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Failures in a row counted: in a company's view its own requests' only; in the "
+            "operator's, the destination's connection failures (each company's are under companies)",
+        },
         "opened_at": NULLABLE_DATETIME,
         "next_probe_at": {
             **NULLABLE_DATETIME,
             "description": "When a node may send the next probe request (null: closed, or forced open)",
         },
         "forced": {"type": "boolean", "description": "Opened by the operator: no probes until closed"},
+        "scope": {
+            "type": "string",
+            "enum": ["company", "destination"],
+            "description": "Whose breaker state is: the company's own (its failures hold back only its "
+            "activities) or the destination's, which holds back every company's",
+        },
+        "opened_by": {
+            "type": ["string", "null"],
+            "enum": ["network", "companies", "operator", None],
+            "description": "What opened the destination's breaker: connection failures, the own "
+            "breakers of several companies, or the operator (null: not open)",
+        },
+        "companies": {
+            "type": "array",
+            "description": "The operator's view only: each company's own breaker there that is open or "
+            "counts failures",
+            "items": _obj(
+                {
+                    "company": {"type": "string"},
+                    "state": {"type": "string", "enum": ["closed", "open", "half_open"]},
+                    "failures": {"type": "integer", "minimum": 0},
+                    "opened_at": NULLABLE_DATETIME,
+                    "next_probe_at": NULLABLE_DATETIME,
+                },
+                ("company", "state", "failures", "opened_at", "next_probe_at"),
+            ),
+        },
         "max_in_flight": {
             "type": ["integer", "null"],
             "description": "The cap in effect (its own, else OSTE_DESTINATION_MAX_IN_FLIGHT; null: none)",
         },
         "own_max_in_flight": {"type": ["integer", "null"], "description": "The cap set for this destination"},
     },
-    ("destination", "state", "failures", "opened_at", "next_probe_at", "forced", "max_in_flight"),
+    (
+        "destination",
+        "state",
+        "failures",
+        "opened_at",
+        "next_probe_at",
+        "forced",
+        "max_in_flight",
+        "scope",
+        "opened_by",
+    ),
 )
 
 

@@ -1,11 +1,14 @@
 """Destinations on one node: circuit breakers and in-flight caps shared with every other node.
 
 ``DestinationGate`` decides, for each claim about to be sent, whether it goes now, waits for a slot of
-its capped destination (parked, still leased, not sent), goes as its open breaker's probe, or is put back
-unsent (deferred: no retry spent). It only reads memory; ``DestinationKeeper.run_once`` brings that
-memory and the store together (every ``SYNC_INTERVAL``, or at once when something changed): it reports
-failures in a row, takes probes, reports their results, asks for slots of capped destinations and reads
-every open or capped destination back. ``DeferralWriter`` writes deferred claims in batches.
+its capped destination (parked, still leased, not sent), goes as an open breaker's probe, or is put back
+unsent (deferred: no retry spent). A claim is held by its own company's breaker at the destination, or by
+the destination's breaker that every company shares (``oste.domain.destinations`` says what opens
+which). It only reads memory; ``DestinationKeeper.run_once`` brings that memory and the store together
+(every ``SYNC_INTERVAL``, or at once when something changed): it reports failures in a row per company
+and connection failures per destination, takes probes, reports their results, asks for slots of capped
+destinations and reads every open breaker and capped destination back. ``DeferralWriter`` writes
+deferred claims in batches — due at once those whose breaker was closed meanwhile.
 
 The store decides (``oste.storage.destinations``): one node opens a breaker, one node sends a probe,
 grants never add up to more than a cap. This node only acts on what the store said.
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
+import aiohttp
 from prometheus_client import Counter, Gauge
 
 from oste.domain.claims import AttemptReport, Claim, Deferral, DispatchTarget
@@ -33,15 +37,17 @@ from oste.domain.destinations import (
     BreakerPolicy,
     CircuitState,
     Destination,
+    ProbeResult,
     defer_until,
     deferral_reason,
     destination_of_pattern,
     is_failure,
+    probe_result,
 )
 from oste.domain.outbound import fill_uri
 from oste.engine.fairness import FairQueue
 from oste.errors import Unavailable
-from oste.storage.destinations import DestinationStore, Observation
+from oste.storage.destinations import Breaker, DestinationStore, HostObservation, Observation
 from oste.storage.dispatch import DispatchStore
 
 log = logging.getLogger("oste.engine.destinations")
@@ -69,9 +75,16 @@ PROBES = Counter(
 )
 CIRCUITS = Gauge(
     "oste_destination_circuit_state",
-    "1 for each destination whose circuit breaker is not closed, labelled with its state (open or "
-    "half_open) as this node last read it; closed destinations have no series.",
+    "1 for each destination whose circuit breaker (the one every company shares) is not closed, "
+    "labelled with its state (open or half_open) as this node last read it; closed destinations have "
+    "no series.",
     ["destination", "state"],
+)
+COMPANY_CIRCUITS = Gauge(
+    "oste_destination_company_circuits",
+    "Companies whose own circuit breaker at the destination is not closed, as this node last read "
+    "them (they hold back only that company's activities); destinations with none have no series.",
+    ["destination"],
 )
 PARKED = Gauge(
     "oste_destination_parked",
@@ -89,11 +102,20 @@ class Verdict(Enum):
 
 @dataclass
 class _Streak:
-    """What this node saw of a destination since its last report."""
+    """What this node saw of one company's requests to a destination since its last report."""
 
     failures: int = 0
     reset: bool = False
     threshold: int = 0
+
+
+@dataclass
+class _HostStreak:
+    """What this node saw of a destination's host since its last report (every company's requests)."""
+
+    failures: int = 0
+    reset: bool = False
+    good: bool = False
 
 
 @dataclass
@@ -111,6 +133,23 @@ class _Slots:
 
     def free(self, now: float) -> bool:
         return now < self.usable_until and self.in_flight < self.granted
+
+
+def could_not_connect(exc: BaseException, own_tls: bool = False) -> bool:
+    """True when ``exc`` says no connection to the host could be made — refused, reset while connecting,
+    a DNS failure, a TLS handshake that failed — which is evidence about the host, whoever's request it
+    was. Never a timeout (the tenant chose it), nor a failure after the request was sent (the receiver
+    may have reacted to that request). With ``own_tls`` (the tenant presented its own certificate) a
+    failed handshake or a reset is the tenant's: only a refused connection or DNS counts."""
+    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return False
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return True
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return not own_tls
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return not own_tls or isinstance(exc.os_error, ConnectionRefusedError)
+    return False
 
 
 def destination_for(claim: Claim) -> str | None:
@@ -140,13 +179,18 @@ class DestinationGate:
         self.wake = wake or (lambda: None)
         """Asks the keeper to sync now (a threshold reached, a probe done, slots wanted)."""
         self.rows: dict[str, Destination] = {}
-        """Every destination not closed or with a cap of its own, as last read from the store."""
-        self.permits: set[str] = set()
-        """Destinations this node was chosen to send the next probe to."""
-        self.probing: dict[str, Claim] = {}
-        self.wanting_probe: set[str] = set()
-        self.probe_results: list[tuple[str, bool]] = []
-        self.streaks: dict[str, _Streak] = {}
+        """Every destination whose breaker is not closed or with a cap of its own, as last read."""
+        self.own: dict[tuple[str, uuid.UUID], Destination] = {}
+        """Every company's own breaker that is not closed, as last read from the store."""
+        self.companies_open: set[str] = set()
+        """Destinations where some company's own breaker is not closed."""
+        self.permits: set[Breaker] = set()
+        """Breakers this node was chosen to send the next probe of."""
+        self.probing: dict[Breaker, Claim] = {}
+        self.wanting_probe: set[Breaker] = set()
+        self.probe_results: list[tuple[Breaker, ProbeResult]] = []
+        self.streaks: dict[tuple[str, uuid.UUID], _Streak] = {}
+        self.hosts: dict[str, _HostStreak] = {}
         self.users: set[tuple[str, uuid.UUID]] = set()
         self.slots: dict[str, _Slots] = {}
         self.ready: set[str] = set()
@@ -165,19 +209,16 @@ class DestinationGate:
         """What to do with a claim about to be sent to ``destination``."""
         if destination is None:
             return Verdict.GO, None
-        self.users.add((destination, claim.target.company_id))
+        company = claim.target.company_id
+        self.users.add((destination, company))
         row = self.rows.get(destination)
+        if row is not None and row.forced:
+            return self._hold((destination, None), row, claim)
+        own = self.own.get((destination, company))
+        if own is not None:  # its company's own breaker: probes go even while the destination's is open
+            return self._hold((destination, company), own, claim)
         if row is not None and row.state != CircuitState.CLOSED:
-            if destination in self.permits and destination not in self.probing:
-                self.permits.discard(destination)
-                self.probing[destination] = claim
-                return Verdict.PROBE, None
-            self.wanting_probe.add(destination)
-            now = self.clock.now()
-            DEFERRED.inc()
-            return Verdict.DEFER, Deferral(
-                claim, defer_until(row, self.policy, now, self.rng), deferral_reason(row)
-            )
+            return self._hold((destination, None), row, claim)
         cap = self.cap_of(destination)
         if cap is None:
             return Verdict.GO, None
@@ -195,6 +236,18 @@ class DestinationGate:
         elif slots.granted <= slots.in_flight:
             self.wake()
         return Verdict.PARK, None
+
+    def _hold(self, key: Breaker, row: Destination, claim: Claim) -> tuple[Verdict, Deferral | None]:
+        """The claim goes as the breaker's probe when this node holds its permit, else waits."""
+        if key in self.permits and key not in self.probing and not row.forced:
+            self.permits.discard(key)
+            self.probing[key] = claim
+            return Verdict.PROBE, None
+        if not row.forced:
+            self.wanting_probe.add(key)
+        DEFERRED.inc()
+        until = defer_until(row, self.policy, self.clock.now(), self.rng)
+        return Verdict.DEFER, Deferral(claim, until, deferral_reason(row), key)
 
     def _plain(self, claim: Claim) -> Claim:
         """The claim as a destination's queue holds it: without its type's limits, which the node's own
@@ -234,14 +287,20 @@ class DestinationGate:
         the probe), and free its slot of a capped destination."""
         if destination is None:
             return
-        failure = report.reached_receiver and is_failure(report.outcome, report.http_status)
         if verdict == Verdict.PROBE:
-            self.probing.pop(destination, None)
-            self.probe_results.append((destination, failure))
-            PROBES.labels(result="failed" if failure else "closed").inc()
+            own: Breaker = (destination, claim.target.company_id)
+            key = own if self.probing.get(own) is claim else (destination, None)
+            self.probing.pop(key, None)
+            result = probe_result(
+                report.outcome, report.http_status, report.unreachable, report.reached_receiver
+            )
+            self.probe_results.append((key, result))
+            PROBES.labels(result="closed" if result == ProbeResult.OK else "failed").inc()
             self.wake()
+            if key[1] is None:  # the destination's probe is also one of its company's requests
+                self._observe(claim, destination, report, count_host=False)
         else:
-            self._observe(claim, destination, report, failure)
+            self._observe(claim, destination, report)
         slots = self.slots.get(destination)
         if slots is None or verdict != Verdict.GO:
             return
@@ -250,8 +309,24 @@ class DestinationGate:
         if len(slots.parked):
             self.ready.add(destination)
 
-    def _observe(self, claim: Claim, destination: str, report: AttemptReport, failure: bool) -> None:
-        streak = self.streaks.setdefault(destination, _Streak())
+    def _observe(
+        self, claim: Claim, destination: str, report: AttemptReport, count_host: bool = True
+    ) -> None:
+        if not report.reached_receiver:
+            return
+        failure = is_failure(report.outcome, report.http_status)
+        if count_host:
+            host = self.hosts.setdefault(destination, _HostStreak())
+            if report.unreachable and failure:
+                host.failures += 1
+                if self.policy.enabled and host.failures >= self.policy.failures:
+                    self.wake()
+            elif report.http_status is not None:  # the host answered: it is reachable
+                host.failures = 0
+                host.reset = True
+                if not failure and destination in self.companies_open:
+                    host.good = True
+        streak = self.streaks.setdefault((destination, claim.target.company_id), _Streak())
         if failure:
             threshold = claim.target.breaker_failures
             threshold = self.policy.failures if threshold is None else threshold
@@ -305,50 +380,80 @@ class DestinationKeeper:
         await self._report()
         await self._note_users()
         rows = await self.store.active()
+        own = await self.store.active_companies()
         gate.rows = {row.destination: row for row in rows}
-        _show(rows)
+        gate.own = {(row.destination, row.company_id): row for row in own if row.company_id is not None}
+        gate.companies_open = {row.destination for row in own}
+        _show(rows, own)
         await self._take_probes()
         await self._grant()
 
     async def _report(self) -> None:
         gate = self.gate
         streaks, gate.streaks = gate.streaks, {}
+        hosts, gate.hosts = gate.hosts, {}
         observed = [
-            Observation(name, s.failures, s.reset, s.threshold)
-            for name, s in streaks.items()
+            Observation(name, company, s.failures, s.reset, s.threshold)
+            for (name, company), s in streaks.items()
             if s.failures or s.reset
         ]
+        seen = [
+            HostObservation(name, h.failures, h.reset, h.good)
+            for name, h in hosts.items()
+            if h.failures or h.reset or h.good
+        ]
         try:
-            for row in await self.store.report(observed, gate.policy):
-                log.warning(
-                    "circuit opened for %s after %d failures in a row (network errors, timeouts or 5xx); "
-                    "its activities wait without spending retries; first probe in %.0f s",
-                    row.destination,
-                    row.failures,
-                    row.cooldown,
-                )
+            for row in await self.store.report(observed, gate.policy, seen):
+                if row.company_id is not None:
+                    log.warning(
+                        "circuit of company %s opened for %s after %d failures in a row of its requests "
+                        "(network errors, timeouts or 5xx); its activities there wait without spending "
+                        "retries; first probe in %.0f s",
+                        row.company_id,
+                        row.destination,
+                        row.failures,
+                        row.cooldown,
+                    )
+                else:
+                    log.warning(
+                        "circuit opened for every company for %s (%s); its activities wait without "
+                        "spending retries; first probe in %.0f s",
+                        row.destination,
+                        "the own circuits of several companies opened"
+                        if row.opened_by == "companies"
+                        else f"{row.failures} connection failures in a row",
+                        row.cooldown,
+                    )
         except BaseException:
-            for name, s in streaks.items():  # counted again at the next try
-                kept = gate.streaks.setdefault(name, _Streak())
+            for key, s in streaks.items():  # counted again at the next try
+                kept = gate.streaks.setdefault(key, _Streak())
                 kept.failures += s.failures
                 kept.reset = kept.reset or s.reset
                 kept.threshold = kept.threshold or s.threshold
+            for name, h in hosts.items():
+                again = gate.hosts.setdefault(name, _HostStreak())
+                again.failures += h.failures
+                again.reset = again.reset or h.reset
+                again.good = again.good or h.good
             raise
         results, gate.probe_results = gate.probe_results, []
-        for index, (name, failed) in enumerate(results):
+        for index, ((name, company), result) in enumerate(results):
             try:
-                after = await self.store.probe_result(name, self.node, failed, gate.policy)
+                after = await self.store.probe_result(name, self.node, result, gate.policy, company)
             except BaseException:
                 gate.probe_results[:0] = results[index:]
                 raise
             if after is None:
                 continue
+            whose = f"company {company}'s circuit" if company is not None else "circuit"
             if after.state == CircuitState.CLOSED:
-                log.info("circuit closed for %s: the probe request succeeded", name)
+                log.info("%s closed for %s: the probe request succeeded", whose, name)
             else:
                 log.warning(
-                    "circuit still open for %s: the probe request failed; next probe in %.0f s",
+                    "%s still open for %s: the probe request %s; next probe in %.0f s",
+                    whose,
                     name,
+                    _FOUND[result],
                     after.cooldown,
                 )
 
@@ -368,18 +473,23 @@ class DestinationKeeper:
         gate = self.gate
         wanting, gate.wanting_probe = gate.wanting_probe, set()
         now = gate.clock.now()
-        for name in sorted(wanting):
-            known = gate.rows.get(name)
-            if known is None or known.forced or name in gate.permits or name in gate.probing:
+        for key in sorted(wanting, key=lambda k: (k[0], str(k[1]))):
+            name, company = key
+            known = gate.rows.get(name) if company is None else gate.own.get((name, company))
+            if known is None or known.forced or key in gate.permits or key in gate.probing:
                 continue
             if not _probe_due(known, now):
                 continue
-            taken = await self.store.take_probe(name, self.node, PROBE_LEASE)
-            if taken is not None:
-                gate.permits.add(name)
+            taken = await self.store.take_probe(name, self.node, PROBE_LEASE, company)
+            if taken is None:
+                continue
+            gate.permits.add(key)
+            if company is None:
                 gate.rows[name] = taken
+            else:
+                gate.own[(name, company)] = taken
         # A permit nobody used (no claim came for it) is given up when the store gave the probe away.
-        gate.permits = {n for n in gate.permits if gate.rows.get(n) and gate.rows[n].probe_owner == self.node}
+        gate.permits = {key for key in gate.permits if _owner(gate, key) == self.node}
 
     async def _grant(self) -> None:
         gate = self.gate
@@ -434,20 +544,50 @@ def _probe_due(row: Destination, now: datetime) -> bool:
     return False
 
 
-def _show(rows: list[Destination]) -> None:
+_FOUND = {
+    ProbeResult.OK: "succeeded",
+    ProbeResult.FAILED_ANSWER: "got a 5xx answer",
+    ProbeResult.FAILED: "got no answer",
+    ProbeResult.UNREACHABLE: "could not connect",
+    ProbeResult.SKIPPED: "was not sent",
+}
+
+
+def _owner(gate: DestinationGate, key: Breaker) -> str | None:
+    name, company = key
+    row = gate.rows.get(name) if company is None else gate.own.get((name, company))
+    return row.probe_owner if row is not None else None
+
+
+def _show(rows: list[Destination], own: list[Destination]) -> None:
     CIRCUITS.clear()
     for row in rows:
         if row.state != CircuitState.CLOSED:
             CIRCUITS.labels(destination=row.destination, state=str(row.state)).set(1)
+    COMPANY_CIRCUITS.clear()
+    counts: dict[str, int] = {}
+    for row in own:
+        counts[row.destination] = counts.get(row.destination, 0) + 1
+    for name, count in counts.items():
+        COMPANY_CIRCUITS.labels(destination=name).set(count)
 
 
 class DeferralWriter:
     """Writes deferred claims in batches (``add``, then ``run``/``flush``); ``written`` is told which."""
 
-    def __init__(self, store: DispatchStore, node: str, written: Callable[[list[Claim]], None]) -> None:
+    def __init__(
+        self,
+        store: DispatchStore,
+        node: str,
+        written: Callable[[list[Claim]], None],
+        breakers: DestinationStore | None = None,
+    ) -> None:
         self.store = store
         self.node = node
         self.written = written
+        self.breakers = breakers
+        """Asked which breakers still hold: a deferral whose breaker closed meanwhile (by hand, or a
+        probe this node had not heard of yet) is written due at once."""
         self._buffer: list[Deferral] = []
         self._ready = asyncio.Event()
 
@@ -464,12 +604,25 @@ class DeferralWriter:
         while self._buffer:
             batch, self._buffer = self._buffer[:DEFER_BATCH], self._buffer[DEFER_BATCH:]
             try:
+                batch = await self._still_held(batch)
                 written += await self.store.defer(batch, self.node)
             except BaseException:
                 self._buffer[:0] = batch
                 raise
             self.written([d.claim for d in batch])
         return written
+
+    async def _still_held(self, batch: list[Deferral]) -> list[Deferral]:
+        if self.breakers is None:
+            return batch
+        keys = {d.breaker for d in batch if d.breaker is not None}
+        held = await self.breakers.held(keys)
+        if len(held) == len(keys):
+            return batch
+        now = self.store.clock.now()
+        return [
+            d if d.breaker is None or d.breaker in held else dataclasses.replace(d, until=now) for d in batch
+        ]
 
     async def run(self) -> None:
         pause = 0.1

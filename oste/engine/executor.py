@@ -26,11 +26,12 @@ from oste.domain.claims import AttemptReport, Claim, Completion, Deferral, Dispa
 from oste.domain.clock import Clock
 from oste.domain.delivery import classify, conclude, parse_retry_after
 from oste.domain.outbound import OutboundRequest, build_request
+from oste.domain.receiver_auth import MutualTls
 from oste.domain.records import Outcome
 from oste.domain.targets import TargetPolicy
 from oste.engine.config import ExecutorConfig
 from oste.engine.credentials import AuthFailure, Credentials, Grant
-from oste.engine.destinations import DestinationGate, Verdict, destination_for
+from oste.engine.destinations import DestinationGate, Verdict, could_not_connect, destination_for
 from oste.engine.fairness import FairQueue
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
 from oste.errors import InvalidInput
@@ -277,7 +278,10 @@ class Executor:
             report = self._report(started, t0, exc.outcome, error=str(exc), retry_after=exc.retry_after)
             return dataclasses.replace(report, reached_receiver=False)
         except Exception as exc:  # any failure to get an answer is an outcome, not a crash
-            return self._failure(exc, claim.target.timeout, started, t0)
+            report = self._failure(exc, claim.target.timeout, started, t0)
+            if could_not_connect(exc, own_tls=isinstance(claim.target.auth, MutualTls)):
+                report = dataclasses.replace(report, unreachable=True)
+            return report
         finally:
             TARGET_HOST.reset(host)
 

@@ -112,7 +112,7 @@ class Engine:
             await _guarded(sync.run_once(), "reading the database's clock")
         self.node = await self.store.register_node(self.settings.node_name, cfg.role)
         self.gate = DestinationGate(cfg.breaker, cfg.destination_max_in_flight, self.clock, self.rng)
-        self.deferrals = DeferralWriter(self.store, self.node.id, self._written)
+        self.deferrals = DeferralWriter(self.store, self.node.id, self._written, self.storage.destinations)
         self.executor = Executor(
             cfg.executor,
             self.clock,

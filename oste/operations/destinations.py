@@ -2,7 +2,10 @@
 
 Forcing and capping are the operator's (they act on every tenant's traffic to a host); each is logged at
 WARNING with who did it, since destinations belong to no company and so have no audit rows of their own.
-A company key reads only the destinations its own activities were sent to.
+Closing by hand closes every company's own breaker there too and makes what they held due at once.
+A company key reads only the destinations its own activities were sent to, each with its own failures
+and the state that holds its activities back (its own breaker's, or the destination's when that one
+holds everyone back), never what other companies' requests did there.
 """
 
 from __future__ import annotations
@@ -41,18 +44,22 @@ class DestinationOperations:
             actor.require(READ, "read destinations")
             if not await self.store.used_by(destination, company.id):
                 raise NotFound(f"destination {destination!r} not found among company {company.name!r}'s")
-        return await self.store.get(destination)
+        return await self.store.get(destination, company.id if company is not None else None)
 
     async def force(self, actor: Actor, name: str, open_it: bool) -> Destination:
         """Open a destination's breaker by hand (until closed by hand) or close it (the operator only)."""
         actor.require_admin("open or close a destination's circuit breaker")
         destination = normalise(name)
         row = await self.store.force(destination, open_it)
+        released = 0 if open_it else await self.store.release(destination)
+        if released:
+            self.context.notify_due(self.store.clock.now())
         log.warning(
-            "circuit %s by the operator (via %s) for %s",
+            "circuit %s by the operator (via %s) for %s%s",
             "opened" if open_it else "closed",
             actor.via,
             destination,
+            f"; {released} activities it held are due now" if released else "",
         )
         return row
 

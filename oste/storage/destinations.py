@@ -1,25 +1,41 @@
 """Destinations in the store: circuit breakers, who sends where, and the slots of capped destinations.
 
 Every node reports what it saw (``report``), takes probes (``take_probe`` / ``probe_result``) and asks
-for slots of capped destinations (``grant``); operators force states and set caps. Each change of a
-destination happens in one transaction with its row locked (PostgreSQL) or under SQLite's single writer,
-so two nodes never both open, probe or over-grant the same destination.
+for slots of capped destinations (``grant``); operators force states, set caps and release what a
+breaker held (``release``). Each change happens in one transaction with the destination's row locked
+(PostgreSQL) or under SQLite's single writer — the destination's row first, then a company's own
+breaker — so two nodes never both open, probe or over-grant the same breaker, and two companies'
+breakers opening at once are counted together.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from tortoise.exceptions import IntegrityError
+from tortoise.expressions import Q
 from tortoise.transactions import in_transaction
 
 from oste.domain.clock import Clock
-from oste.domain.destinations import BreakerPolicy, CircuitState, Destination
+from oste.domain.destinations import (
+    BreakerPolicy,
+    CircuitState,
+    CompanyCircuit,
+    Destination,
+    OpenedBy,
+    ProbeResult,
+    company_view,
+    destination_of_pattern,
+    static_destination,
+)
+from oste.domain.outbound import fill_uri
 from oste.errors import NotFound
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
@@ -33,15 +49,33 @@ LIST_LIMIT = 1000
 
 @dataclass(frozen=True)
 class Observation:
-    """What one node saw of a destination since its last report."""
+    """What one node saw of one company's requests to a destination since its last report."""
 
     destination: str
+    company_id: uuid.UUID
     failures: int
     """Failures in a row at the end of what was seen (0: the last answer was not a failure)."""
     reset: bool
     """True when an answer that is not a failure came before those failures (the count restarts)."""
     threshold: int
     """The breaker threshold of the types that failed (the smallest); 0 never opens it."""
+
+
+@dataclass(frozen=True)
+class HostObservation:
+    """What one node saw of a destination's host since its last report (every company's requests)."""
+
+    destination: str
+    failures: int
+    """Connection failures in a row at the end of what was seen (refused, DNS, TLS handshake)."""
+    reset: bool
+    """True when an answer (any status) came before those failures: the host was reachable."""
+    good: bool = False
+    """True when a good answer came while some company's own breaker there was open."""
+
+
+Breaker = tuple[str, uuid.UUID | None]
+"""(destination, company) names a company's own breaker; (destination, None) the destination's."""
 
 
 def _record(row: m.Destination) -> Destination:
@@ -57,12 +91,34 @@ def _record(row: m.Destination) -> Destination:
         time_of(row.updated_at),
         row.probe_owner,
         optional_time_of(row.probe_expires_at),
+        opened_by=OpenedBy(row.opened_by) if row.opened_by and row.state != "closed" else None,
+    )
+
+
+def _company_record(row: m.CompanyCircuit) -> Destination:
+    return Destination(
+        row.destination,
+        CircuitState(row.state),
+        row.failures,
+        optional_time_of(row.opened_at),
+        optional_time_of(row.next_probe_at),
+        row.cooldown,
+        False,
+        None,
+        time_of(row.updated_at),
+        row.probe_owner,
+        optional_time_of(row.probe_expires_at),
+        company_id=row.company_id,
     )
 
 
 def closed(destination: str, now: datetime) -> Destination:
     """A destination with no row: closed, nothing counted, no cap of its own."""
     return Destination(destination, CircuitState.CLOSED, 0, None, None, 0.0, False, None, now)
+
+
+_SHOWN = Q(state__not=CircuitState.CLOSED.value) | Q(failures__gt=0)
+"""The company breakers the operator's view lists: not closed, or counting failures."""
 
 
 @raises_unavailable
@@ -76,26 +132,47 @@ class DestinationStore:
     # --- what every node reads ------------------------------------------------------------------
 
     async def active(self) -> list[Destination]:
-        """Destinations whose breaker is not closed, or that have a cap of their own."""
+        """Destinations whose own breaker is not closed, or that have a cap of their own."""
         rows = await m.Destination.filter(state__not=CircuitState.CLOSED.value)
         capped = await m.Destination.filter(state=CircuitState.CLOSED.value, max_in_flight__isnull=False)
         return [_record(row) for row in [*rows, *capped]]
 
-    async def get(self, destination: str) -> Destination:
-        """One destination (closed with no cap of its own when nothing was ever stored for it);
-        NotFound when no company ever sent there and no operator set it."""
+    async def active_companies(self) -> list[Destination]:
+        """Every company's own breaker that is not closed (``company_id`` set)."""
+        rows = await m.CompanyCircuit.filter(state__not=CircuitState.CLOSED.value)
+        return [_company_record(row) for row in rows]
+
+    async def held(self, breakers: Iterable[Breaker]) -> set[Breaker]:
+        """Those of ``breakers`` that are still not closed."""
+        wanted = set(breakers)
+        names = sorted({d for d, _ in wanted})
+        if not names:
+            return set()
+        shared = await m.Destination.filter(
+            destination__in=names, state__not=CircuitState.CLOSED.value
+        ).values_list("destination", flat=True)
+        own = await m.CompanyCircuit.filter(
+            destination__in=names, state__not=CircuitState.CLOSED.value
+        ).values_list("destination", "company_id")
+        still = {(str(d), None) for d in shared} | {(str(d), c) for d, c in own}
+        return {b for b in wanted if b in still}
+
+    async def get(self, destination: str, company_id: uuid.UUID | None = None) -> Destination:
+        """One destination as the operator sees it (``company_id`` None: with every company's breaker
+        there) or as a company does (its own failures and state only); NotFound when no company ever
+        sent there and no operator set it."""
         row = await m.Destination.get_or_none(destination=destination)
-        if row is not None:
-            return _record(row)
-        if await m.DestinationUser.filter(destination=destination).exists():
-            return closed(destination, self.clock.now())
-        raise NotFound(f"destination {destination!r} was never sent to and has no settings")
+        if row is None and not await m.DestinationUser.filter(destination=destination).exists():
+            raise NotFound(f"destination {destination!r} was never sent to and has no settings")
+        shared = _record(row) if row is not None else closed(destination, self.clock.now())
+        return (await self._views([shared], company_id))[0]
 
     async def listing(
         self, company_id: uuid.UUID | None = None, after: str | None = None
     ) -> list[Destination]:
-        """Destinations in name order after ``after``: every one known (the operator), or those the
-        company's activities were sent to (a company key: never another company's hosts)."""
+        """Destinations in name order after ``after``: every one known (the operator, with every
+        company's breaker there), or those the company's activities were sent to (a company key: never
+        another company's hosts, nor the failures other companies' requests made)."""
         users = m.DestinationUser.all()
         if company_id is not None:
             users = users.filter(company_id=company_id)
@@ -114,7 +191,38 @@ class DestinationStore:
         chosen = sorted(str(n) for n in names)[:LIST_LIMIT]
         rows = {row.destination: row for row in await m.Destination.filter(destination__in=chosen)}
         now = self.clock.now()
-        return [_record(rows[name]) if name in rows else closed(name, now) for name in chosen]
+        shared = [_record(rows[name]) if name in rows else closed(name, now) for name in chosen]
+        return await self._views(shared, company_id)
+
+    async def _views(self, shared: list[Destination], company_id: uuid.UUID | None) -> list[Destination]:
+        names = [d.destination for d in shared]
+        if company_id is not None:
+            own = {
+                row.destination: _company_record(row)
+                for row in await m.CompanyCircuit.filter(destination__in=names, company_id=company_id)
+            }
+            return [company_view(d, own.get(d.destination)) for d in shared]
+        rows = await m.CompanyCircuit.filter(_SHOWN, destination__in=names).order_by("destination")
+        companies = {
+            c.id: c.name for c in await m.Company.filter(id__in=list({row.company_id for row in rows}))
+        }
+        breakdown: dict[str, list[CompanyCircuit]] = {}
+        for row in rows:
+            breakdown.setdefault(row.destination, []).append(
+                CompanyCircuit(
+                    companies.get(row.company_id, str(row.company_id)),
+                    CircuitState(row.state),
+                    row.failures,
+                    optional_time_of(row.opened_at),
+                    optional_time_of(row.next_probe_at),
+                )
+            )
+        return [
+            dataclasses.replace(
+                d, companies=tuple(sorted(breakdown.get(d.destination, []), key=lambda c: c.company))
+            )
+            for d in shared
+        ]
 
     async def used_by(self, destination: str, company_id: uuid.UUID) -> bool:
         """True when the company's activities were ever sent to ``destination``."""
@@ -138,38 +246,90 @@ class DestinationStore:
                     id=uuid.uuid4(), destination=destination, company_id=company_id, seen_at=now
                 )
 
-    async def report(self, observations: Sequence[Observation], policy: BreakerPolicy) -> list[Destination]:
-        """Count failures in a row per destination (every node's together) and open the breakers that
-        reached their threshold. Returns the destinations this report opened.
+    async def report(
+        self,
+        observations: Sequence[Observation],
+        policy: BreakerPolicy,
+        hosts: Sequence[HostObservation] = (),
+    ) -> list[Destination]:
+        """Count failures in a row per (destination, company) and connection failures per destination
+        (every node's together), and open the breakers that reached their threshold — a destination's
+        for everyone also when ``policy.companies`` companies' own breakers opened there with no good
+        answer since. Returns the breakers this report opened (a company's has ``company_id``).
 
         Only probes close an open breaker (``probe_result``): an answer from a request sent before the
         breaker opened says too little.
         """
         opened: list[Destination] = []
-        for seen in sorted(observations, key=lambda o: o.destination):
+        now = self.clock.now()
+        for host in sorted(hosts, key=lambda h: h.destination):
+            if host.good:  # evidence that the host works for someone: older company evidence is void
+                await m.Destination.filter(destination=host.destination).update(last_ok_at=now)
+        for seen in sorted(observations, key=lambda o: (o.destination, str(o.company_id))):
             if seen.failures == 0:
                 if seen.reset:  # one statement that changes nothing in the usual case (no failures counted)
+                    await m.CompanyCircuit.filter(
+                        destination=seen.destination,
+                        company_id=seen.company_id,
+                        state=CircuitState.CLOSED.value,
+                        failures__gt=0,
+                    ).update(failures=0, updated_at=now)
+                continue
+            opened += await self._count_company(seen, policy)
+        for host in sorted(hosts, key=lambda h: h.destination):
+            if host.failures == 0:
+                if host.reset:
                     await m.Destination.filter(
-                        destination=seen.destination, state=CircuitState.CLOSED.value, failures__gt=0
-                    ).update(failures=0, updated_at=self.clock.now())
+                        destination=host.destination, state=CircuitState.CLOSED.value, failures__gt=0
+                    ).update(failures=0, updated_at=now)
                 continue
             flips: list[bool] = []
             row = await self._change(
-                seen.destination,
-                functools.partial(_count, seen=seen, flips=flips, policy=policy),
-                create=seen.failures > 0,
+                host.destination, functools.partial(_count_host, seen=host, flips=flips, policy=policy)
             )
             if row is not None and flips:
                 opened.append(row)
         return opened
 
-    async def take_probe(self, destination: str, node: str, lease: float) -> Destination | None:
-        """Make ``node`` the one to send the next probe of an open breaker whose cool-down is over (or
-        whose last probe's node did not answer in time). None when another node has it, or not yet."""
+    async def _count_company(self, seen: Observation, policy: BreakerPolicy) -> list[Destination]:
+        now = self.clock.now()
+        opened: list[Destination] = []
+        async with in_transaction(self.connection):
+            shared = await self._locked_row(seen.destination, now)
+            own = await self._locked_company(seen.destination, seen.company_id, now)
+            if own.state != CircuitState.CLOSED.value:
+                return []
+            own.failures = seen.failures if seen.reset else own.failures + seen.failures
+            own.updated_at = now
+            if seen.threshold > 0 and own.failures >= seen.threshold:
+                own.state = CircuitState.OPEN.value
+                own.opened_at = now
+                own.cooldown = policy.cooldown
+                own.next_probe_at = now + timedelta(seconds=own.cooldown)
+                opened.append(_company_record(own))
+            await own.save()
+            if opened and shared.state == CircuitState.CLOSED.value and policy.companies > 0:
+                evidence = m.CompanyCircuit.filter(
+                    destination=seen.destination, state__not=CircuitState.CLOSED.value
+                )
+                if shared.last_ok_at is not None:
+                    evidence = evidence.filter(opened_at__gt=shared.last_ok_at)
+                if await evidence.count() >= policy.companies:
+                    _open(shared, now, policy.cooldown, OpenedBy.COMPANIES)
+                    await shared.save()
+                    opened.append(_record(shared))
+        return opened
+
+    async def take_probe(
+        self, destination: str, node: str, lease: float, company_id: uuid.UUID | None = None
+    ) -> Destination | None:
+        """Make ``node`` the one to send the next probe of an open breaker (the destination's, or with
+        ``company_id`` that company's own) whose cool-down is over (or whose last probe's node did not
+        answer in time). None when another node has it, or not yet."""
         now = self.clock.now()
 
-        def take(row: m.Destination, now: datetime) -> bool:
-            if row.forced:
+        def take(row: m.Destination | m.CompanyCircuit, now: datetime) -> bool:
+            if isinstance(row, m.Destination) and row.forced:
                 return False
             due = row.state == CircuitState.OPEN.value and row.next_probe_at is not None
             due = due and time_of(row.next_probe_at) <= now
@@ -183,7 +343,20 @@ class DestinationStore:
             row.probe_expires_at = now + timedelta(seconds=lease)
             return True
 
-        row = await self._change(destination, take, create=False)
+        if company_id is None:
+            row = await self._change(destination, take, create=False)
+        else:
+            async with in_transaction(self.connection):
+                own = (
+                    await m.CompanyCircuit.filter(destination=destination, company_id=company_id)
+                    .select_for_update()
+                    .first()
+                )
+                row = None
+                if own is not None and take(own, now):
+                    own.updated_at = now
+                    await own.save()
+                    row = _company_record(own)
         if row is None or row.probe_owner != node or row.state != CircuitState.HALF_OPEN:
             return None
         if row.probe_expires_at is None or row.probe_expires_at < now:
@@ -191,46 +364,110 @@ class DestinationStore:
         return row
 
     async def probe_result(
-        self, destination: str, node: str, failed: bool, policy: BreakerPolicy
+        self,
+        destination: str,
+        node: str,
+        result: ProbeResult,
+        policy: BreakerPolicy,
+        company_id: uuid.UUID | None = None,
     ) -> Destination | None:
-        """The probe ``node`` sent: close the breaker, or open it again for a longer cool-down."""
-
-        def conclude(row: m.Destination, now: datetime) -> bool:
-            if row.state != CircuitState.HALF_OPEN.value or row.probe_owner != node:
-                return False
-            row.probe_owner = None
-            row.probe_expires_at = None
-            if failed:
-                row.state = CircuitState.OPEN.value
-                row.cooldown = policy.next_cooldown(row.cooldown)
-                row.next_probe_at = now + timedelta(seconds=row.cooldown)
-                row.failures += 1
-            else:
-                _close(row)
-            return True
-
-        return await self._change(destination, conclude, create=False)
+        """The probe ``node`` sent: close the breaker, or open it again — for a longer cool-down after a
+        failure, for the same one when the probe proved nothing about what the breaker guards. A good
+        answer to a company's probe also closes the destination's breaker opened on companies' evidence,
+        and any answer one opened on connection failures. Returns the breaker probed, or None when the
+        probe was not ``node``'s."""
+        now = self.clock.now()
+        async with in_transaction(self.connection):
+            shared = await m.Destination.filter(destination=destination).select_for_update().first()
+            if company_id is None:
+                if shared is None or not _probed_by(shared, node):
+                    return None
+                _conclude_shared(shared, result, now, policy)
+                shared.updated_at = now
+                await shared.save()
+                return _record(shared)
+            own = (
+                await m.CompanyCircuit.filter(destination=destination, company_id=company_id)
+                .select_for_update()
+                .first()
+            )
+            if own is None or not _probed_by(own, node):
+                return None
+            _conclude_own(own, result, now, policy)
+            own.updated_at = now
+            await own.save()
+            if shared is not None and _answered_for_everyone(shared, result):
+                if result == ProbeResult.OK:
+                    shared.last_ok_at = now
+                if not shared.forced and shared.state != CircuitState.CLOSED.value:
+                    _close(shared)
+                shared.updated_at = now
+                await shared.save()
+            return _company_record(own)
 
     # --- what operators do ----------------------------------------------------------------------
 
     async def force(self, destination: str, open_it: bool) -> Destination:
-        """Open a breaker by hand (it stays open, without probes, until closed by hand) or close it."""
-
-        def apply(row: m.Destination, now: datetime) -> bool:
+        """Open a destination's breaker by hand (it stays open, without probes, until closed by hand), or
+        close it and every company's own breaker there."""
+        now = self.clock.now()
+        async with in_transaction(self.connection):
+            row = await self._locked_row(destination, now)
             if open_it:
                 row.state = CircuitState.OPEN.value
                 row.forced = True
+                row.opened_by = OpenedBy.OPERATOR.value
                 row.opened_at = row.opened_at or now
                 row.next_probe_at = None
                 row.probe_owner = None
                 row.probe_expires_at = None
             else:
                 _close(row)
-            return True
+                await m.CompanyCircuit.filter(destination=destination).update(
+                    state=CircuitState.CLOSED.value,
+                    failures=0,
+                    cooldown=0.0,
+                    opened_at=None,
+                    next_probe_at=None,
+                    probe_owner=None,
+                    probe_expires_at=None,
+                    updated_at=now,
+                )
+            row.updated_at = now
+            await row.save()
+        return (await self._views([_record(row)], None))[0]
 
-        row = await self._change(destination, apply)
-        assert row is not None
-        return row
+    async def release(self, destination: str) -> int:
+        """Make every activity a breaker at ``destination`` held back (its last attempt ``deferred``,
+        still scheduled for later) due now; returns how many. The operator closed the breakers."""
+        now = self.clock.now()
+        companies = await m.DestinationUser.filter(destination=destination).values_list(
+            "company_id", flat=True
+        )
+        types = await m.ActivityType.filter(company_id__in=list(companies)).values_list("id", "uri_pattern")
+        static = [t for t, pattern in types if static_destination(pattern) == destination]
+        dynamic = [t for t, pattern in types if static_destination(pattern) is None]
+        waiting = m.Activity.filter(state="scheduled", last_outcome="deferred", next_attempt_at__gt=now)
+        released = 0
+        if static:
+            released += await waiting.filter(activity_type_id__in=static, uri_override__isnull=True).update(
+                next_attempt_at=now, updated_at=now
+            )
+        others = await waiting.filter(
+            Q(activity_type_id__in=dynamic) | Q(uri_override__isnull=False),
+            activity_type_id__in=[t for t, _ in types],
+        ).values_list("id", "parameter", "uri_override", "activity_type_id")
+        patterns = dict(types)
+        chosen = [
+            row_id
+            for row_id, parameter, override, type_id in others
+            if _destination_or_none(override or patterns[type_id], parameter) == destination
+        ]
+        for start in range(0, len(chosen), 500):
+            released += await m.Activity.filter(
+                id__in=chosen[start : start + 500], state="scheduled", last_outcome="deferred"
+            ).update(next_attempt_at=now, updated_at=now)
+        return released
 
     async def set_cap(self, destination: str, max_in_flight: int | None) -> Destination:
         """Set (or with None remove) the destination's own in-flight cap."""
@@ -241,7 +478,7 @@ class DestinationStore:
 
         row = await self._change(destination, apply)
         assert row is not None
-        return row
+        return (await self._views([row], None))[0]
 
     # --- slots of capped destinations ----------------------------------------------------------
 
@@ -323,33 +560,113 @@ class DestinationStore:
             await row.save()
         return _record(row)
 
+    async def _locked_company(
+        self, destination: str, company_id: uuid.UUID, now: datetime
+    ) -> m.CompanyCircuit:
+        query = m.CompanyCircuit.filter(destination=destination, company_id=company_id)
+        row = await query.select_for_update().first()
+        if row is not None:
+            return row
+        await m.CompanyCircuit.bulk_create(
+            [
+                m.CompanyCircuit(
+                    id=uuid.uuid4(), destination=destination, company_id=company_id, updated_at=now
+                )
+            ],
+            ignore_conflicts=True,
+        )
+        locked = await query.select_for_update().first()
+        assert locked is not None
+        return locked
 
-def _count(
-    row: m.Destination, now: datetime, *, seen: Observation, flips: list[bool], policy: BreakerPolicy
+
+def _count_host(
+    row: m.Destination, now: datetime, *, seen: HostObservation, flips: list[bool], policy: BreakerPolicy
 ) -> bool:
+    """Connection failures count against the destination's breaker (the setting's threshold)."""
     if row.state != CircuitState.CLOSED.value:
         return False
     before = row.failures
     row.failures = seen.failures if seen.reset else row.failures + seen.failures
-    if seen.threshold > 0 and seen.failures > 0 and row.failures >= seen.threshold:
-        row.state = CircuitState.OPEN.value
-        row.opened_at = now
-        row.cooldown = policy.cooldown
-        row.next_probe_at = now + timedelta(seconds=row.cooldown)
+    if policy.enabled and seen.failures > 0 and row.failures >= policy.failures:
+        _open(row, now, policy.cooldown, OpenedBy.NETWORK)
         flips.append(True)
         return True
     return row.failures != before
 
 
-def _close(row: m.Destination) -> None:
+def _open(row: m.Destination, now: datetime, cooldown: float, by: OpenedBy) -> None:
+    row.state = CircuitState.OPEN.value
+    row.opened_by = by.value
+    row.opened_at = now
+    row.cooldown = cooldown
+    row.next_probe_at = now + timedelta(seconds=cooldown)
+
+
+def _probed_by(row: m.Destination | m.CompanyCircuit, node: str) -> bool:
+    return row.state == CircuitState.HALF_OPEN.value and row.probe_owner == node
+
+
+def _reopen(row: m.Destination | m.CompanyCircuit, now: datetime, cooldown: float) -> None:
+    row.state = CircuitState.OPEN.value
+    row.probe_owner = None
+    row.probe_expires_at = None
+    row.cooldown = cooldown
+    row.next_probe_at = now + timedelta(seconds=cooldown)
+
+
+def _conclude_own(row: m.CompanyCircuit, result: ProbeResult, now: datetime, policy: BreakerPolicy) -> None:
+    """A company's probe: any failure of its request counts against it (doubling its cool-down)."""
+    if result == ProbeResult.OK:
+        _close(row)
+    elif result == ProbeResult.SKIPPED:
+        _reopen(row, now, row.cooldown or policy.cooldown)
+    else:
+        _reopen(row, now, policy.next_cooldown(row.cooldown))
+        row.failures += 1
+
+
+def _conclude_shared(row: m.Destination, result: ProbeResult, now: datetime, policy: BreakerPolicy) -> None:
+    """The destination's probe: only a failure to connect says the host is still down (doubling the
+    cool-down); a 5xx or a timeout is one tenant's request failing, which leaves the cool-down as it was
+    (and proves a host opened for connection failures reachable)."""
+    if result == ProbeResult.OK:
+        row.last_ok_at = now
+        _close(row)
+    elif result == ProbeResult.UNREACHABLE:
+        _reopen(row, now, policy.next_cooldown(row.cooldown))
+        row.failures += 1
+    elif result == ProbeResult.FAILED_ANSWER and row.opened_by == OpenedBy.NETWORK.value:
+        _close(row)
+    else:
+        _reopen(row, now, row.cooldown or policy.cooldown)
+
+
+def _answered_for_everyone(row: m.Destination, result: ProbeResult) -> bool:
+    """Whether a company probe's ``result`` closes the destination's breaker (a good answer to it)."""
+    if result == ProbeResult.OK:
+        return True
+    return result == ProbeResult.FAILED_ANSWER and row.opened_by == OpenedBy.NETWORK.value
+
+
+def _close(row: m.Destination | m.CompanyCircuit) -> None:
     row.state = CircuitState.CLOSED.value
-    row.forced = False
+    if isinstance(row, m.Destination):
+        row.forced = False
+        row.opened_by = None
     row.failures = 0
     row.cooldown = 0.0
     row.opened_at = None
     row.next_probe_at = None
     row.probe_owner = None
     row.probe_expires_at = None
+
+
+def _destination_or_none(pattern: str, parameter: dict[str, Any]) -> str | None:
+    try:
+        return destination_of_pattern(pattern, lambda p: fill_uri(p, parameter))
+    except Exception:  # a URI that cannot be filled never went anywhere
+        return None
 
 
 def fair_share(cap: int, others_wanted: Sequence[int], wanted: int) -> int:

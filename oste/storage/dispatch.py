@@ -472,9 +472,9 @@ class DispatchStore:
                 rows = []
                 for item in chunk:
                     p, encode = Params(self.strategy), self.strategy.encode_uuid
-                    assign = (
+                    assign = (  # last_outcome 'deferred': what an operator's close releases
                         f"{_UNCLAIMED}, next_attempt_at = {p.add(self.strategy.encode_time(item.until))}, "
-                        f"updated_at = {p.add(self.strategy.encode_time(now))}"
+                        f"updated_at = {p.add(self.strategy.encode_time(now))}, last_outcome = 'deferred'"
                     )
                     where = (
                         f"state = 'running' AND id = {p.add(encode(item.claim.activity_id))} "

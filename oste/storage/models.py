@@ -449,10 +449,36 @@ class Destination(Model):
     probe_owner = fields.CharField(max_length=64, null=True)
     probe_expires_at = fields.DatetimeField(null=True)
     updated_at = fields.DatetimeField()
+    opened_by = fields.CharField(max_length=9, null=True)
+    """``network``, ``companies`` or ``operator`` while open (``oste.domain.destinations.OpenedBy``)."""
+    last_ok_at = fields.DatetimeField(null=True)
+    """The last good answer to anyone seen while some company's own breaker there was open."""
 
     class Meta:
         table = "destination"
         indexes = (Index(fields=("state",), name="destination_state_idx"),)
+
+
+class CompanyCircuit(Model):
+    """One company's own circuit breaker at a destination (``oste.domain.destinations``): its failures
+    open it for that company only. A row exists once the company's requests failed there."""
+
+    id = fields.UUIDField(primary_key=True)
+    destination = fields.CharField(max_length=300)
+    company_id = fields.UUIDField()
+    state = fields.CharField(max_length=9, default="closed")
+    failures = fields.IntField(default=0)
+    opened_at = fields.DatetimeField(null=True)
+    next_probe_at = fields.DatetimeField(null=True)
+    cooldown = fields.FloatField(default=0.0)
+    probe_owner = fields.CharField(max_length=64, null=True)
+    probe_expires_at = fields.DatetimeField(null=True)
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "company_circuit"
+        unique_together = (("destination", "company_id"),)
+        indexes = (Index(fields=("state",), name="company_circuit_state_idx"),)
 
 
 class DestinationUser(Model):

@@ -4,6 +4,7 @@ when a held-back activity is tried again, and a fair share of a capped destinati
 from __future__ import annotations
 
 import random
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,11 +13,15 @@ from oste.domain.destinations import (
     BreakerPolicy,
     CircuitState,
     Destination,
+    OpenedBy,
+    ProbeResult,
+    company_view,
     defer_until,
     deferral_reason,
     destination_of_pattern,
     is_failure,
     normalise,
+    probe_result,
 )
 from oste.domain.records import Outcome
 from oste.errors import InvalidInput
@@ -110,10 +115,65 @@ def test_held_back_activities_go_after_the_next_probe_spread_over_a_few_seconds(
 
 
 def test_the_deferral_says_why_and_that_no_retry_was_spent() -> None:
-    reason = deferral_reason(_row(CircuitState.OPEN))
-    assert "https://a.example.com:443 is open" in reason and "5 failures in a row" in reason
-    assert "no retry was spent" in reason
+    own = deferral_reason(_row(CircuitState.OPEN, company_id=uuid.uuid4()))
+    assert "your company's circuit of https://a.example.com:443 is open" in own
+    assert "5 failures in a row of your company's requests" in own and "no retry was spent" in own
+    network = deferral_reason(_row(CircuitState.OPEN, opened_by=OpenedBy.NETWORK))
+    assert "https://a.example.com:443 is open" in network and "for every company" in network
+    assert "5 connection failures in a row" in network and "no retry was spent" in network
+    companies = deferral_reason(_row(CircuitState.OPEN, opened_by=OpenedBy.COMPANIES))
+    assert "several companies" in companies and "for every company" in companies
     assert "opened by an operator" in deferral_reason(_row(CircuitState.OPEN, forced=True))
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status", "unreachable", "sent", "result"),
+    [
+        (Outcome.OK, 200, False, True, ProbeResult.OK),
+        (Outcome.FAILED, 404, False, True, ProbeResult.OK),  # an answer that is not a failure
+        (Outcome.ERROR, 500, False, True, ProbeResult.FAILED_ANSWER),
+        (Outcome.ERROR, None, False, True, ProbeResult.FAILED),  # a timeout: the tenant's own
+        (Outcome.ERROR, None, True, True, ProbeResult.UNREACHABLE),
+        (Outcome.ERROR, None, False, False, ProbeResult.SKIPPED),
+    ],
+)
+def test_what_a_probe_found_out(
+    outcome: Outcome, status: int | None, unreachable: bool, sent: bool, result: ProbeResult
+) -> None:
+    assert probe_result(outcome, status, unreachable, sent) == result
+
+
+def test_a_company_sees_its_own_failures_and_what_holds_it_back() -> None:
+    company = uuid.uuid4()
+    shared = _row(CircuitState.CLOSED, failures=3, opened_at=None, next_probe_at=None)
+    assert company_view(shared, None).failures == 0  # other companies' counts are not shown
+    assert company_view(shared, None).scope == "company"
+    own = _row(CircuitState.OPEN, failures=7, company_id=company)
+    shown = company_view(shared, own)
+    assert (shown.state, shown.failures, shown.scope) == (CircuitState.OPEN, 7, "company")
+    everyone = _row(CircuitState.OPEN, failures=9, opened_by=OpenedBy.NETWORK)
+    shown = company_view(everyone, None)
+    assert (shown.state, shown.failures, shown.scope) == (CircuitState.OPEN, 0, "destination")
+
+
+def test_only_a_connection_that_could_not_be_made_is_evidence_about_the_host() -> None:
+    import ssl
+
+    import aiohttp
+    from aiohttp.client_reqrep import ConnectionKey
+
+    from oste.engine.destinations import could_not_connect
+
+    key = ConnectionKey("h", 443, True, True, None, None, None)
+    refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused"))
+    reset = aiohttp.ClientConnectorError(key, ConnectionResetError(104, "reset"))
+    handshake = aiohttp.ClientConnectorSSLError(key, ssl.SSLError(1, "handshake failure"))
+    assert could_not_connect(refused) and could_not_connect(reset) and could_not_connect(handshake)
+    assert could_not_connect(refused, own_tls=True)  # the tenant's certificate changes nothing there
+    assert not could_not_connect(handshake, own_tls=True) and not could_not_connect(reset, own_tls=True)
+    assert not could_not_connect(TimeoutError())  # the tenant's own timeout
+    assert not could_not_connect(aiohttp.ServerTimeoutError())
+    assert not could_not_connect(aiohttp.ServerDisconnectedError())  # after the request was sent
 
 
 @pytest.mark.parametrize(
@@ -149,10 +209,14 @@ def test_a_node_counts_failures_in_a_row_but_not_attempts_that_never_reached_the
 
     for _ in range(5):  # a token endpoint that is down: no request went to the receiver
         gate.finished(claim, where, report(Outcome.ERROR, None, reached=False), Verdict.GO)
-    assert where not in gate.streaks or gate.streaks[where].failures == 0
+    mine = (where, claim.target.company_id)
+    assert mine not in gate.streaks or gate.streaks[mine].failures == 0
     for _ in range(2):
         gate.finished(claim, where, report(Outcome.ERROR, 503), Verdict.GO)
     gate.finished(claim, where, report(Outcome.FAILED, 404), Verdict.GO)  # an answer: the count restarts
     gate.finished(claim, where, report(Outcome.ERROR, None), Verdict.GO)
-    streak = gate.streaks[where]
+    streak = gate.streaks[mine]
     assert (streak.failures, streak.reset, streak.threshold) == (1, True, 3)
+    # None of it was a connection that could not be made: the host's own count saw only answers.
+    host = gate.hosts[where]
+    assert (host.failures, host.reset) == (0, True)

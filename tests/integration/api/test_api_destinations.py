@@ -60,6 +60,8 @@ async def test_a_company_sees_only_its_own_destinations_and_the_operator_steers_
         "forced": False,
         "max_in_flight": 50,
         "own_max_in_flight": None,
+        "scope": "company",
+        "opened_by": None,
     }
     other_company = other.path.split("/solutions/")[0]
     theirs = (await api.get(other_company + "/destinations", token=other.key, expect=200)).json()["items"]
@@ -76,6 +78,7 @@ async def test_a_company_sees_only_its_own_destinations_and_the_operator_steers_
 
     opened = (await api.post(f"/v1/destinations/{destination}/open", expect=200)).json()
     assert opened["state"] == "open" and opened["forced"] and opened["next_probe_at"] is None
+    assert (opened["scope"], opened["opened_by"], opened["companies"]) == ("destination", "operator", [])
     encoded = quote(destination, safe="")
     assert (await api.get(f"/v1/destinations/{encoded}", expect=200)).json()["state"] == "open"
     capped = (await api.patch(f"/v1/destinations/{destination}", {"max_in_flight": 2}, expect=200)).json()

@@ -62,20 +62,16 @@ async def test_an_open_breaker_holds_activities_back_with_their_retries_and_a_pr
     kind = await make_type(store, receiver.url + "/s/{n}", retries=3)
     await make_activities(store, kind, SystemClock().now(), count=3)
 
-    async def opened() -> bool:
-        rows = {d.destination: d for d in await destinations.active()}
+    async def opened() -> bool:  # the company's own breaker: one company's 503s open no one else's
+        rows = {d.destination: d for d in await destinations.active_companies()}
         return where in rows and rows[where].state != CircuitState.CLOSED
 
     await eventually(opened, within=20, what="the breaker opening")
+    assert all(d.destination != where for d in await destinations.active())
 
     async def shown() -> bool:  # on /metrics once the node read it back
-        states = [
-            REGISTRY.get_sample_value(
-                "oste_destination_circuit_state", {"destination": where, "state": state}
-            )
-            for state in ("open", "half_open")
-        ]
-        return 1.0 in states
+        value = REGISTRY.get_sample_value("oste_destination_company_circuits", {"destination": where})
+        return value == 1.0
 
     await eventually(shown, within=5, what="the open circuit on /metrics")
     sent_when_opened = len(receiver.hits)

@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from oste.domain.clock import SystemClock
-from oste.storage.destinations import DestinationStore
+from oste.domain.destinations import BreakerPolicy
+from oste.storage.destinations import DestinationStore, Observation
 from tests.integration.ui.conftest import Browser, UiWorld
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -70,3 +71,24 @@ async def test_the_operator_sets_a_cap_checked_as_the_api_checks_it(admin: Brows
         assert (await store.get(destination)).max_in_flight == 12
     await admin.post("/ui/destinations/cap", {**form, "max_in_flight": ""})
     assert (await store.get(destination)).max_in_flight is None
+
+
+async def test_a_company_sees_its_own_failures_and_the_operator_every_companys(
+    admin: Browser, company: Browser, world: UiWorld
+) -> None:
+    shared = f"https://{uuid.uuid4().hex[:12]}.example.com:443"
+    store = DestinationStore(SystemClock())
+    ids = {}
+    for tenant in (world.one, world.other):
+        found = await world.api.get(tenant.path.split("/solutions/")[0], expect=200)
+        ids[tenant.company] = uuid.UUID(found.json()["id"])
+    await store.note_users([(shared, ids[world.one.company]), (shared, ids[world.other.company])])
+    policy = BreakerPolicy(failures=5)
+    await store.report([Observation(shared, ids[world.other.company], 5, False, 5)], policy)
+    page = (await company.get("/ui/destinations")).text
+    row = page.split(shared, 1)[1].split("</tr>", 1)[0]
+    assert ">closed<" in row and "<td>0</td>" in row  # the other company's five failures are not shown
+    assert world.other.company not in page
+    everyone = (await admin.get("/ui/destinations")).text
+    row = everyone.split(shared, 1)[1].split("</tr>", 1)[0]
+    assert f"{world.other.company}: open, 5" in row and "Close…" in row
