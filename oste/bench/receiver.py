@@ -15,6 +15,10 @@ For ``oste bench soak``, two more paths fail on purpose, and are recorded with t
 ``/flaky/{n}`` is answered 503 the first time (n, scheduled-for) arrives and 200 after (a retry), and
 ``/dead/{n}`` always 400 (a permanent failure: a dead letter).
 
+For ``oste bench hog``, ``/sleep/{seconds}/{n}`` is a slow receiver: answered 200 only after
+``seconds``; it is not recorded as an arrival, only counted (``GET /_held``: how many arrived, how
+many are open now, and the most open at once).
+
 It is an ``asyncio.Protocol`` over httptools' parser (the one uvicorn uses), not a web framework:
 OSTE and the limit share the machine's cores with it, and a receiver that spends less per request
 takes less of what the senders are measured on (a real receiver runs elsewhere). It answers every
@@ -43,6 +47,7 @@ ENTRY = "from oste.bench.receiver import main; main()"
 FIRE_PATH = b"/fire/"
 FLAKY_PATH = b"/flaky/"
 DEAD_PATH = b"/dead/"
+SLEEP_PATH = b"/sleep/"
 RECORDS_FROM = b"/_records/"
 LOGS_PATH = b"/logs/"
 SCHEDULED_HEADER = b"oste-scheduled-for"
@@ -61,6 +66,14 @@ class Arrivals:
     keys: set[tuple[str, str]] = field(default_factory=set)
     logs: dict[str, int] = field(default_factory=lambda: {"batches": 0, "bytes": 0})
     """Log-roller batches POSTed to ``/logs/…`` and their (compressed) body bytes."""
+    held: dict[str, int] = field(default_factory=lambda: {"arrived": 0, "open": 0, "peak_open": 0})
+    """Requests to ``/sleep/…``: arrived, open now (not yet answered), the most open at once."""
+
+    def hold(self) -> None:
+        held = self.held
+        held["arrived"] += 1
+        held["open"] += 1
+        held["peak_open"] = max(held["peak_open"], held["open"])
 
     def add(self, n: str, scheduled: str) -> bool:
         """Record an arrival; True when it is the first of its (n, scheduled-for)."""
@@ -130,11 +143,28 @@ class ReceiverProtocol(asyncio.Protocol):
         elif url.startswith(DEAD_PATH):
             self.arrivals.add(url[1:].decode(), self.scheduled.decode())
             self.answer = REFUSED
+        elif url.startswith(SLEEP_PATH):
+            self.arrivals.hold()
 
     def on_message_complete(self) -> None:
         assert self.transport is not None
+        if self.url.startswith(SLEEP_PATH):
+            seconds = _sleep_seconds(self.url)
+            keep_alive = self.parser.should_keep_alive()
+            asyncio.get_running_loop().call_later(seconds, self._answer_late, keep_alive)
+            return
         self.transport.write(self._answer(self.parser.get_method(), self.url))
         if not self.parser.should_keep_alive():
+            self.transport.close()
+
+    def _answer_late(self, keep_alive: bool) -> None:
+        """The slow receiver's answer, once its time has passed (the client may have left meanwhile)."""
+        self.arrivals.held["open"] -= 1
+        assert self.transport is not None
+        if self.transport.is_closing():
+            return
+        self.transport.write(OK_EMPTY)
+        if not keep_alive:
             self.transport.close()
 
     def _answer(self, method: bytes, url: bytes) -> bytes:
@@ -148,6 +178,8 @@ class ReceiverProtocol(asyncio.Protocol):
             return OK_EMPTY
         if method == b"GET" and url == b"/_logs":
             return _json(self.arrivals.logs)
+        if method == b"GET" and url == b"/_held":
+            return _json(self.arrivals.held)
         if method == b"GET" and url == b"/_stats":
             return _json(self.arrivals.stats())
         if method == b"GET" and url == b"/_records":
@@ -157,6 +189,15 @@ class ReceiverProtocol(asyncio.Protocol):
         if method == b"POST" and url == b"/_reset":
             return _json(self.arrivals.reset())
         return NOT_FOUND
+
+
+def _sleep_seconds(url: bytes) -> float:
+    """The seconds of ``/sleep/{seconds}/{n}`` (0 when they do not parse)."""
+    part = url[len(SLEEP_PATH) :].split(b"/", 1)[0]
+    try:
+        return max(0.0, float(part))
+    except ValueError:
+        return 0.0
 
 
 def _json(value: Any) -> bytes:
@@ -224,6 +265,10 @@ class ReceiverProcess:
     async def logs(self) -> dict[str, int]:
         """Log-roller batches received at ``/logs/…`` and their body bytes."""
         return await self._call("GET", "/_logs")
+
+    async def held(self) -> dict[str, int]:
+        """Requests to ``/sleep/…``: arrived, open now, the most open at once."""
+        return await self._call("GET", "/_held")
 
     async def reset(self) -> None:
         await self._call("POST", "/_reset")

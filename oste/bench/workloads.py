@@ -10,6 +10,8 @@
   (``oste.bench.served``): stats route and UI page latencies, log roller throughput.
 - ``crash``: the burst with worker 1 SIGKILLed part-way (``oste.bench.crash``): duplicates against
   their bound.
+- ``hog``: one tenant's 300 requests held 30 s by a slow receiver beside another tenant's steady
+  work (``oste.bench.hog``): the other tenant's lag.
 - ``soak``: the whole life of activities for minutes (``oste.bench.soak``): created through the API,
   fired, shipped by the log rollers, purged; per-minute figures.
 """
@@ -255,6 +257,12 @@ async def _crash(harness: Harness) -> Result:
     return await run_crash(harness)
 
 
+async def _hog(harness: Harness) -> Result:
+    from oste.bench.hog import hog
+
+    return await hog(harness)
+
+
 async def _soak(harness: Harness) -> Result:
     from oste.bench.soak import soak as run_soak
 
@@ -272,4 +280,5 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "rollers": served.rollers,
     "crash": _crash,
     "soak": _soak,
+    "hog": _hog,
 }

@@ -168,12 +168,14 @@ def add_bench_parser(commands: Any) -> None:
         "  crash   the burst with worker 1 SIGKILLed once --kill-at of it arrived (PostgreSQL,\n"
         "          --workers 2 or more): duplicates against their bound\n"
         "  soak    --rate R activities a second created through the API for --minutes M, fired, shipped\n"
-        "          by the log rollers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)",
+        "          by the log rollers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)\n"
+        "  hog     company A's --count requests held 30 s by a slow receiver (300) beside company B's\n"
+        "          --rate per second for --duration seconds (300/s, 40 s): B's lag",
     )
     add = bench.add_argument
     add(
         "workload",
-        choices=("burst", "steady", "scale", "cron", "api", "stats", "ui", "rollers", "crash", "soak"),
+        choices=("burst", "steady", "scale", "cron", "api", "stats", "ui", "rollers", "crash", "soak", "hog"),
         help="what to measure",
     )
     add(
@@ -189,7 +191,7 @@ def add_bench_parser(commands: Any) -> None:
     )
     add("--executions", type=int, help="stats/ui: executions seeded (default: as many as activities)")
     add("--requests", type=int, default=200, help="stats/ui: requests timed per route or page (default 200)")
-    add("--rate", type=int, default=300, help="steady/soak: activities due per second (default 300)")
+    add("--rate", type=int, default=300, help="steady/soak/hog: activities due per second (default 300)")
     add("--minutes", type=float, help="soak: minutes it runs (default 10)")
     add("--kill-at", type=float, help="crash: share of the burst delivered when worker 1 is killed (0.3)")
     add("--output", help="soak: a file the per-minute table is saved to as well (.csv, else JSON)")

@@ -3,6 +3,11 @@
 One shared ``aiohttp.ClientSession`` (keep-alive, no cookies, no redirects) behind the SSRF guard;
 at most ``max_in_flight`` requests open at once; the per-type timeout; a failed request is data
 (an execution record), never an exception that escapes.
+
+The ``max_in_flight`` slots are shared between companies by QoS, not grabbed (``oste.domain.slots``):
+while several companies have work on the node each is guaranteed its weighted share; a company alone
+may use every slot but a small reserve, kept so that another company's work finds a free slot at
+once instead of waiting behind requests a slow receiver holds for minutes.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from oste.domain.delivery import classify, conclude, parse_retry_after
 from oste.domain.outbound import OutboundRequest, build_request
 from oste.domain.receiver_auth import MutualTls
 from oste.domain.records import Outcome
+from oste.domain.slots import SlotPolicy
 from oste.domain.targets import TargetPolicy
 from oste.engine.config import ExecutorConfig
 from oste.engine.credentials import AuthFailure, Credentials, Grant
@@ -80,7 +86,7 @@ class Executor:
         self.policy = TargetPolicy.allowing(config.allowed_targets)
         self._slots = asyncio.Semaphore(config.max_in_flight)
         self._session: aiohttp.ClientSession | None = None
-        self._waiting = FairQueue()
+        self._waiting = FairQueue(SlotPolicy.of(config.max_in_flight))
         self._pump_later: asyncio.TimerHandle | None = None
         self._pump_soon = False
         self._in_flight: dict[uuid.UUID, tuple[Claim, asyncio.Task[None]]] = {}
@@ -150,6 +156,11 @@ class Executor:
         """Activity types with at least ``threshold`` claims waiting for a slot on this node."""
         return self._waiting.crowded(threshold)
 
+    def stalled_companies(self) -> set[uuid.UUID]:
+        """Companies holding their share of the slots with as many claims again waiting for one: more
+        of their work could not start before those (``FairQueue.stalled``)."""
+        return self._waiting.stalled()
+
     def _pump(self) -> None:
         """Start as many waiting claims as there are free slots (and limits allow)."""
         now = time.monotonic()
@@ -160,7 +171,7 @@ class Executor:
             if parked is not None:  # its destination's slot freed: it goes before new claims
                 self._start(parked[0], parked[1], Verdict.GO)
                 continue
-            claim = self._waiting.pop(now)
+            claim = self._waiting.pop(now, len(self._in_flight))
             if claim is None:
                 break
             destination: str | None = None

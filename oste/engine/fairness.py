@@ -6,6 +6,10 @@ levels), within it to the solution with the fewest in flight for its level, with
 claim with the highest ``priority``, then the earliest due time. An activity type at its
 ``max_concurrency`` or out of ``rate_limit`` tokens is passed over without holding anyone else up.
 
+With a ``SlotPolicy`` (the executor's), a company is also passed over while it holds all it may of
+the node's slots (``oste.domain.slots``: its weighted share, or more while the reserve stays free),
+so one company's slow receiver fills its own share, not every slot.
+
 All of a type's activities live in one partition and a partition is held by one node, so these
 per-node limits are the type's limits across the whole deployment (except for the moments a
 partition changes hands).
@@ -16,11 +20,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from oste.domain.claims import Claim, DispatchTarget
+from oste.domain.slots import SlotPolicy
 
 
 @dataclass
@@ -120,6 +125,7 @@ class _Solution:
 class _Company:
     weight: int
     in_flight: int = 0
+    waiting: int = 0
     solutions: dict[uuid.UUID, _Solution] = field(default_factory=dict)
 
     def ready_head(self, now: float) -> Entry | None:
@@ -137,7 +143,9 @@ G = TypeVar("G", _Company, _Solution)
 class FairQueue:
     """Claims waiting for a slot. ``push`` them, ``pop`` the next that may go, ``done`` when finished."""
 
-    def __init__(self) -> None:
+    def __init__(self, policy: SlotPolicy | None = None) -> None:
+        self.policy = policy
+        """The node's slots, shared between companies (None: no per-company cap)."""
         self._companies: dict[uuid.UUID, _Company] = {}
         self._seq = itertools.count()
         self._size = 0
@@ -155,15 +163,19 @@ class FairQueue:
         solution, lane = self._lane(claim.target, now)
         entry = (-claim.priority, claim.due_at.timestamp(), next(self._seq), claim)
         heapq.heappush(lane.heap if lane.limited else solution.free, entry)
+        self._companies[claim.target.company_id].waiting += 1
         self._size += 1
         type_id = claim.target.activity_type_id
         self._per_type[type_id] = self._per_type.get(type_id, 0) + 1
 
-    def pop(self, now: float) -> Claim | None:
-        """The next claim that may start now, counted as in flight; None when none may."""
+    def pop(self, now: float, in_flight: int = 0) -> Claim | None:
+        """The next claim that may start now, counted as in flight; None when none may.
+
+        ``in_flight``: the node's requests in flight, for the ``policy`` (whose companies may start).
+        """
         if not self._size:
             return None
-        company = _fewest_per_weight(self._companies.values(), now)
+        company = _fewest_per_weight(self._companies.values(), now, self._may_start(in_flight))
         if company is None:
             return None
         solution = _fewest_per_weight(company.solutions.values(), now)
@@ -176,6 +188,7 @@ class FairQueue:
         lane.in_flight += 1
         solution.in_flight += 1
         company.in_flight += 1
+        company.waiting -= 1
         self._size -= 1
         type_id = lane.target.activity_type_id
         if self._per_type[type_id] > 1:
@@ -183,6 +196,28 @@ class FairQueue:
         else:
             del self._per_type[type_id]
         return entry[3]
+
+    def _may_start(self, in_flight: int) -> Callable[[_Company], bool] | None:
+        """Which companies may start a request now under the policy (None: every one)."""
+        policy = self.policy
+        if policy is None:
+            return None
+        total = sum(max(c.weight, 1) for c in self._companies.values())
+        return lambda company: policy.may_start(in_flight, company.in_flight, company.weight, total)
+
+    def stalled(self) -> set[uuid.UUID]:
+        """Companies that hold at least their share of the slots and have as many claims again
+        waiting: more of their work claimed now could not start before those (the poller leaves it)."""
+        policy = self.policy
+        if policy is None:
+            return set()
+        total = sum(max(c.weight, 1) for c in self._companies.values())
+        stalled = set()
+        for company_id, company in self._companies.items():
+            share = policy.share(company.weight, total)
+            if company.in_flight >= share and company.waiting >= share:
+                stalled.add(company_id)
+        return stalled
 
     def started(self, claim: Claim, now: float) -> None:
         """Count a claim that went without waiting in this queue as in flight (``done`` when finished),
@@ -231,6 +266,7 @@ class FairQueue:
                 for lane in solution.limited.values():
                     claims.extend(entry[3] for entry in lane.heap)
                     lane.heap.clear()
+            company.waiting = 0
         self._size = 0
         self._per_type.clear()
         return claims
@@ -258,8 +294,11 @@ class FairQueue:
         return solution, lane
 
 
-def _fewest_per_weight(groups: Iterable[G], now: float) -> G | None:
-    """The group with work ready now and the fewest in flight per weight (ties: the best head).
+def _fewest_per_weight(
+    groups: Iterable[G], now: float, allowed: Callable[[G], bool] | None = None
+) -> G | None:
+    """The group with work ready now and the fewest in flight per weight (ties: the best head), among
+    those ``allowed`` (all when None).
 
     A group with more in flight per weight than the best so far cannot win, so its head is not looked at.
     """
@@ -268,6 +307,8 @@ def _fewest_per_weight(groups: Iterable[G], now: float) -> G | None:
     for group in groups:
         share = group.in_flight / max(group.weight, 1)
         if best is not None and share > best[0]:
+            continue
+        if allowed is not None and not allowed(group):
             continue
         head = group.ready_head(now)
         if head is None:

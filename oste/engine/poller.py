@@ -102,6 +102,7 @@ class Poller:
         dispatch: Callable[[Claim], None],
         queued: Callable[[], int] = lambda: 0,
         crowded: Callable[[int], Iterable[uuid.UUID]] = lambda threshold: (),
+        stalled: Callable[[], Iterable[uuid.UUID]] = lambda: (),
     ) -> None:
         self.config = config
         self.clock = clock
@@ -113,12 +114,18 @@ class Poller:
         self.dispatch = dispatch
         self.queued = queued
         self.crowded = crowded
+        self.stalled = stalled
+        """Companies whose share of the node's slots is full with as many claims again waiting: none
+        of their work is claimed until that changes (``Executor.stalled_companies``)."""
+        self._passed_over: set[uuid.UUID] = set()
+        """The stalled companies the last poll left alone (a poll follows when one of them is not)."""
         self._timers: dict[uuid.UUID, tuple[asyncio.TimerHandle, Claim]] = {}
         self._wake = asyncio.Event()
         self._next_poll_at = clock.now()
         self._blocked = False
         self._others_idle_until: datetime | None = None
         self._refresh_at = 0.0
+        self._others_idle_for: tuple[frozenset[uuid.UUID], frozenset[uuid.UUID]] | None = None
 
     async def run_once(self) -> PollResult:
         """Claim what is due up to ``now + lookahead`` (within the backlog room) and set the timers.
@@ -126,21 +133,26 @@ class Poller:
         Work-conserving and fair at once: types that crowd the node's waiting room (half of it is
         theirs) are passed over while anything else is due, and get whatever room is left once the
         others were claimed, so the room never sits empty while due work waits in the store.
+        Companies that could not start more of their work before what already waits (``stalled``)
+        are not claimed at all: their due work stays in the store, unleased, for another node's
+        share of slots or for this one's once its requests end.
         """
         await self._refresh_held()
         limit = min(self.config.batch_size, self._room())
         batch = self._least_batch
         skip = set(self.crowded(self._half_room)) if limit > 0 else set()
+        companies = set(self.stalled())
+        self._passed_over = companies
         # Claim in batches of at least half the waiting room (a nearly full room waits until the
         # executor drained it, instead of claiming a few rows at a time), except for other types
-        # than a crowding one: whatever room there is goes to them at once.
-        if limit <= 0 or (limit < batch and not skip):
+        # (and companies) than a crowding one: whatever room there is goes to them at once.
+        if limit <= 0 or (limit < batch and not skip and not companies):
             self._blocked = True
             return PollResult(blocked=True)
-        claims = await self._claim_others(limit, skip) if skip else []
+        claims = await self._claim_others(limit, skip, companies) if skip or limit < batch else []
         self._blocked = limit - len(claims) < batch
         if not self._blocked:
-            claims += await self._claim(limit - len(claims), set())
+            claims += await self._claim(limit - len(claims), set(), companies)
         self.book.add(claims)
         metrics.claimed(len(claims))
         for claim in claims:
@@ -168,33 +180,36 @@ class Poller:
         """The smallest claim worth a statement: half the waiting room (or a whole batch, if smaller)."""
         return min(self._half_room, self.config.batch_size)
 
-    async def _claim_others(self, limit: int, skip: set[uuid.UUID]) -> list[Claim]:
+    async def _claim_others(self, limit: int, skip: set[uuid.UUID], companies: set[uuid.UUID]) -> list[Claim]:
         """Claims of other types than the crowding ones. When the last such claim found none, the
         next one waits for the poll interval: when nothing else is due, the claim without the crowding
         types walks past every one of their due rows, and repeating it at each refill of the room
         would cost the store a scan of the whole backlog per batch."""
         now = self.clock.now()
-        if self._others_idle_until is not None and now < self._others_idle_until:
+        passed = (frozenset(skip), frozenset(companies))
+        idle_until = self._others_idle_until
+        if idle_until is not None and now < idle_until and passed == self._others_idle_for:
             return []
-        claims = await self._claim(limit, skip)
+        claims = await self._claim(limit, skip, companies)
         idle = not claims
         self._others_idle_until = now + timedelta(seconds=self.config.interval) if idle else None
+        self._others_idle_for = passed
         return claims
 
-    async def _claim(self, limit: int, skip: set[uuid.UUID]) -> list[Claim]:
+    async def _claim(self, limit: int, skip: set[uuid.UUID], companies: set[uuid.UUID]) -> list[Claim]:
         """Up to ``limit`` claims of the node's partitions, then of what other nodes are late with;
-        none of ``skip``'s types."""
+        none of ``skip``'s types nor of ``companies``."""
         partitions = self.partitions()
         now = self.clock.now()
         horizon = now + timedelta(seconds=self.config.lookahead)
         claims = await self.store.claim_due(
-            self.owner, partitions, limit, self.lease_seconds, horizon, skip_types=skip
+            self.owner, partitions, limit, self.lease_seconds, horizon, skip, companies
         )
         if len(claims) < limit and self.config.help_after is not None:
             # Nothing more of our own is due: take over what other nodes are late with.
             overdue = now - timedelta(seconds=self.config.help_after)
             claims += await self.store.claim_overdue_elsewhere(
-                self.owner, partitions, limit - len(claims), self.lease_seconds, overdue, skip
+                self.owner, partitions, limit - len(claims), self.lease_seconds, overdue, skip, companies
             )
         return claims
 
@@ -218,8 +233,12 @@ class Poller:
 
     def capacity_freed(self) -> None:
         """Claims left the waiting room or completed: poll again now if the last poll had to leave
-        due work for lack of room and there is room for a batch again."""
+        due work for lack of room and there is room for a batch again, or left a stalled company's
+        work that it could now start."""
         if self._blocked and self._room() >= self._least_batch:
+            self._wake.set()
+        elif self._passed_over and not self._passed_over <= set(self.stalled()):
+            self._passed_over = set()
             self._wake.set()
 
     def cancel_timers(self) -> list[Claim]:

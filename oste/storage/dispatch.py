@@ -217,10 +217,12 @@ class DispatchStore:
         lease_seconds: float,
         horizon: datetime,
         skip_types: Iterable[uuid.UUID] = (),
+        skip_companies: Iterable[uuid.UUID] = (),
     ) -> list[Claim]:
         """Claim up to ``limit`` scheduled activities due at or before ``horizon`` in ``partitions``.
 
-        Activities of ``skip_types`` are left for later (the node has enough of them waiting).
+        Activities of ``skip_types`` and of ``skip_companies`` are left for later (the node has enough
+        of them waiting, or as many waiting as the company's share of its slots can start).
 
         Each claimed activity becomes ``running`` under one new claim token, owned by ``owner`` until
         ``now + lease_seconds``. Concurrent claimers get disjoint activities. Activities of paused
@@ -229,7 +231,8 @@ class DispatchStore:
         """
         if limit <= 0 or not partitions:
             return []
-        return await self._claim_picked(owner, partitions, limit, lease_seconds, horizon, skip_types, False)
+        skip = (skip_types, skip_companies)
+        return await self._claim_picked(owner, partitions, limit, lease_seconds, horizon, skip, False)
 
     async def claim_overdue_elsewhere(
         self,
@@ -239,6 +242,7 @@ class DispatchStore:
         lease_seconds: float,
         before: datetime,
         skip_types: Iterable[uuid.UUID] = (),
+        skip_companies: Iterable[uuid.UUID] = (),
     ) -> list[Claim]:
         """Help a node that is behind: claim up to ``limit`` activities due before ``before`` in the
         partitions this node does *not* hold, of types without ``max_concurrency`` or ``rate_limit``.
@@ -249,7 +253,8 @@ class DispatchStore:
         """
         if limit <= 0 or len(set(held)) >= len(ALL_PARTITIONS):
             return []
-        return await self._claim_picked(owner, held, limit, lease_seconds, before, skip_types, True)
+        skip = (skip_types, skip_companies)
+        return await self._claim_picked(owner, held, limit, lease_seconds, before, skip, True)
 
     async def _claim_picked(
         self,
@@ -258,14 +263,15 @@ class DispatchStore:
         limit: int,
         lease_seconds: float,
         horizon: datetime,
-        skip_types: Iterable[uuid.UUID],
+        skip: tuple[Iterable[uuid.UUID], Iterable[uuid.UUID]],
         elsewhere: bool,
     ) -> list[Claim]:
         now = self.clock.now()
         token = new_id()
         lease_until = now + timedelta(seconds=lease_seconds)
+        types, companies = sorted(set(skip[0])), sorted(set(skip[1]))
         sql, values = self._claim_statement(
-            owner, token, lease_until, now, partitions, limit, horizon, sorted(set(skip_types)), elsewhere
+            owner, token, lease_until, now, partitions, limit, horizon, types, elsewhere, companies
         )
         async with self._db():
             rows = await self._conn().execute_query_dict(sql, values)
@@ -290,6 +296,7 @@ class DispatchStore:
         horizon: datetime,
         skip_types: Sequence[uuid.UUID],
         elsewhere: bool = False,
+        skip_companies: Sequence[uuid.UUID] = (),
     ) -> tuple[str, list[Any]]:
         """The claim of due activities in ``partitions``; with ``elsewhere``, in all *other*
         partitions and only of types without limits."""
@@ -304,6 +311,8 @@ class DispatchStore:
             where += f" AND NOT {held}" if elsewhere else f" AND {held}"
         if skip_types:
             where += " AND NOT " + self._in_uuids("activity_type_id", skip_types, p)
+        if skip_companies:
+            where += " AND NOT " + self._in_uuids("company_id", skip_companies, p)
         left_alone = "t.paused OR s.paused OR c.paused"
         if elsewhere:
             left_alone += " OR t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL"

@@ -123,7 +123,7 @@ def test_bench_on_postgres_with_two_workers(workload: str, tmp_path: Path) -> No
 
 def test_help_names_every_workload() -> None:
     out = subprocess.run([*OSTE, "bench", "--help"], capture_output=True, text=True, check=True).stdout
-    for workload in [*SMALL, "soak", "crash"]:
+    for workload in [*SMALL, "soak", "crash", "hog"]:
         assert workload in out
 
 
