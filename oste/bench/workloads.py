@@ -255,6 +255,12 @@ async def _crash(harness: Harness) -> Result:
     return await run_crash(harness)
 
 
+async def _fairness(harness: Harness) -> Result:
+    from oste.bench.fairness import fairness as run_fairness
+
+    return await run_fairness(harness)
+
+
 async def _soak(harness: Harness) -> Result:
     from oste.bench.soak import soak as run_soak
 
@@ -272,4 +278,5 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "rollers": served.rollers,
     "crash": _crash,
     "soak": _soak,
+    "fairness": _fairness,
 }
