@@ -3,8 +3,10 @@ never name the ``Host`` the client sent, and ``Cache-Control: no-store`` on the 
 
 - ``BodyDeadline``: the whole body must arrive within ``OSTE_BODY_TIMEOUT`` of the request's start. A
   handler reading a body still arriving after that gets ``BodyTimeout``, answered 408 (a problem,
-  with ``Connection: close``). A client that leaves while sending is ``ClientDisconnect``: one INFO
-  line (``client_left``), no traceback — nobody is there to read an answer.
+  with ``Connection: close``). A client that leaves while sending is ``ClientLeft`` (an OsteError,
+  so the API's and the UI's handlers answer it quietly): one INFO line, no traceback — nobody is
+  there to read an answer. (Starlette's own ``ClientDisconnect``, raised where a body is read
+  without this middleware, gets one INFO line too: ``client_left``.)
 - ``SafeHeaders``: a redirect's ``Location`` is made relative (``/metrics``, never
   ``http://<the client's Host>/metrics``: Starlette's trailing-slash redirect builds it from the
   ``Host`` header), and every answer under ``/v1/`` that does not say otherwise gets
@@ -42,6 +44,14 @@ class BodyTimeout(HttpProblem):
         self.extensions = {"cap": "OSTE_BODY_TIMEOUT", "limit": seconds}
 
 
+class ClientLeft(HttpProblem):
+    """The client disconnected while sending its body: logged once (INFO) where it is seen, answered
+    by the usual handlers of the API and the UI (whose answer nobody reads), never a traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(400, "the client disconnected before sending its whole body")
+
+
 class BodyDeadline:
     """ASGI middleware: the request body's messages must all arrive within ``seconds`` of the start."""
 
@@ -66,7 +76,11 @@ class BodyDeadline:
                     message = await receive()
             except TimeoutError:
                 raise BodyTimeout(self.seconds) from None
-            if message["type"] != "http.request" or not message.get("more_body", False):
+            if message["type"] == "http.disconnect":
+                path = scope.get("path", "")
+                log.info("%s %s: the client left before sending its whole body", scope.get("method"), path)
+                raise ClientLeft()
+            if not message.get("more_body", False):
                 done = True
             return message
 
