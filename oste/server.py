@@ -131,9 +131,11 @@ def create_app(
     from starlette.applications import Starlette
 
     from oste.api import EXCEPTION_HANDLERS, ApiContext, api_routes
+    from oste.api.fairness import ApiShares, Caps, LightRequests
     from oste.api.metrics import RequestMetrics
     from oste.api.proxies import TrustedProxies
     from oste.api.ratelimit import RateLimit
+    from oste.api.transport import BodyDeadline, SafeHeaders
     from oste.ui import mount as ui_routes
 
     set_up_metrics()
@@ -181,6 +183,14 @@ def create_app(
         settings.destination_max_in_flight,
     )
     routes = [*api_routes(), *ui]
+    shares = ApiShares(
+        Caps(
+            max_streams_per_company=settings.max_streams_per_company,
+            max_long_polls_per_company=settings.max_long_polls_per_company,
+            max_heavy_requests_per_company=settings.max_heavy_requests_per_company,
+            max_heavy_requests=settings.max_heavy_requests,
+        )
+    )
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.api = ApiContext(
         storage=storage,
@@ -192,10 +202,14 @@ def create_app(
         metrics_token=settings.metrics_token,
         signing_secret_grace=settings.signing_secret_grace,
         destination_max_in_flight=settings.destination_max_in_flight,
+        shares=shares,
     )
     app.state.engine = engine
     if settings.api_rate_limit > 0:
         app.add_middleware(RateLimit, rate=settings.api_rate_limit)
+    app.add_middleware(BodyDeadline, seconds=settings.body_timeout)
+    app.add_middleware(LightRequests, shares=shares)
+    app.add_middleware(SafeHeaders)
     app.add_middleware(RequestMetrics)
     if settings.forwarded_allow_ips:  # outermost: everything inside sees the client's scheme and address
         app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)

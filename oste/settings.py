@@ -128,6 +128,42 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Largest request body the API accepts, in bytes (larger answers 413).",
     ),
     SettingSpec(
+        "body_timeout",
+        "OSTE_BODY_TIMEOUT",
+        "PT30S",
+        "How long a client may take to send a request's whole body (seconds or ISO 8601 duration); a "
+        "body still arriving after that answers 408 and the connection is closed.",
+    ),
+    SettingSpec(
+        "max_streams_per_company",
+        "OSTE_MAX_STREAMS_PER_COMPANY",
+        "10",
+        "Event streams (`GET …/events`) one company may hold open at once on one API process (1-100000); "
+        "one more answers 429 with Retry-After, naming this setting.",
+    ),
+    SettingSpec(
+        "max_long_polls_per_company",
+        "OSTE_MAX_LONG_POLLS_PER_COMPANY",
+        "100",
+        "Long-polls (`GET …/activities/{id}?wait=`) one company may have waiting at once on one API "
+        "process (1-100000); one more answers 429 with Retry-After, naming this setting.",
+    ),
+    SettingSpec(
+        "max_heavy_requests_per_company",
+        "OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY",
+        "2",
+        "Heavy requests (batch creates, bulk changes, backfills) one company may have running or waiting "
+        "at once on one API process (1-100000); one more answers 429 with Retry-After, naming this setting.",
+    ),
+    SettingSpec(
+        "max_heavy_requests",
+        "OSTE_MAX_HEAVY_REQUESTS",
+        "2",
+        "Heavy requests one API process runs at once, whatever the company (1-100000); more wait their "
+        "turn, companies taking turns, and answer 429 after 30 s. Single requests never wait for them, "
+        "and heavy ones pause between chunks while single requests are being served.",
+    ),
+    SettingSpec(
         "api_rate_limit",
         "OSTE_API_RATE_LIMIT",
         "1000",
@@ -325,6 +361,11 @@ class Settings:
     roller_retry_max: float | None = None
     max_in_flight: int = 64
     max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout: float = 30.0
+    max_streams_per_company: int = 10
+    max_long_polls_per_company: int = 100
+    max_heavy_requests_per_company: int = 2
+    max_heavy_requests: int = 2
     api_rate_limit: float = 1000.0
     signing_secret_grace: float = 24 * 3600.0
     breaker_failures: int = 5
@@ -633,6 +674,11 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "roller_retry_max": _interval,
     "max_in_flight": _int_in(1, 100_000),
     "max_body_bytes": _int_in(1024, 1024**3),
+    "body_timeout": _interval,
+    "max_streams_per_company": _int_in(1, 100_000),
+    "max_long_polls_per_company": _int_in(1, 100_000),
+    "max_heavy_requests_per_company": _int_in(1, 100_000),
+    "max_heavy_requests": _int_in(1, 100_000),
     "api_rate_limit": _rate,
     "quota_max_scheduled_activities": _quota,
     "quota_max_activity_types": _quota,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
 
 from oste.api import (
@@ -20,6 +21,7 @@ from oste.api import (
 from oste.api.context import ApiContext
 from oste.api.problems import STORAGE_HANDLERS, http_error, oste_error, unexpected_error
 from oste.api.queries import refuse_unknown_queries
+from oste.api.transport import BodyTimeout, body_timeout, client_left
 from oste.errors import OsteError
 
 __all__ = ["EXCEPTION_HANDLERS", "ApiContext", "api_routes"]
@@ -54,6 +56,8 @@ def _routes() -> list[BaseRoute]:
 
 EXCEPTION_HANDLERS = {
     **STORAGE_HANDLERS,
+    BodyTimeout: body_timeout,
+    ClientDisconnect: client_left,
     OsteError: oste_error,
     HTTPException: http_error,
     Exception: unexpected_error,

@@ -3,8 +3,9 @@ run now, and bulk changes by filter."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -20,10 +21,12 @@ from oste.api.waiting import changed_activity, wait_params
 from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.bulk import BulkResult, UpdatePlan
+from oste.domain.fastschema import compile_check
 from oste.domain.parameters import ParameterRules, join_path
 from oste.domain.uris import check_target_uri
 from oste.errors import InvalidInput
 from oste.operations.creation import (
+    CHECKPOINT_EVERY,
     TypeCache,
     check_idempotency_key,
     keyed,
@@ -32,6 +35,8 @@ from oste.operations.creation import (
     when,
 )
 from oste.storage.store import MAX_PAGE, Store
+
+MAX_BATCH = schemas.ACTIVITY_BATCH["properties"]["activities"]["maxItems"]
 
 
 @self_audited
@@ -42,11 +47,13 @@ async def create(request: Request) -> Response:
     cache = TypeCache(api.store, solution)
     now = api.store.clock.now()
     if isinstance(data, dict) and "activities" in data:
-        items = await _validated_batch(cache, data, now)
-        made = await api.operations.activities.create_many(actor, company, solution, items)
+        async with api.shares.heavy(request, company):  # one of the company's heavy requests
+            items = await _validated_batch(cache, data, now, api.shares.checkpoint)
+            made = await api.operations.activities.create_many(actor, company, solution, items)
+            rendered = [render.activity(a) async for a in api.shares.chunked(made)]
         # no Location: a batch creates many resources, each listed with its id (RFC 9110: the target
         # URI, the listing, identifies what was created)
-        return json({"activities": [render.activity(a) for a in made]}, 201)
+        return json({"activities": rendered}, 201)
     schemas.check_shape(schemas.ACTIVITY_CREATE, data)
     item = await new_activity(data, cache, now)
     key = request.headers.get("idempotency-key")
@@ -58,11 +65,15 @@ async def create(request: Request) -> Response:
     return created(render.activity(activity), *solution_path(company, solution), "activities", activity.id)
 
 
-async def _validated_batch(cache: TypeCache, data: dict[str, Any], now: datetime) -> list[r.NewActivity]:
-    """All-or-nothing: every item is validated first; any error rejects the batch with per-item errors."""
-    schemas.check_shape(schemas.ACTIVITY_BATCH, data)
+async def _validated_batch(
+    cache: TypeCache, data: dict[str, Any], now: datetime, checkpoint: Callable[[], Awaitable[None]]
+) -> list[r.NewActivity]:
+    """All-or-nothing: every item is validated first; any error rejects the batch with per-item errors.
+    ``checkpoint`` is awaited between chunks of items (``oste.api.fairness``)."""
+    await _check_batch_shape(data, checkpoint)
     raws = data["activities"]
-    results = await validate_each(raws, cache, now, [f"activities/{i}" for i in range(len(raws))])
+    prefixes = [f"activities/{i}" for i in range(len(raws))]
+    results = await validate_each(raws, cache, now, prefixes, checkpoint)
     items = [result for result in results if isinstance(result, r.NewActivity)]
     errors = [e for result in results if isinstance(result, InvalidInput) for e in result.errors]
     if errors:
@@ -71,6 +82,26 @@ async def _validated_batch(cache: TypeCache, data: dict[str, Any], now: datetime
             f"{failing} of {len(data['activities'])} activities are invalid; nothing was created", errors
         )
     return items
+
+
+_ITEM_SHAPE = compile_check(schemas.ACTIVITY_CREATE)
+"""True for an item of a batch that surely has the create shape (``oste.domain.fastschema``)."""
+
+
+async def _check_batch_shape(data: dict[str, Any], checkpoint: Callable[[], Awaitable[None]]) -> None:
+    """``check_shape(ACTIVITY_BATCH)`` in chunks: the envelope, then each item's fast check with a
+    ``checkpoint`` every ``CHECKPOINT_EVERY`` items; a batch they do not surely accept is left to
+    ``check_shape``, which explains what is wrong in one go."""
+    items = data.get("activities")
+    if set(data) == {"activities"} and isinstance(items, list) and 1 <= len(items) <= MAX_BATCH:
+        for index, item in enumerate(items):
+            if index and index % CHECKPOINT_EVERY == 0:
+                await checkpoint()
+            if not _ITEM_SHAPE(item):
+                break
+        else:
+            return
+    schemas.check_shape(schemas.ACTIVITY_BATCH, data)
 
 
 async def activity_in_path(request: Request) -> tuple[r.Solution, r.Activity]:
@@ -144,8 +175,13 @@ async def get_activity(request: Request) -> Response:
     solution, activity = await activity_in_path(request)
     wait, away_from = wait_params(request.query_params)
     if wait:
-        store = ctx(request).store
-        activity = await changed_activity(store, solution, activity, wait, away_from, key_alive(request))
+        api = ctx(request)
+        company = request.state.principal.company
+        place = api.shares.long_poll(request, company) if company else contextlib.nullcontext()
+        with place:  # one of the company's long-poll places (429 past its cap)
+            api.shares.step_aside(request.scope)
+            alive = key_alive(request)
+            activity = await changed_activity(api.store, solution, activity, wait, away_from, alive)
     return json(render.activity(activity))
 
 
@@ -218,9 +254,10 @@ async def bulk(request: Request) -> Response:
         described["set"] = sorted(data["set"])
         if "uri" in data["set"]:
             described["uri"] = data["set"]["uri"]
-    result = await api.operations.activities.bulk(
-        actor, company, solution, filters, action, plan, bool(data.get("dry_run", False)), described
-    )
+    async with api.shares.heavy(request, company):  # one of the company's heavy requests
+        result = await api.operations.activities.bulk(
+            actor, company, solution, filters, action, plan, bool(data.get("dry_run", False)), described
+        )
     return json(render_bulk(result))
 
 

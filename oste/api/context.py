@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
+from oste.api.fairness import ApiShares
+from oste.api.feeds import EventFeeds
 from oste.api.ratelimit import TokenBuckets
 from oste.api.requests import Principal, authenticate, check_company_access, read_json, slug_in_path
 from oste.domain import records as r
@@ -41,6 +44,14 @@ class ApiContext:
     """OSTE_SIGNING_SECRET_GRACE: how long a rotated signing secret keeps signing by default."""
     destination_max_in_flight: int | None = None
     """OSTE_DESTINATION_MAX_IN_FLIGHT: the cap of destinations without one of their own."""
+    shares: ApiShares = field(default_factory=ApiShares)
+    """Each company's open streams, long-polls and heavy requests in this process (``oste.api.fairness``)."""
+    key_liveness: KeyLiveness = field(default_factory=lambda: KeyLiveness())
+
+    @functools.cached_property
+    def feeds(self) -> EventFeeds:
+        """The event feeds of the solutions streamed from this process (one reader per solution)."""
+        return EventFeeds(self.store.clock)
 
     @functools.cached_property
     def operations(self) -> Operations:
@@ -171,13 +182,33 @@ def self_audited(endpoint: E) -> E:
 
 def key_alive(request: Request) -> Callable[[], Awaitable[bool]] | None:
     """For a company caller: whether its key is still unrevoked (streams and long-polls ask as they
-    go); None for the operator."""
+    go); None for the operator. The answer is shared for ``KeyLiveness.FRESH`` seconds by every
+    stream and long-poll of the key, so a hundred of them cost one query, not a hundred."""
     who: Principal | None = getattr(request.state, "principal", None)
     if who is None or who.api_key_id is None:
         return None
-    store, key_id = ctx(request).store, who.api_key_id
+    c, key_id = ctx(request), who.api_key_id
 
     async def alive() -> bool:
-        return await store.api_key_active(key_id)
+        return await c.key_liveness.alive(c.store, key_id)
 
     return alive
+
+
+class KeyLiveness:
+    """Whether API keys are still unrevoked, each read at most once per ``FRESH`` seconds."""
+
+    FRESH = 0.5
+
+    def __init__(self) -> None:
+        self._known: dict[uuid.UUID, tuple[float, bool]] = {}
+
+    async def alive(self, store: Store, key_id: uuid.UUID) -> bool:
+        known = self._known.get(key_id)
+        if known is not None and time.monotonic() - known[0] < self.FRESH:
+            return known[1]
+        answer = await store.api_key_active(key_id)
+        if len(self._known) > 10_000:
+            self._known.clear()
+        self._known[key_id] = (time.monotonic(), answer)
+        return answer

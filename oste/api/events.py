@@ -9,18 +9,21 @@ gets every later event in order (they are kept ``EVENT_RETENTION``); ``activity_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from dataclasses import dataclass
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from oste.api.context import ctx, key_alive, solution_in_path
+from oste.api.feeds import READ_LIMIT
 from oste.api.tenants import SOLUTION
 from oste.domain import records as r
 from oste.errors import InvalidInput
@@ -30,11 +33,8 @@ from oste.storage.store import Store
 KEEP_ALIVE = 15.0
 """Seconds between keep-alive comments while nothing happens."""
 REVOCATION_CHECK = 2.0
-"""Seconds between checks that a company key streaming is still valid."""
-POLL_INTERVAL = 0.2
-"""Seconds between reads of new events while a stream is idle."""
-RENEW_EVERY = 60.0
-"""Seconds between renewals of the solution's subscription (and pruning of old events)."""
+"""Seconds between checks that a company key streaming is still valid (the answer is shared by every
+stream and long-poll of the key: ``oste.api.context.key_alive``)."""
 _EVENT_ID = re.compile(r"([0-9]{1,19})-([0-9]{1,19})")
 LARGEST_POSITION = 2**63 - 1
 """Both numbers of an event id are signed 64-bit integers (bigint) in the database."""
@@ -85,8 +85,9 @@ def format_event(event: ev.Event, type_name: str) -> bytes:
 
 
 async def stream_events(request: Request) -> Response:
-    _, solution = await solution_in_path(request)
-    store = ctx(request).store
+    who, solution = await solution_in_path(request)
+    api = ctx(request)
+    store = api.store
     if "last-event-id" in request.headers:
         after = parse_last_event_id(request.headers["last-event-id"])
     else:
@@ -100,11 +101,44 @@ async def stream_events(request: Request) -> Response:
             raise InvalidInput.field("activity_type", f"solution {solution.name!r} has no type {wanted!r}")
         type_id = ids[wanted]
     object_id = request.query_params.get("object_id")
-    await ev.subscribe(solution.id, store.clock.now())
-    start = after if after is not None else await ev.end_position(solution.id)
-    body = _events(request, store, solution, start, type_id, object_id, names)
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+    place = contextlib.ExitStack()
+    if who.company is not None:  # the company's place, held until the stream ends (429 past its cap)
+        place.enter_context(api.shares.open_stream(request, who.company))
+    else:
+        api.shares.step_aside(request.scope)
+    with place:
+        await ev.subscribe(solution.id, store.clock.now())
+        start = after if after is not None else await ev.end_position(solution.id)
+        wanted_events = Wanted(type_id, object_id)
+        body = _events(request, store, solution, start, wanted_events, names)
+        return EventStream(body, place.pop_all())
+
+
+class EventStream(StreamingResponse):
+    """The stream's response: ``place`` (the company's stream place) is released when it ends, however
+    it ends (even when the client left before the first event)."""
+
+    def __init__(self, body: AsyncIterator[bytes], place: contextlib.ExitStack) -> None:
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        super().__init__(body, media_type="text/event-stream", headers=headers)
+        self.place = place
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self.place:
+            await super().__call__(scope, receive, send)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The events a stream asked for (``activity_type`` and ``object_id``; None: every one)."""
+
+    type_id: uuid.UUID | None
+    object_id: str | None
+
+    def __call__(self, event: ev.Event) -> bool:
+        return (self.type_id is None or event.activity_type_id == self.type_id) and (
+            self.object_id is None or event.object_id == self.object_id
+        )
 
 
 async def _events(
@@ -112,38 +146,66 @@ async def _events(
     store: Store,
     solution: r.Solution,
     position: tuple[int, int],
-    type_id: uuid.UUID | None,
-    object_id: str | None,
+    wanted: Wanted,
     names: dict[uuid.UUID, str],
 ) -> AsyncIterator[bytes]:
+    """The stream: events after ``position`` from the solution's shared feed (``oste.api.feeds``),
+    keep-alives while nothing happens."""
     yield b": connected\n\n"
-    quiet_since = renewed = checked = time.monotonic()
+    quiet_since = checked = time.monotonic()
     alive = key_alive(request)
-    while not await request.is_disconnected():
-        if alive is not None and time.monotonic() - checked >= REVOCATION_CHECK:
-            if not await alive():  # the key was revoked: the stream ends (reconnecting answers 401)
-                yield b": the API key of this stream was revoked\n\n"
-                return
-            checked = time.monotonic()
-        batch = await ev.read_after(solution.id, position, type_id, object_id)
+    feeds = ctx(request).feeds
+    while True:  # once per joining of the feed (again after a client too slow to read was dropped)
+        async with feeds.listening(solution.id) as (listener, joined_at):
+            if position < joined_at:  # catch up from the store; the feed hands what comes later
+                async for event in _stored_after(solution, position, wanted):
+                    names = await _known(store, solution, names, event)
+                    yield format_event(event, names.get(event.activity_type_id, ""))
+                    position = event.position
+                quiet_since = time.monotonic()
+            while not listener.dropped:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(listener.woken.wait(), REVOCATION_CHECK)
+                listener.woken.clear()
+                while listener.queue:
+                    event = listener.queue.popleft()
+                    if event.position <= position or not wanted(event):
+                        continue
+                    names = await _known(store, solution, names, event)
+                    yield format_event(event, names.get(event.activity_type_id, ""))
+                    position = event.position
+                    quiet_since = time.monotonic()
+                clock = time.monotonic()
+                if alive is not None and clock - checked >= REVOCATION_CHECK:
+                    if not await alive():  # the key was revoked: the stream ends (reconnecting: 401)
+                        yield b": the API key of this stream was revoked\n\n"
+                        return
+                    checked = clock
+                if clock - quiet_since >= KEEP_ALIVE:
+                    if await request.is_disconnected():
+                        return
+                    yield b": keep-alive\n\n"
+                    quiet_since = clock
+
+
+async def _stored_after(
+    solution: r.Solution, position: tuple[int, int], wanted: Wanted
+) -> AsyncIterator[ev.Event]:
+    """The solution's wanted events after ``position``, read from the store to its end."""
+    while True:
+        batch = await ev.read_after(solution.id, position, wanted.type_id, wanted.object_id, READ_LIMIT)
         for event in batch:
-            if event.activity_type_id not in names:
-                names = await _type_names(store, solution)
-            yield format_event(event, names.get(event.activity_type_id, ""))
+            yield event
             position = event.position
-        clock = time.monotonic()
-        if batch:
-            quiet_since = clock
-            continue
-        if clock - quiet_since >= KEEP_ALIVE:
-            yield b": keep-alive\n\n"
-            quiet_since = clock
-        if clock - renewed >= RENEW_EVERY:
-            now = store.clock.now()
-            await ev.subscribe(solution.id, now)
-            await ev.prune(now - timedelta(seconds=ev.EVENT_RETENTION))
-            renewed = clock
-        await asyncio.sleep(POLL_INTERVAL)
+        if len(batch) < READ_LIMIT:
+            return
+
+
+async def _known(
+    store: Store, solution: r.Solution, names: dict[uuid.UUID, str], event: ev.Event
+) -> dict[uuid.UUID, str]:
+    """The type names, read again when an event names a type created since they were read."""
+    return names if event.activity_type_id in names else await _type_names(store, solution)
 
 
 async def _type_names(store: Store, solution: r.Solution) -> dict[uuid.UUID, str]:

@@ -764,15 +764,18 @@ _ERRORS = {
     ),
     404: ("NotFound", "It does not exist, or belongs to another company"),
     409: ("Conflict", "It clashes with what is stored"),
+    408: ("RequestTimeout", "The body did not arrive within OSTE_BODY_TIMEOUT; the connection is closed"),
     413: ("PayloadTooLarge", "The body is larger than the limit (OSTE_MAX_BODY_BYTES)"),
     415: ("UnsupportedMediaType", "The body is not sent as application/json"),
     422: ("InvalidInput", "Invalid input: `errors` lists every failing field with its path and reason"),
     429: (
         "TooManyRequests",
         "Too many requests with this bearer token (OSTE_API_RATE_LIMIT, per API process), too many by the "
-        "company (its `requests_per_second` quota), too many wrong tokens from this address, or a create "
-        "over one of the company's quotas (`quota`, `limit` and `used` name it): retry after "
-        "`Retry-After` seconds when it is given",
+        "company (its `requests_per_second` quota), too many wrong tokens from this address, a create "
+        "over one of the company's quotas (`quota`, `limit` and `used` name it), or past one of the "
+        "company's caps on open event streams, long-polls or heavy requests (batches, bulk changes, "
+        "backfills; `cap` names its setting, `limit` its value): retry after `Retry-After` seconds when "
+        "it is given",
     ),
     503: (
         "Unavailable",
@@ -805,7 +808,7 @@ def _error_codes(op: Op) -> list[int]:
     if op.admin:
         codes.add(403)
     if op.body:
-        codes |= {400, 413, 415, 422}
+        codes |= {400, 408, 413, 415, 422}
     codes.add(422)  # every operation refuses a query parameter it does not list (oste.api.queries)
     if op.conflict:
         codes.add(409)

@@ -259,11 +259,13 @@ async def backfill(request: Request) -> Response:
         raise InvalidInput.field("to", "must not be in the future: backfill covers past occurrences")
     overlap = Overlap(check_choice(Overlap, data.get("overlap", "allow"), "overlap"))
     kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
-    made, queued, skipped = await api.operations.recurring.backfill(
-        actor, company, solution, recurring, kind, (start, end), overlap
-    )
+    async with api.shares.heavy(request, company):  # one of the company's heavy requests
+        made, queued, skipped = await api.operations.recurring.backfill(
+            actor, company, solution, recurring, kind, (start, end), overlap
+        )
+        rendered = [render.activity(a) async for a in api.shares.chunked(made)]
     result = {
-        "created": [render.activity(a) for a in made],
+        "created": rendered,
         "queued": queued,
         "skipped": skipped,
     }

@@ -263,6 +263,12 @@ async def _hog(harness: Harness) -> Result:
     return await hog(harness)
 
 
+async def _fairness(harness: Harness) -> Result:
+    from oste.bench.fairness import fairness as run_fairness
+
+    return await run_fairness(harness)
+
+
 async def _soak(harness: Harness) -> Result:
     from oste.bench.soak import soak as run_soak
 
@@ -281,4 +287,5 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "crash": _crash,
     "soak": _soak,
     "hog": _hog,
+    "fairness": _fairness,
 }

@@ -170,12 +170,27 @@ def add_bench_parser(commands: Any) -> None:
         "  soak    --rate R activities a second created through the API for --minutes M, fired, shipped\n"
         "          by the log rollers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)\n"
         "  hog     company A's --count requests held 30 s by a slow receiver (300) beside company B's\n"
-        "          --rate per second for --duration seconds (300/s, 40 s): B's lag",
+        "          --rate per second for --duration seconds (300/s, 40 s): B's lag\n"
+        "  fairness one company's --singles creates alone, while another holds --count event streams\n"
+        "          (200), and while it sends --batch-concurrency 1,000-item batches at once (4)",
     )
     add = bench.add_argument
     add(
         "workload",
-        choices=("burst", "steady", "scale", "cron", "api", "stats", "ui", "rollers", "crash", "soak", "hog"),
+        choices=(
+            "burst",
+            "steady",
+            "scale",
+            "cron",
+            "api",
+            "stats",
+            "ui",
+            "rollers",
+            "crash",
+            "soak",
+            "fairness",
+            "hog",
+        ),
         help="what to measure",
     )
     add(

@@ -9,7 +9,7 @@ the same checks and ``Store.create_activities``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -101,16 +101,27 @@ async def new_activity(
     )
 
 
+CHECKPOINT_EVERY = 25
+"""Items ``validate_each`` validates between two awaits of its ``checkpoint``."""
+
+
 async def validate_each(
-    items: Sequence[Any], cache: TypeCache, now: datetime, prefixes: Sequence[str]
+    items: Sequence[Any],
+    cache: TypeCache,
+    now: datetime,
+    prefixes: Sequence[str],
+    checkpoint: Callable[[], Awaitable[None]] | None = None,
 ) -> list[r.NewActivity | InvalidInput]:
     """Validate create bodies whose shape was checked; per item, its NewActivity or why it is invalid.
 
     ``prefixes[i]`` is the field path of item ``i`` in error messages (``activities/3``, or ``""``).
+    ``checkpoint`` (the API's: let other requests run) is awaited every ``CHECKPOINT_EVERY`` items.
     """
     await cache.prefetch(items)
     results: list[r.NewActivity | InvalidInput] = []
-    for raw, prefix in zip(items, prefixes, strict=True):
+    for index, (raw, prefix) in enumerate(zip(items, prefixes, strict=True)):
+        if checkpoint is not None and index and index % CHECKPOINT_EVERY == 0:
+            await checkpoint()
         try:
             results.append(await new_activity(raw, cache, now, prefix))
         except InvalidInput as exc:

@@ -9,6 +9,7 @@ orjson text), so the rows read back through the models exactly as before.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("updated_at", "timestamptz"),
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
+
+YIELD_EVERY = 100
+"""Rows ``insert_activities`` builds between two yields to the event loop."""
 
 _STRATEGIES: dict[str, ClaimStrategy] = {}
 
@@ -135,8 +139,13 @@ async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list
         kind.id: (kind.partition, kind.limited)
         for kind in {item.activity_type.id: item.activity_type for item in new}.values()
     }
-    created = [new_activity_record(item, now, partitions[item.activity_type.id]) for item in new]
-    rows = [_row(a, item.request_hash) for a, item in zip(created, new, strict=True)]
+    created: list[r.Activity] = []
+    rows: list[tuple[Any, ...]] = []
+    for index, item in enumerate(new):
+        if index and index % YIELD_EVERY == 0:
+            await asyncio.sleep(0)  # a big batch lets other requests run while its rows are built
+        created.append(new_activity_record(item, now, partitions[item.activity_type.id]))
+        rows.append(_row(created[-1], item.request_hash))
     try:
         if await wants_created({a.solution_id for a in created}, now):
             async with in_transaction():  # the rows and their created events, or neither

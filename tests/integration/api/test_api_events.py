@@ -169,7 +169,7 @@ async def test_stream_sends_keep_alive_comments_and_respects_company_keys(sqlite
     headers = {"Authorization": f"Bearer {tenant.key}"}
     async with sqlite_api.http.stream("GET", tenant.path + "/events", headers=headers) as response:
         assert response.status_code == 200
-        assert response.headers["cache-control"] == "no-cache"
+        assert response.headers["cache-control"] == "no-store"
         first = await asyncio.wait_for(anext(response.aiter_lines()), 10)
         assert first.startswith(":")
     _ = httpx  # the stream above is read with the test's own client
