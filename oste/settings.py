@@ -128,6 +128,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Largest request body the API accepts, in bytes (larger answers 413).",
     ),
     SettingSpec(
+        "max_parameter_bytes",
+        "OSTE_MAX_PARAMETER_BYTES",
+        "1048576",
+        "Largest parameter of one activity (or recurring activity), in bytes as compact JSON; a larger "
+        "one answers 422 naming the parameter. Bounds what checking it against its type's schema costs.",
+    ),
+    SettingSpec(
         "api_rate_limit",
         "OSTE_API_RATE_LIMIT",
         "1000",
@@ -322,6 +329,7 @@ class Settings:
     roller_retry_max: float | None = None
     max_in_flight: int = 64
     max_body_bytes: int = 4 * 1024 * 1024
+    max_parameter_bytes: int = 1024 * 1024
     api_rate_limit: float = 1000.0
     signing_secret_grace: float = 24 * 3600.0
     breaker_failures: int = 5
@@ -630,6 +638,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "roller_retry_max": _interval,
     "max_in_flight": _int_in(1, 100_000),
     "max_body_bytes": _int_in(1024, 1024**3),
+    "max_parameter_bytes": _int_in(1024, 1024**3),
     "api_rate_limit": _rate,
     "quota_max_scheduled_activities": _quota,
     "quota_max_activity_types": _quota,

@@ -41,6 +41,8 @@ class ApiContext:
     """OSTE_SIGNING_SECRET_GRACE: how long a rotated signing secret keeps signing by default."""
     destination_max_in_flight: int | None = None
     """OSTE_DESTINATION_MAX_IN_FLIGHT: the cap of destinations without one of their own."""
+    max_parameter_bytes: int = 1024 * 1024
+    """OSTE_MAX_PARAMETER_BYTES: the largest parameter of one activity, as compact JSON."""
 
     @functools.cached_property
     def operations(self) -> Operations:
