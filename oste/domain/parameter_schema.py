@@ -12,7 +12,8 @@ dialect of JSON Schema draft 2020-12 in which one validation costs at most a fix
 - ``unevaluatedItems`` and ``unevaluatedProperties`` are refused: the validator re-evaluates every
   sibling keyword for every item or member, which is quadratic in the instance;
 - validation counts its work: each keyword applied to a value and each descent is a step (a keyword
-  applied to a string, array or object also pays one step per 64 characters, items or members), and a
+  applied to an array or object also pays one step per 64 items or members, to a string one per 1,024
+  characters), and a
   validation that would take more than ``MAX_VALIDATION_STEPS`` stops with a 422 naming the parameter.
   Error messages show a bounded excerpt of a value, never all of it, so no step costs more than a
   constant plus its value's own length.
@@ -46,7 +47,7 @@ MAX_SCHEMA_PATTERNS = 100
 MAX_EXPANDED_NODES = 20000
 """Most schema nodes once every ``$ref`` is expanded: ``anyOf`` chains of references can otherwise make
 one validation exponential in the schema's size."""
-MAX_VALIDATION_STEPS = 200_000
+MAX_VALIDATION_STEPS = 50_000
 """Most steps one validation of a parameter may take (see the module docstring): a few hundred
 milliseconds of one core at worst, off the event loop (``oste.operations.validation``)."""
 MAX_PARAMETER_ERRORS = 50
@@ -75,8 +76,19 @@ class ValidationTooCostly(Exception):
     """A validation ran out of steps (``MAX_VALIDATION_STEPS``)."""
 
 
-_STEPS: ContextVar[list[int] | None] = ContextVar("oste_validation_steps", default=None)
-"""Steps left to the validation running in this context (None: not counted)."""
+class _Steps:
+    """What the validation running in this context may still spend, and the cost of quoting each
+    keyword value it met (measured once per validation)."""
+
+    __slots__ = ("left", "quotes")
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.quotes: dict[int, int] = {}
+
+
+_STEPS: ContextVar[_Steps | None] = ContextVar("oste_validation_steps", default=None)
+"""The validation running in this context (None: not counted)."""
 
 
 def join_path(*parts: object) -> str:
@@ -129,10 +141,10 @@ def parameter_errors(
 ) -> list[tuple[tuple[Any, ...], str]]:
     """The schema errors of ``parameter`` (path, message), at most ``MAX_PARAMETER_ERRORS``, found in at
     most ``steps`` steps; raises ``ValidationTooCostly`` past them."""
-    token = _STEPS.set([steps])
+    token = _STEPS.set(_Steps(steps))
     try:
         found = []
-        for error in validator.iter_errors(_bounded(parameter)):
+        for error in validator.iter_errors(parameter):
             found.append((tuple(error.path), error.message))
             if len(found) >= MAX_PARAMETER_ERRORS:
                 break
@@ -189,23 +201,22 @@ def _schema_positions(schema: dict[str, Any]) -> Iterator[tuple[dict[str, Any], 
             continue
         seen.add(id(node))
         yield node, path
-        for keyword in _ONE_SCHEMA:
-            if keyword in node:
-                stack.append((node[keyword], (*path, keyword)))
-        for keyword in _SCHEMA_LISTS:
-            if isinstance(node.get(keyword), list):
-                stack.extend((sub, (*path, keyword, i)) for i, sub in enumerate(node[keyword]))
-        for keyword in _SCHEMA_MAPS:
-            if isinstance(node.get(keyword), dict):
-                stack.extend((sub, (*path, keyword, name)) for name, sub in node[keyword].items())
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#"):
-            try:
-                target = resolver.lookup(ref).contents
-            except Unresolvable:
-                continue  # named by _check_references
-            where = tuple(p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/") if p)
-            stack.append((target, where if ref.startswith("#/") else (*path, "$ref")))
+        inner: list[tuple[Any, tuple[Any, ...]]] = []
+        for keyword, value in node.items():
+            if keyword in _ONE_SCHEMA:
+                inner.append((value, (*path, keyword)))
+            elif keyword in _SCHEMA_LISTS and isinstance(value, list):
+                inner.extend((sub, (*path, keyword, i)) for i, sub in enumerate(value))
+            elif keyword in _SCHEMA_MAPS and isinstance(value, dict):
+                inner.extend((sub, (*path, keyword, name)) for name, sub in value.items())
+            elif keyword == "$ref" and isinstance(value, str) and value.startswith("#"):
+                try:
+                    target = resolver.lookup(value).contents
+                except Unresolvable:
+                    continue  # named by _check_references
+                where = tuple(p.replace("~1", "/").replace("~0", "~") for p in value[2:].split("/") if p)
+                inner.append((target, where if value.startswith("#/") else (*path, "$ref")))
+        stack.extend(reversed(inner))  # in the schema's order: the first problem written is named
 
 
 def _check_storable(schema: dict[str, Any], field: str) -> None:
@@ -423,14 +434,25 @@ def _validator_class() -> Any:
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
         "uniqueItems": _unique_items,
+        "items": _items,
     }
     cls: Any = extend(Draft202012Validator, {name: _counted(check) for name, check in keywords.items()})
-    descend = cls.descend
+    descend, iter_errors = cls.descend, cls.iter_errors
     init_fields = [(f.name, f.alias) for f in fields(cls) if f.init]
 
-    def counted_descend(self: Any, instance: Any, schema: Any, *args: Any, **kwargs: Any) -> Any:
-        _charge(1)
-        return descend(self, instance, schema, *args, **kwargs)
+    def counted_descend(
+        self: Any, instance: Any, schema: Any, path: Any = None, schema_path: Any = None, resolver: Any = None
+    ) -> Any:
+        instance = _quotable(instance)
+        _charge(1 + _length(instance))
+        # no $id below the root (the dialect): every subschema resolves against the root, so the
+        # resolver need not be rebuilt for each one
+        return descend(self, instance, schema, path, schema_path, resolver or self._resolver)
+
+    def counted_iter_errors(self: Any, instance: Any) -> Any:
+        instance = _quotable(instance)
+        _charge(1 + _length(instance))
+        return iter_errors(self, instance)
 
     def evolve(self: Any, **changes: Any) -> Any:
         changes.setdefault("schema", self.schema)
@@ -439,28 +461,65 @@ def _validator_class() -> Any:
         return cls(**changes)
 
     cls.descend = counted_descend
+    cls.iter_errors = counted_iter_errors
     cls.evolve = evolve
     return cls
 
 
 def _counted(check: Any) -> Any:
-    """A keyword function that first pays its step: one, plus one per 64 characters, items or members
-    of the value it applies to (what the keyword may read or quote of it)."""
+    """A keyword function that first pays its steps: one, one per 64 characters, items or members of
+    the value it applies to (what it may read of it), and one per 64 bytes of its own value as JSON
+    (what its error message may quote of the schema: an ``enum``, a ``not`` schema…)."""
 
     def run(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        kind = type(instance)
-        _charge(1 + (len(instance) >> 6) if kind is _Text or kind is _Array or kind is _Object else 1)
+        kind = type(value)
+        _charge(1 + _length(instance) + (_quote_cost(value) if kind is list or kind is dict else 0))
         return check(validator, value, instance, schema)
 
     return run
 
 
-def _charge(steps: int) -> None:
-    left = _STEPS.get()
-    if left is not None:
-        left[0] -= steps
-        if left[0] < 0:
+def _length(instance: Any) -> int:
+    """Steps for reading a value: one per 64 items or members, one per 1,024 characters (RE2 and the
+    format checks read a string at hundreds of megabytes a second; a step is a few microseconds)."""
+    kind = type(instance)
+    if kind is _Text:
+        return len(instance) >> 10
+    return len(instance) >> 6 if kind is _Array or kind is _Object else 0
+
+
+def _quote_cost(value: Any) -> int:
+    steps = _STEPS.get()
+    if steps is None:
+        return 0
+    cost = steps.quotes.get(id(value))
+    if cost is None:
+        cost = steps.quotes[id(value)] = len(orjson.dumps(value)) >> 6
+    return cost
+
+
+def _charge(cost: int) -> None:
+    steps = _STEPS.get()
+    if steps is not None:
+        steps.left -= cost
+        if steps.left < 0:
             raise ValidationTooCostly
+
+
+def _items(validator: Any, items: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's ``items``, whose error does not quote every extra item."""
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "array"):
+        return
+    prefix = len(schema.get("prefixItems", []))
+    if len(instance) <= prefix:
+        return
+    if items is False:
+        yield ValidationError(f"Expected at most {prefix} items but found {len(instance) - prefix} more")
+        return
+    for index in range(prefix, len(instance)):
+        yield from validator.descend(instance=instance[index], schema=items, path=index)
 
 
 # -- values whose repr is bounded: the validator quotes the value in most messages --------------------
@@ -489,15 +548,17 @@ class _Object(dict[str, Any]):
         return _excerpt(self)
 
 
-def _bounded(value: Any) -> Any:
-    """The same JSON value, whose strings, arrays and objects print as bounded excerpts."""
+def _quotable(value: Any) -> Any:
+    """The value as the validator should hold it: a string, array or object whose repr (quoted by error
+    messages) is a bounded excerpt. A shallow copy (C speed, paid for in steps); its items or members
+    become quotable when the validator descends into them."""
     kind = type(value)
-    if kind is str:
-        return _Text(value) if len(value) > _EXCERPT else value
     if kind is list:
-        return _Array([_bounded(item) for item in value])
+        return _Array(value)
     if kind is dict:
-        return _Object({key: _bounded(item) for key, item in value.items()})
+        return _Object(value)
+    if kind is str and len(value) > _EXCERPT:
+        return _Text(value)
     return value
 
 
