@@ -196,6 +196,7 @@ def create_app(
         storage=storage,
         admin_token=admin_token,
         max_body_bytes=settings.max_body_bytes,
+        max_parameter_bytes=settings.max_parameter_bytes,
         notify_due=notify_due,
         quota_defaults=quota_defaults,
         throttle=throttle,

@@ -162,6 +162,11 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Heavy requests one API process runs at once, whatever the company (1-100000); more wait their "
         "turn, companies taking turns, and answer 429 after 30 s. Single requests never wait for them, "
         "and heavy ones pause between chunks while single requests are being served.",
+        "max_parameter_bytes",
+        "OSTE_MAX_PARAMETER_BYTES",
+        "1048576",
+        "Largest parameter of one activity (or recurring activity), in bytes as compact JSON; a larger "
+        "one answers 422 naming the parameter. Bounds what checking it against its type's schema costs.",
     ),
     SettingSpec(
         "api_rate_limit",
@@ -366,6 +371,7 @@ class Settings:
     max_long_polls_per_company: int = 100
     max_heavy_requests_per_company: int = 2
     max_heavy_requests: int = 2
+    max_parameter_bytes: int = 1024 * 1024
     api_rate_limit: float = 1000.0
     signing_secret_grace: float = 24 * 3600.0
     breaker_failures: int = 5
@@ -679,6 +685,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_long_polls_per_company": _int_in(1, 100_000),
     "max_heavy_requests_per_company": _int_in(1, 100_000),
     "max_heavy_requests": _int_in(1, 100_000),
+    "max_parameter_bytes": _int_in(1024, 1024**3),
     "api_rate_limit": _rate,
     "quota_max_scheduled_activities": _quota,
     "quota_max_activity_types": _quota,

@@ -44,7 +44,7 @@ async def create(request: Request) -> Response:
     actor, company, solution = await solution_scope(request)
     api = ctx(request)
     data = await body(request)
-    cache = TypeCache(api.store, solution)
+    cache = TypeCache(api.store, solution, api.max_parameter_bytes)
     now = api.store.clock.now()
     if isinstance(data, dict) and "activities" in data:
         async with api.shares.heavy(request, company):  # one of the company's heavy requests
@@ -198,9 +198,9 @@ async def patch_activity(request: Request) -> Response:
     if "retries" in data:
         changes["retries"] = data["retries"] if data["retries"] is not None else None
     if "parameter" in data:
-        cache = TypeCache(api.store, solution)
-        await cache.get(activity.activity_type, "activity_type")
-        changes["object_id"] = cache.rules[activity.activity_type].check(data["parameter"])
+        cache = TypeCache(api.store, solution, api.max_parameter_bytes)
+        kind = await cache.get(activity.activity_type, "activity_type")
+        changes["object_id"] = await cache.check(kind, data["parameter"])
         if activity.uri_override:  # its URI override must still be filled by the new parameter
             ParameterRules(activity.uri_override, None, ()).check(data["parameter"])
         changes["parameter"] = data["parameter"]

@@ -92,10 +92,10 @@ async def create(request: Request) -> Response:
     actor, company, solution = await solution_scope(request)
     api = ctx(request)
     data = schemas.check_shape(schemas.RECURRING_CREATE, await body(request))
-    cache = TypeCache(api.store, solution)
+    cache = TypeCache(api.store, solution, api.max_parameter_bytes)
     kind = await cache.get(data["activity_type"], "activity_type")
     parameter = data.get("parameter", {})
-    object_id = cache.rules[kind.name].check(parameter)
+    object_id = await cache.check(kind, parameter)
     schedule = schedule_of(data)
     policy = policy_values(data)
     values = {
@@ -175,12 +175,12 @@ async def patch(request: Request) -> Response:
     recurring = await _recurring_of(request, solution)
     api = ctx(request)
     data = schemas.check_shape(schemas.RECURRING_PATCH, await body(request))
-    cache = TypeCache(api.store, solution)
+    cache = TypeCache(api.store, solution, api.max_parameter_bytes)
     kind = await cache.get(data.get("activity_type", recurring.activity_type), "activity_type")
     changes: dict[str, Any] = {k: data[k] for k in ("retries", "priority") if k in data}
     if "parameter" in data or "activity_type" in data:
         parameter = data.get("parameter", recurring.parameter)
-        changes["object_id"] = cache.rules[kind.name].check(parameter)
+        changes["object_id"] = await cache.check(kind, parameter)
         changes["parameter"] = parameter
     schedule = schedule_of(data, recurring)
     policy = policy_values(data)
@@ -238,7 +238,9 @@ async def run_now(request: Request) -> Response:
     actor, company, solution = await solution_scope(request)
     recurring = await _recurring_of(request, solution)
     api = ctx(request)
-    kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
+    kind = await TypeCache(api.store, solution, api.max_parameter_bytes).get(
+        recurring.activity_type, "activity_type"
+    )
     fired = await api.operations.recurring.run_now(actor, company, solution, recurring, kind)
     return created(render.activity(fired), *solution_path(company, solution), "activities", fired.id)
 
@@ -258,7 +260,9 @@ async def backfill(request: Request) -> Response:
     if end > now:
         raise InvalidInput.field("to", "must not be in the future: backfill covers past occurrences")
     overlap = Overlap(check_choice(Overlap, data.get("overlap", "allow"), "overlap"))
-    kind = await TypeCache(api.store, solution).get(recurring.activity_type, "activity_type")
+    kind = await TypeCache(api.store, solution, api.max_parameter_bytes).get(
+        recurring.activity_type, "activity_type"
+    )
     async with api.shares.heavy(request, company):  # one of the company's heavy requests
         made, queued, skipped = await api.operations.recurring.backfill(
             actor, company, solution, recurring, kind, (start, end), overlap

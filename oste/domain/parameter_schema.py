@@ -1,22 +1,36 @@
 """An activity type's ``parameter_schema``: checked once when stored, bounded in cost, run on RE2.
 
-A schema comes from a tenant, and every create of an activity of that type runs it on the event loop that
-fires everyone's work. So what a schema may cost is bounded when it is stored (size, depth, keywords,
-regular expressions, ``$ref`` expansion), and validation runs on a JSON Schema (draft 2020-12) validator
-whose regular-expression keywords use the linear-time engine of ``oste.domain.regexes`` and whose
-``uniqueItems`` is linear: nothing a tenant writes can make one validation super-linear in its input.
+A schema comes from a tenant, and every create of an activity of that type runs it. So OSTE accepts a
+dialect of JSON Schema draft 2020-12 in which one validation costs at most a fixed number of steps:
+
+- what a schema may be is bounded when it is stored: size, depth, regular expressions (RE2 only),
+  ``$ref`` expansion;
+- every ``$ref`` is resolved exactly as the validator resolves it: a ``$ref`` is local (``#…``), and no
+  ``$id`` below the root can change what it means; ``$dynamicRef``/``$dynamicAnchor`` and a ``$schema``
+  below the root (which would switch the validator to another draft, with Python's backtracking regular
+  expressions) are refused;
+- ``unevaluatedItems`` and ``unevaluatedProperties`` are refused: the validator re-evaluates every
+  sibling keyword for every item or member, which is quadratic in the instance;
+- validation counts its work: each keyword applied to a value and each descent is a step (a keyword
+  applied to an array or object also pays one step per 64 items or members, to a string one per 1,024
+  characters), and a
+  validation that would take more than ``MAX_VALIDATION_STEPS`` stops with a 422 naming the parameter.
+  Error messages show a bounded excerpt of a value, never all of it, so no step costs more than a
+  constant plus its value's own length.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextvars import ContextVar
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from oste.domain.json_values import check_storable
 from oste.domain.regexes import RegexRefused, compile_regex, search
-from oste.errors import InvalidInput
+from oste.errors import FieldError, InvalidInput
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -33,6 +47,48 @@ MAX_SCHEMA_PATTERNS = 100
 MAX_EXPANDED_NODES = 20000
 """Most schema nodes once every ``$ref`` is expanded: ``anyOf`` chains of references can otherwise make
 one validation exponential in the schema's size."""
+MAX_VALIDATION_STEPS = 50_000
+"""Most steps one validation of a parameter may take (see the module docstring): a few hundred
+milliseconds of one core at worst, off the event loop (``oste.operations.validation``)."""
+MAX_PARAMETER_ERRORS = 50
+"""Most schema errors reported for one parameter (the validator stops looking after them)."""
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+"""The only ``$schema`` a parameter schema may name (at its root)."""
+
+_ONE_SCHEMA = (
+    *("additionalProperties", "propertyNames", "items", "contains", "not", "if", "then", "else"),
+    *("contentSchema", "unevaluatedItems", "unevaluatedProperties"),
+)
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+REFUSED_KEYWORDS = {
+    "unevaluatedItems": "is not supported in a parameter schema: checking it costs the square of the "
+    "array's length; use items (after prefixItems) instead",
+    "unevaluatedProperties": "is not supported in a parameter schema: checking it costs the square of "
+    "the object's size; use additionalProperties instead",
+    "$dynamicRef": "is not supported in a parameter schema; use $ref to a local definition (#/$defs/Name)",
+    "$dynamicAnchor": "is not supported in a parameter schema; use $ref to a local definition (#/$defs/Name)",
+}
+"""Keywords refused wherever they stand as schema keywords, and why."""
+
+
+class ValidationTooCostly(Exception):
+    """A validation ran out of steps (``MAX_VALIDATION_STEPS``)."""
+
+
+class _Steps:
+    """What the validation running in this context may still spend, and the cost of quoting each
+    keyword value it met (measured once per validation)."""
+
+    __slots__ = ("left", "quotes")
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.quotes: dict[int, int] = {}
+
+
+_STEPS: ContextVar[_Steps | None] = ContextVar("oste_validation_steps", default=None)
+"""The validation running in this context (None: not counted)."""
 
 
 def join_path(*parts: object) -> str:
@@ -58,7 +114,9 @@ def check_parameter_schema(schema: Any, field: str = "parameter_schema") -> dict
         return None
     if not isinstance(schema, dict):
         raise InvalidInput.field(field, "must be a JSON Schema object (draft 2020-12) or null")
+    _check_storable(schema, field)
     _check_size(schema, field)
+    _check_dialect(schema, field)
     from jsonschema import SchemaError
     from jsonschema.validators import Draft202012Validator
 
@@ -73,8 +131,101 @@ def check_parameter_schema(schema: Any, field: str = "parameter_schema") -> dict
 
 
 def parameter_validator(schema: dict[str, Any]) -> Validator:
-    """The validator of a stored schema: draft 2020-12 with RE2 regexes and formats asserted."""
+    """The validator of a stored schema: draft 2020-12 with RE2 regexes and formats asserted, whose
+    work is counted (``parameter_errors``)."""
     return _validator_class()(schema, format_checker=_format_checker(), registry=local_schemas_only())
+
+
+def parameter_errors(
+    validator: Validator, parameter: Any, steps: int = MAX_VALIDATION_STEPS
+) -> list[tuple[tuple[Any, ...], str]]:
+    """The schema errors of ``parameter`` (path, message), at most ``MAX_PARAMETER_ERRORS``, found in at
+    most ``steps`` steps; raises ``ValidationTooCostly`` past them."""
+    token = _STEPS.set(_Steps(steps))
+    try:
+        found = []
+        for error in validator.iter_errors(parameter):
+            found.append((tuple(error.path), error.message))
+            if len(found) >= MAX_PARAMETER_ERRORS:
+                break
+        return found
+    finally:
+        _STEPS.reset(token)
+
+
+def _check_dialect(schema: dict[str, Any], field: str) -> None:
+    """Refuse what would make the validator follow another ``$ref`` than the checks, or switch
+    dialect, or run a keyword whose cost is not linear: in every place the validator may take as a
+    schema (schema keywords from the root, and wherever a ``$ref`` points)."""
+    schema_id = schema.get("$id")
+    if "$schema" in schema and str(schema["$schema"]).rstrip("#") != DIALECT:
+        raise InvalidInput.field(
+            join_path(field, "$schema"), f"must be {DIALECT!r} (draft 2020-12) or left out"
+        )
+    if schema_id is not None and (not isinstance(schema_id, str) or "#" in schema_id.rstrip("#")):
+        raise InvalidInput.field(join_path(field, "$id"), "must be an absolute URI without a fragment")
+    for node, path in _schema_positions(schema):
+        for keyword, reason in REFUSED_KEYWORDS.items():
+            if keyword in node:
+                raise InvalidInput.field(join_path(field, *path, keyword), reason)
+        if path and "$id" in node:
+            raise InvalidInput.field(
+                join_path(field, *path, "$id"),
+                "is allowed only at the root of a parameter schema: a nested $id changes what the "
+                "$refs below it mean; use $defs and local references (#/$defs/Name)",
+            )
+        if path and "$schema" in node:
+            raise InvalidInput.field(
+                join_path(field, *path, "$schema"), "is allowed only at the root of a parameter schema"
+            )
+        ref = node.get("$ref")
+        if ref is not None and (not isinstance(ref, str) or not ref.startswith("#")):
+            raise InvalidInput.field(
+                join_path(field, *path, "$ref"),
+                f"{ref!r} is not a local reference; use references inside this schema such as #/$defs/Name",
+            )
+
+
+def _schema_positions(schema: dict[str, Any]) -> Iterator[tuple[dict[str, Any], tuple[Any, ...]]]:
+    """Every object the validator may take as a schema, with its path: what the applicator keywords
+    reach from the root, and wherever a local ``$ref`` points (each once)."""
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    resolver = local_schemas_only().resolver_with_root(DRAFT202012.create_resource(schema))
+    seen: set[int] = set()
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(schema, ())]
+    while stack:
+        node, path = stack.pop()
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node, path
+        inner: list[tuple[Any, tuple[Any, ...]]] = []
+        for keyword, value in node.items():
+            if keyword in _ONE_SCHEMA:
+                inner.append((value, (*path, keyword)))
+            elif keyword in _SCHEMA_LISTS and isinstance(value, list):
+                inner.extend((sub, (*path, keyword, i)) for i, sub in enumerate(value))
+            elif keyword in _SCHEMA_MAPS and isinstance(value, dict):
+                inner.extend((sub, (*path, keyword, name)) for name, sub in value.items())
+            elif keyword == "$ref" and isinstance(value, str) and value.startswith("#"):
+                try:
+                    target = resolver.lookup(value).contents
+                except Unresolvable:
+                    continue  # named by _check_references
+                where = tuple(p.replace("~1", "/").replace("~0", "~") for p in value[2:].split("/") if p)
+                inner.append((target, where if value.startswith("#/") else (*path, "$ref")))
+        stack.extend(reversed(inner))  # in the schema's order: the first problem written is named
+
+
+def _check_storable(schema: dict[str, Any], field: str) -> None:
+    """The check every request body gets (NUL, nesting), whatever face the schema came through."""
+    try:
+        check_storable(schema)
+    except InvalidInput as exc:
+        errors = [FieldError(join_path(field, error.field), error.reason) for error in exc.errors]
+        raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors[:20]), errors) from None
 
 
 def _check_size(schema: dict[str, Any], field: str) -> None:
@@ -116,15 +267,12 @@ def _subschemas(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[dict[st
 
 def _check_patterns(schema: dict[str, Any], field: str) -> None:
     found: list[tuple[str, tuple[Any, ...]]] = []
-    pattern_properties = unevaluated = None
     for node, path in _subschemas(schema):
         if isinstance(node.get("pattern"), str):
             found.append((node["pattern"], (*path, "pattern")))
         if isinstance(node.get("patternProperties"), dict):
-            pattern_properties = (*path, "patternProperties")
-            found.extend((name, (*pattern_properties, name)) for name in node["patternProperties"])
-        if "unevaluatedProperties" in node:
-            unevaluated = (*path, "unevaluatedProperties")
+            where = (*path, "patternProperties")
+            found.extend((name, (*where, name)) for name in node["patternProperties"])
     if len(found) > MAX_SCHEMA_PATTERNS:
         raise InvalidInput.field(
             field, f"has {len(found)} regular expressions; the limit is {MAX_SCHEMA_PATTERNS}"
@@ -134,11 +282,6 @@ def _check_patterns(schema: dict[str, Any], field: str) -> None:
             compile_regex(pattern)
         except RegexRefused as exc:
             raise InvalidInput.field(join_path(field, *path), str(exc)) from None
-    if pattern_properties is not None and unevaluated is not None:
-        raise InvalidInput.field(
-            join_path(field, *unevaluated),
-            "cannot be combined with patternProperties in a parameter schema; use additionalProperties",
-        )
 
 
 def _check_references(schema: dict[str, Any], field: str) -> None:
@@ -226,7 +369,9 @@ def _additional_properties(validator: Any, extra: Any, instance: Any, schema: An
         for key in extras:
             yield from validator.descend(instance[key], extra, path=key)
     elif not extra and extras:
-        joined = ", ".join(repr(key) for key in sorted(extras))
+        joined = ", ".join(_excerpt(key) for key in sorted(extras[:20]))
+        if len(extras) > 20:
+            joined += f" and {len(extras) - 20} more"
         if patterns:
             listed = ", ".join(repr(pattern) for pattern in sorted(patterns))
             yield ValidationError(f"{joined} do not match any of the regexes: {listed}")
@@ -277,17 +422,168 @@ def _search(pattern: str, text: str) -> bool:
 
 @cache
 def _validator_class() -> Any:
+    """Draft 2020-12 with RE2 regexes and a linear ``uniqueItems``, whose every keyword and descent is
+    a counted step, and which never switches to another draft's validator (jsonschema's ``evolve``
+    picks the class a subschema's ``$schema`` names, which would drop the RE2 keywords)."""
+    from attrs import fields
     from jsonschema.validators import Draft202012Validator, extend
 
-    return extend(
-        Draft202012Validator,
-        {
-            "pattern": _pattern,
-            "patternProperties": _pattern_properties,
-            "additionalProperties": _additional_properties,
-            "uniqueItems": _unique_items,
-        },
-    )
+    keywords = {
+        **Draft202012Validator.VALIDATORS,
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+        "uniqueItems": _unique_items,
+        "items": _items,
+    }
+    cls: Any = extend(Draft202012Validator, {name: _counted(check) for name, check in keywords.items()})
+    descend, iter_errors = cls.descend, cls.iter_errors
+    init_fields = [(f.name, f.alias) for f in fields(cls) if f.init]
+
+    def counted_descend(
+        self: Any, instance: Any, schema: Any, path: Any = None, schema_path: Any = None, resolver: Any = None
+    ) -> Any:
+        instance = _quotable(instance)
+        _charge(1 + _length(instance))
+        # no $id below the root (the dialect): every subschema resolves against the root, so the
+        # resolver need not be rebuilt for each one
+        return descend(self, instance, schema, path, schema_path, resolver or self._resolver)
+
+    def counted_iter_errors(self: Any, instance: Any) -> Any:
+        instance = _quotable(instance)
+        _charge(1 + _length(instance))
+        return iter_errors(self, instance)
+
+    def evolve(self: Any, **changes: Any) -> Any:
+        changes.setdefault("schema", self.schema)
+        for name, alias in init_fields:
+            changes.setdefault(alias, getattr(self, name))
+        return cls(**changes)
+
+    cls.descend = counted_descend
+    cls.iter_errors = counted_iter_errors
+    cls.evolve = evolve
+    return cls
+
+
+def _counted(check: Any) -> Any:
+    """A keyword function that first pays its steps: one, one per 64 characters, items or members of
+    the value it applies to (what it may read of it), and one per 64 bytes of its own value as JSON
+    (what its error message may quote of the schema: an ``enum``, a ``not`` schema…)."""
+
+    def run(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        kind = type(value)
+        _charge(1 + _length(instance) + (_quote_cost(value) if kind is list or kind is dict else 0))
+        return check(validator, value, instance, schema)
+
+    return run
+
+
+def _length(instance: Any) -> int:
+    """Steps for reading a value: one per 64 items or members, one per 1,024 characters (RE2 and the
+    format checks read a string at hundreds of megabytes a second; a step is a few microseconds)."""
+    kind = type(instance)
+    if kind is _Text:
+        return len(instance) >> 10
+    return len(instance) >> 6 if kind is _Array or kind is _Object else 0
+
+
+def _quote_cost(value: Any) -> int:
+    steps = _STEPS.get()
+    if steps is None:
+        return 0
+    cost = steps.quotes.get(id(value))
+    if cost is None:
+        cost = steps.quotes[id(value)] = len(orjson.dumps(value)) >> 6
+    return cost
+
+
+def _charge(cost: int) -> None:
+    steps = _STEPS.get()
+    if steps is not None:
+        steps.left -= cost
+        if steps.left < 0:
+            raise ValidationTooCostly
+
+
+def _items(validator: Any, items: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's ``items``, whose error does not quote every extra item."""
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "array"):
+        return
+    prefix = len(schema.get("prefixItems", []))
+    if len(instance) <= prefix:
+        return
+    if items is False:
+        yield ValidationError(f"Expected at most {prefix} items but found {len(instance) - prefix} more")
+        return
+    for index in range(prefix, len(instance)):
+        yield from validator.descend(instance=instance[index], schema=items, path=index)
+
+
+# -- values whose repr is bounded: the validator quotes the value in most messages --------------------
+
+_EXCERPT = 40
+
+
+class _Text(str):
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return _excerpt(self)
+
+
+class _Array(list[Any]):
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return _excerpt(self)
+
+
+class _Object(dict[str, Any]):
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return _excerpt(self)
+
+
+def _quotable(value: Any) -> Any:
+    """The value as the validator should hold it: a string, array or object whose repr (quoted by error
+    messages) is a bounded excerpt. A shallow copy (C speed, paid for in steps); its items or members
+    become quotable when the validator descends into them."""
+    kind = type(value)
+    if kind is list:
+        return _Array(value)
+    if kind is dict:
+        return _Object(value)
+    if kind is str and len(value) > _EXCERPT:
+        return _Text(value)
+    return value
+
+
+def _excerpt(value: Any, depth: int = 0) -> str:
+    """A repr of at most a few hundred characters, whatever the value's size."""
+    if isinstance(value, str):
+        text = str.__repr__(value[:_EXCERPT])
+        return text if len(value) <= _EXCERPT else f"{text[:-1]}…{text[-1]} ({len(value)} characters)"
+    if isinstance(value, list):
+        if depth >= 2 and value:
+            return f"[… {len(value)} items]"
+        shown = [_excerpt(item, depth + 1) for item in value[:3]]
+        more = [f"… {len(value)} items"] if len(value) > 3 else []
+        return "[" + ", ".join(shown + more) + "]"
+    if isinstance(value, dict):
+        if depth >= 2 and value:
+            return f"{{… {len(value)} members}}"
+        shown = []
+        for key, item in value.items():
+            if len(shown) == 3:
+                shown.append(f"… {len(value)} members")
+                break
+            shown.append(f"{_excerpt(key, 2)}: {_excerpt(item, depth + 1)}")
+        return "{" + ", ".join(shown) + "}"
+    return repr(value)
 
 
 @cache

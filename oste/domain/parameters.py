@@ -13,15 +13,32 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import orjson
+
 from oste.domain.fastschema import Check, compile_check
-from oste.domain.parameter_schema import check_parameter_schema, join_path, parameter_validator
+from oste.domain.parameter_schema import (
+    MAX_VALIDATION_STEPS,
+    ValidationTooCostly,
+    check_parameter_schema,
+    join_path,
+    parameter_errors,
+    parameter_validator,
+)
 from oste.domain.uris import PLACEHOLDER, check_target_uri, dot_segment
 from oste.errors import FieldError, InvalidInput
 
 if TYPE_CHECKING:  # jsonschema is imported where schemas are checked: the engine fills URIs only
     from jsonschema.protocols import Validator
 
-__all__ = ["SLUG", "ParameterRules", "check_parameter_schema", "check_slug", "fill_uri", "join_path"]
+__all__ = [
+    "SLUG",
+    "ParameterRules",
+    "ParameterTooCostly",
+    "check_parameter_schema",
+    "check_slug",
+    "fill_uri",
+    "join_path",
+]
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _PLACEHOLDER = PLACEHOLDER
@@ -152,9 +169,8 @@ class ParameterRules:
         )
 
     @cached_property
-    def _validator(self) -> Validator | None:
-        if self.parameter_schema is None:
-            return None
+    def _validator(self) -> Validator:
+        assert self.parameter_schema is not None
         return parameter_validator(self.parameter_schema)
 
     @cached_property
@@ -162,18 +178,27 @@ class ParameterRules:
         """Surely valid under the schema (the validator then runs only to explain a rejection)."""
         return compile_check(self.parameter_schema, assert_formats=True)
 
-    def check(self, parameter: Any, field: str = "parameter") -> str | None:
+    @cached_property
+    def schema_refusal(self) -> str | None:
+        """Why the stored schema is no longer accepted (stored before OSTE's dialect was narrowed), or
+        None: such a type's activities are refused with this reason until the type is edited."""
+        return _schema_refusal(self.parameter_schema)
+
+    def check(
+        self, parameter: Any, field: str = "parameter", steps: int = MAX_VALIDATION_STEPS
+    ) -> str | None:
         """Validate a parameter and return its object id (None when the type has no object_id_ref).
 
-        Raises InvalidInput listing every failing field: schema violations, missing placeholder fields,
-        missing object id fields.
+        Raises InvalidInput listing every failing field: schema violations (at most
+        ``MAX_PARAMETER_ERRORS``), missing placeholder fields, missing object id fields; and naming
+        ``field`` when the schema cannot be checked in ``steps`` steps (``ValidationTooCostly``
+        subclasses nothing: it is turned into that InvalidInput here) or at all.
         """
         if not isinstance(parameter, dict):
             raise InvalidInput.field(field, "must be a JSON object")
         errors: list[FieldError] = []
-        if self.parameter_schema is not None and not self._accepts(parameter) and self._validator:
-            for error in sorted(self._validator.iter_errors(parameter), key=lambda e: list(e.path)):
-                errors.append(FieldError(join_path(field, *error.path), error.message))
+        if self.parameter_schema is not None and not self._accepts(parameter):
+            errors.extend(self._schema_errors(parameter, field, steps))
         for name in self.placeholders:
             if name not in parameter:
                 errors.append(
@@ -207,6 +232,33 @@ class ParameterRules:
             raise InvalidInput("; ".join(f"{e.field}: {e.reason}" for e in errors), errors)
         return self.object_id(parameter)
 
+    def _schema_errors(self, parameter: dict[str, Any], field: str, steps: int) -> list[FieldError]:
+        refusal = self.schema_refusal
+        if refusal is not None:
+            raise InvalidInput.field(
+                field,
+                f"cannot be checked: the activity type's parameter_schema is no longer accepted ({refusal}); "
+                "edit the activity type's parameter_schema",
+            )
+        try:
+            found = parameter_errors(self._validator, parameter, steps)
+        except ValidationTooCostly:
+            raise ParameterTooCostly.field(
+                field,
+                f"is too costly to check against the activity type's parameter_schema (more than {steps:,} "
+                "validation steps); send a smaller parameter or simplify the schema",
+            ) from None
+        except InvalidInput:
+            raise
+        except Exception as exc:  # a schema the validator chokes on is the type's fault: never a 500
+            raise InvalidInput.field(
+                field,
+                f"cannot be checked against the activity type's parameter_schema ({type(exc).__name__}); "
+                "edit the activity type's parameter_schema",
+            ) from None
+        found.sort(key=lambda error: [str(part) for part in error[0]])
+        return [FieldError(join_path(field, *path), message) for path, message in found]
+
     def _dot_segment_errors(self, parameter: dict[str, Any], field: str) -> list[FieldError]:
         """A filled path segment must not be ``.`` or ``..``: receivers would resolve it away."""
         errors: list[FieldError] = []
@@ -228,6 +280,29 @@ class ParameterRules:
         if not self.object_id_ref:
             return None
         return ":".join(_scalar_text(parameter[name]) for name in self.object_id_ref)
+
+
+class ParameterTooCostly(InvalidInput):
+    """A parameter whose validation would take more steps than it was given."""
+
+
+@functools.lru_cache(maxsize=256)
+def _refusal_of(schema_json: bytes) -> str | None:
+    try:
+        check_parameter_schema(orjson.loads(schema_json))
+    except InvalidInput as exc:
+        return str(exc)
+    return None
+
+
+def _schema_refusal(schema: dict[str, Any] | None) -> str | None:
+    """Why a stored schema fails today's ``check_parameter_schema`` (None: it passes, or there is none)."""
+    if schema is None:
+        return None
+    try:
+        return _refusal_of(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    except orjson.JSONEncodeError:
+        return "it cannot be encoded as JSON"
 
 
 def _is_scalar(value: Any) -> bool:

@@ -22,6 +22,7 @@ from oste.domain.json_values import check_storable
 from oste.domain.parameters import join_path
 from oste.domain.resource_values import rules_of
 from oste.errors import InvalidInput, NotFound
+from oste.operations.validation import DEFAULT_MAX_PARAMETER_BYTES, check_parameter
 from oste.storage.store import Store
 
 MAX_DELAY = 10 * 365 * 86400.0
@@ -42,9 +43,12 @@ def when(data: dict[str, Any], now: datetime, prefix: str = "") -> datetime | No
 class TypeCache:
     """Activity types of one solution, each looked up once."""
 
-    def __init__(self, store: Store, solution: r.Solution) -> None:
+    def __init__(
+        self, store: Store, solution: r.Solution, max_parameter_bytes: int = DEFAULT_MAX_PARAMETER_BYTES
+    ) -> None:
         self.store = store
         self.solution = solution
+        self.max_parameter_bytes = max_parameter_bytes
         self.types: dict[str, r.ActivityType] = {}
         self.rules: dict[str, Any] = {}
         self.unknown: set[str] = set()
@@ -80,6 +84,13 @@ class TypeCache:
             self.rules[name] = rules_of(self.types[name])
         return self.types[name]
 
+    async def check(self, kind: r.ActivityType, parameter: Any, field: str = "parameter") -> str | None:
+        """The object id of a parameter of ``kind`` (one it has looked up), checked within
+        ``max_parameter_bytes`` and off the event loop when costly (``oste.operations.validation``)."""
+        return await check_parameter(
+            self.rules[kind.name], parameter, field, self.max_parameter_bytes, self.solution.company_id
+        )
+
 
 async def new_activity(
     data: dict[str, Any], cache: TypeCache, now: datetime, prefix: str = ""
@@ -89,7 +100,7 @@ async def new_activity(
     if kind is None:
         kind = await cache.get(data["activity_type"], join_path(prefix, "activity_type"))
     parameter = data.get("parameter", {})
-    object_id = cache.rules[kind.name].check(parameter, f"{prefix}/parameter" if prefix else "parameter")
+    object_id = await cache.check(kind, parameter, f"{prefix}/parameter" if prefix else "parameter")
     retries = data.get("retries")
     return r.NewActivity(
         activity_type=kind,

@@ -9,6 +9,7 @@ the type's parameter schema.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from oste.domain.schedule import FIELDS as CRON_FIELDS
 from oste.domain.schedule import check_fires, parse_schedule
 from oste.errors import InvalidInput
 from oste.operations import WRITE
+from oste.operations.validation import check_parameter
 from oste.ui.activity_forms import hint_for
 from oste.ui.browse import TYPES_SHOWN
 from oste.ui.context import (
@@ -186,7 +188,9 @@ async def _show_edit(request: Request, viewer: Viewer, form: FormState, status: 
     return await _editor(request, viewer, await _recurring_in_path(request, viewer), form, status)
 
 
-def _common(form: dict[str, str], kind: r.ActivityType) -> tuple[dict[str, Any], Recurrence]:
+async def _common(
+    form: dict[str, str], kind: r.ActivityType, company: uuid.UUID
+) -> tuple[dict[str, Any], Recurrence]:
     """Validated values shared by create and edit: the form as the API's create body, through the
     API's checks (its JSON Schema, then the same domain rules), then the schedule. FormInvalid names
     the editor's fields that fail, each with the API's reason (once: "SongId: is required")."""
@@ -215,8 +219,10 @@ def _common(form: dict[str, str], kind: r.ActivityType) -> tuple[dict[str, Any],
     except ValueError as exc:
         raise FormInvalid({"cron": f"the schedule cannot be used: {exc}"}) from None
     try:
-        object_id = ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref).check(
-            parameter
+        object_id = await check_parameter(
+            ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref),
+            parameter,
+            company=company,
         )
     except InvalidInput as exc:
         raise invalid(exc, _field) from None
@@ -242,7 +248,7 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     kind = (await store.get_activity_types(solution, [name])).get(name)
     if kind is None:
         raise FormInvalid({"activity_type": f"there is no activity type {name!r} in this solution"})
-    values, recurrence = _common(form, kind)
+    values, recurrence = await _common(form, kind, company.id)
     values.update(start_at=None, end_at=None, retries=None, paused=False)
     created = await ui(request).operations.recurring.create(
         viewer.actor, company, solution, kind, values, recurrence
@@ -258,7 +264,7 @@ async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     store = ui(request).store
     recurring = await store.get_recurring(solution, uuid_in_path(request))
     kind = await store.get_activity_type(solution, recurring.activity_type)
-    values, recurrence = _common(form, kind)
+    values, recurrence = await _common(form, kind, company.id)
     await ui(request).operations.recurring.reschedule(
         viewer.actor, company, solution, recurring, values, recurrence, list(values)
     )

@@ -22,6 +22,7 @@ from oste.domain import receiver_auth as ra
 from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.durations import format_duration
+from oste.domain.json_values import check_storable
 from oste.domain.parameters import ParameterRules
 from oste.domain.records import VERBS
 from oste.domain.resource_values import type_values
@@ -233,6 +234,7 @@ async def _checked(
     kept: set[str] = set()
     body = _body(form, current, kept)
     try:
+        check_storable(body)  # the API's own check of every body: NUL, nesting
         data = schemas.check_shape(
             schemas.ACTIVITY_TYPE_PATCH if current else schemas.ACTIVITY_TYPE_CREATE, body
         )
