@@ -162,6 +162,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Heavy requests one API process runs at once, whatever the company (1-100000); more wait their "
         "turn, companies taking turns, and answer 429 after 30 s. Single requests never wait for them, "
         "and heavy ones pause between chunks while single requests are being served.",
+    ),
+    SettingSpec(
         "max_parameter_bytes",
         "OSTE_MAX_PARAMETER_BYTES",
         "1048576",

@@ -52,6 +52,7 @@ class ApiContext:
     def feeds(self) -> EventFeeds:
         """The event feeds of the solutions streamed from this process (one reader per solution)."""
         return EventFeeds(self.store.clock)
+
     max_parameter_bytes: int = 1024 * 1024
     """OSTE_MAX_PARAMETER_BYTES: the largest parameter of one activity, as compact JSON."""
 
