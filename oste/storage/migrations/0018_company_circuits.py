@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     """Each company's own circuit breaker at each destination (one tenant's failures open it for that
     tenant only); what opened a destination's shared breaker, and the last good answer seen there."""
 
-    dependencies = [("oste", "0016_retrying_index")]
+    dependencies = [("oste", "0017_scheduled_bound")]
 
     initial = False
 
