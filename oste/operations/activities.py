@@ -39,8 +39,8 @@ class ActivityOperations:
         """Create one activity (once per idempotency key): (activity, created now)."""
         actor.require(WRITE, "create activities")
 
-        async def room() -> None:  # in the insert's transaction, before it
-            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES)
+        async def room() -> None:  # the insert's transaction's last step: the company's row locked
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
 
         async def audited(created: r.Activity) -> None:  # in the insert's transaction
             await self._audit(actor, company, solution, "create", created.id)
@@ -63,10 +63,10 @@ class ActivityOperations:
         if not items:
             return []
         async with atomic():
-            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, len(items))
             created = await self.store.create_activities(list(items))
             if audit:
                 await self._audit(actor, company, solution, "create", None, {"count": len(created)})
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, len(items), written=True)
         self.context.notify_due(min(a.next_attempt_at for a in created))
         return created
 
@@ -111,11 +111,11 @@ class ActivityOperations:
                 raise Conflict(
                     f"activity is {current.state}; only a dead or cancelled activity can be requeued"
                 )
-            # after the row it locked (the company's row is the last lock): a refusal rolls it back
-            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
             requeued = await self.store.get_activity(solution, activity.id)
             await record_events(solution.id, [Change(requeued.id, "requeued")], requeued.updated_at)
             await self._audit(actor, company, solution, "requeue", activity.id)
+            # last, the company's row (see Quotas.take): a refusal rolls the requeue back
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
         await wake([requeued.id])
         self.context.notify_due(requeued.next_attempt_at)
         return requeued

@@ -1,13 +1,13 @@
 """Company quotas, taken by the operations that grow what a company holds.
 
-Every quota is exact: an operation takes room inside the transaction that inserts (``take``, before
-its insert), where ``oste.storage.quotas`` locks the company's row, reads its quotas afresh and counts
-what it holds, so concurrent creates — in one process or several — never pass a quota together. A
-create that does not fit is refused whole with a 429 naming the quota, its limit and the exact use,
-and stores nothing. What grows scheduled activities: creates (one, a batch, ``oste import``), requeues
-(one, or in bulk), a recurring activity's run-now and backfill, and its occurrences (the engine's,
-which skips what does not fit); follow-ons and dead-letter handlers replace the activity that caused
-them and so never grow the count.
+Every quota is exact: an operation takes room inside the transaction that inserts (``take``, as its
+last step before the commit, ``written=True``), where ``oste.storage.quotas`` locks the company's
+row, reads its quotas afresh and counts what it holds, so concurrent creates — in one process or
+several — never pass a quota together. A create that does not fit is refused whole with a 429 naming
+the quota, its limit and the exact use, and stores nothing. What grows scheduled activities: creates
+(one, a batch, ``oste import``), requeues (one, or in bulk), a recurring activity's run-now and
+backfill, and its occurrences (the engine's, which skips what does not fit); follow-ons and
+dead-letter handlers replace the activity that caused them and so never grow the count.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ class Quotas:
         return await self.store.company_usage(company)
 
     async def take(self, company: r.Company, quota: str, adding: int = 1, written: bool = False) -> None:
-        """Inside the caller's transaction, before its insert: room for ``adding`` more under ``quota``,
-        or TooMany (429 naming the quota, its limit and the exact use); the caller's transaction then
-        rolls back, storing nothing. ``written``: they are already written in the transaction."""
+        """Inside the caller's transaction: room for ``adding`` more under ``quota``, or TooMany (429
+        naming the quota, its limit and the exact use); the caller's transaction then rolls back,
+        storing nothing. ``written``: they are already written in the transaction (room taken last,
+        which holds the company's row for the least time)."""
         expect_limit = self.of(company)[quota] is not None
         await self.room.take(company.id, quota, adding, expect_limit, written)
 

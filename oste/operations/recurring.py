@@ -143,9 +143,9 @@ class RecurringOperations:
         scheduled activities (a 429 otherwise, nothing stored)."""
         actor.require(WRITE, "run recurring activities now")
         async with atomic():
-            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES)
             created = await self.occurrences.run_now(recurring, kind)
             await self._audit(actor, company, solution, "run_now", recurring.id)
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
         self.context.notify_due(created.scheduled_for)
         return created
 
@@ -164,8 +164,8 @@ class RecurringOperations:
         nothing stored); queued ones take room when the expander releases them."""
         actor.require(WRITE, "backfill recurring activities")
 
-        async def room(adding: int) -> None:  # in the backfill's transaction, before its insert
-            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, adding)
+        async def room(adding: int) -> None:  # in the backfill's transaction, after its insert
+            await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, adding, written=True)
 
         async with atomic():
             created, queued, skipped = await self.occurrences.backfill(recurring, kind, *span, overlap, room)

@@ -556,7 +556,7 @@ class RecurrenceStore:
         wait in the backlog, each released by the expander once the previous one finished.
         Occurrences that already exist are left alone. Returns (created, queued, skipped).
 
-        One transaction, the recurring activity's row locked first; ``room(n)`` is awaited in it before
+        One transaction, the recurring activity's row locked first; ``room(n)`` is awaited in it once
         the ``n`` occurrences created now are written (the operation's quota: it raises to refuse).
         """
         instants = recurrence_of(recurring).fire_times(start - _TICK, MAX_BACKFILL + 1, end)
@@ -613,10 +613,10 @@ class RecurrenceStore:
             for i, t in enumerate(instants)
         ]
         async with _db(), in_transaction():
-            if room is not None:
-                await room(len(rows))
             await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
             await record_created([(row.solution_id, row.id) for row in rows], now)
+            if room is not None:  # none of them existed (the caller checked, under the row's lock)
+                await room(len(rows))
         return [activity_record(row, kind.name) for row in rows]
 
     async def _count_skipped(self, recurring_id: uuid.UUID, count: int) -> None:

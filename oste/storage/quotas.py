@@ -2,8 +2,8 @@
 
 Every path that adds to what a company holds — an activity created, imported, requeued or planned by
 a recurring activity; a type, a recurring activity, a solution or an API key created — calls
-``QuotaRoom.take`` (or ``take_up_to``) inside its own transaction, before it inserts. The check and
-the insert are then one atomic step on both databases:
+``QuotaRoom.take`` (or ``take_up_to``) inside its own transaction. The check and the insert are then
+one atomic step on both databases:
 
 - the company's row is locked first (PostgreSQL: by the ``UPDATE`` that reads its quotas, held until
   the transaction ends; SQLite: the same statement takes the database's one write lock), so two
@@ -11,6 +11,12 @@ the insert are then one atomic step on both databases:
 - the limit is read from that locked row (the operator's change is seen at once, not a cached copy)
   over the deployment's defaults;
 - the count is made after the lock was taken, so it sees every committed insert of the company.
+
+Where a create can, it takes its room *last*, after its rows and its audit row are written and just
+before the commit (``written=True``: the count then sees its own rows and leaves them out of the use
+it reports): the company's row is held only for the bump and the commit, and a transaction holding it
+waits for nothing else, so no two creates can deadlock on it. The engine's occurrences and a bulk
+requeue take room before they write (they must know what fits), after every other row they lock.
 
 **Scheduled activities** (``max_scheduled_activities``: scheduled and running) are too many to count
 on every create. The company's row keeps ``scheduled_bound``, an upper bound of them: every path that
@@ -105,8 +111,8 @@ async def reset_scheduled_bound(company_id: uuid.UUID) -> None:
 class QuotaRoom:
     """Takes room under the quotas in force: each company's own over ``defaults``. See the module doc.
 
-    Every method runs inside the caller's transaction and must come before the insert it makes room
-    for (the company's row is the last lock a create takes before its new rows)."""
+    Every method runs inside the caller's transaction; the company's row it locks is the last lock
+    the transaction takes on existing rows."""
 
     def __init__(self, defaults: QuotaDefaults) -> None:
         self.defaults = defaults
@@ -122,8 +128,8 @@ class QuotaRoom:
         """Make room for ``adding`` more, all or nothing: TooMany (429 naming the quota, its limit and
         the exact use) when they do not fit. ``expect_limit``: the caller believes the company has a
         limit (False: try the unserialised path first; only ``max_scheduled_activities`` uses it).
-        ``written``: the ``adding`` are already written in this transaction (a requeue's row, locked
-        before the company's), so a count sees them; the use reported leaves them out."""
+        ``written``: the ``adding`` are already written in this transaction (room taken last), so a
+        count sees them; the use reported leaves them out."""
         if adding <= 0:
             return
         if quota != MAX_SCHEDULED_ACTIVITIES:

@@ -484,19 +484,20 @@ class Store:
         self,
         new: r.NewActivity,
         then: Callable[[r.Activity], Awaitable[None]] | None = None,
-        before: Callable[[], Awaitable[None]] | None = None,
+        room: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[r.Activity, bool]:
         """Create an activity under an idempotency key; returns (activity, created).
 
         The same key with the same request hash returns the stored activity and ``created=False``; the
         same key with a different hash raises InvalidInput naming the ``Idempotency-Key`` header.
         ``then`` runs in the insert's transaction once the row is in (an operation's audit row), and
-        ``before`` in it before the insert (the operation's quota: it raises to refuse): each
+        ``room`` last, just before the commit (the operation's quota, which locks the company's row
+        until the commit and raises to refuse: taken last, it is held for the least time): each
         attempt is a transaction of its own, so losing the race to a concurrent request rolls back
         cleanly and the winner's activity is read.
         """
         if new.idempotency_key is None:
-            return await self._create_one(new, then, before), True
+            return await self._create_one(new, then, room), True
         for _ in range(2):
             existing = await m.Activity.filter(
                 solution_id=new.activity_type.solution_id, idempotency_key=new.idempotency_key
@@ -508,7 +509,7 @@ class Store:
                     )
                 return await self._with_type_name(existing), False
             try:
-                return await self._create_one(new, then, before), True
+                return await self._create_one(new, then, room), True
             except Conflict:
                 continue  # a concurrent request with the same key won the race: read its activity
         raise Conflict("the idempotency key is being used concurrently; retry the request")
@@ -517,14 +518,14 @@ class Store:
         self,
         new: r.NewActivity,
         then: Callable[[r.Activity], Awaitable[None]] | None,
-        before: Callable[[], Awaitable[None]] | None = None,
+        room: Callable[[], Awaitable[None]] | None = None,
     ) -> r.Activity:
         async with in_transaction():
-            if before is not None:
-                await before()
             created = (await self.create_activities([new]))[0]
             if then is not None:
                 await then(created)
+            if room is not None:
+                await room()
         return created
 
     async def get_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> r.Activity:
