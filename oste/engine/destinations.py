@@ -7,8 +7,8 @@ the destination's breaker that every company shares (``oste.domain.destinations`
 which). It only reads memory; ``DestinationKeeper.run_once`` brings that memory and the store together
 (every ``SYNC_INTERVAL``, or at once when something changed): it reports failures in a row per company
 and connection failures per destination, takes probes, reports their results, asks for slots of capped
-destinations and reads every open breaker and capped destination back. ``DeferralWriter`` writes
-deferred claims in batches — due at once those whose breaker was closed meanwhile.
+destinations and reads every open breaker and capped destination back. ``oste.engine.deferrals`` writes
+the deferred claims.
 
 The store decides (``oste.storage.destinations``): one node opens a breaker, one node sends a probe,
 grants never add up to more than a cap. This node only acts on what the store said.
@@ -48,7 +48,6 @@ from oste.domain.outbound import fill_uri
 from oste.engine.fairness import FairQueue
 from oste.errors import Unavailable
 from oste.storage.destinations import Breaker, DestinationStore, HostObservation, Observation
-from oste.storage.dispatch import DispatchStore
 
 log = logging.getLogger("oste.engine.destinations")
 
@@ -60,7 +59,6 @@ GRANT_MARGIN = 3.0
 """A node stops using a grant this long before the store lets it lapse (clock drift, slow syncs)."""
 PROBE_LEASE = 60.0
 """Seconds a node has to send its probe and report the result before another node may probe instead."""
-DEFER_BATCH = 500
 
 DEFERRED = Counter(
     "oste_destination_deferrals",
@@ -570,71 +568,3 @@ def _show(rows: list[Destination], own: list[Destination]) -> None:
         counts[row.destination] = counts.get(row.destination, 0) + 1
     for name, count in counts.items():
         COMPANY_CIRCUITS.labels(destination=name).set(count)
-
-
-class DeferralWriter:
-    """Writes deferred claims in batches (``add``, then ``run``/``flush``); ``written`` is told which."""
-
-    def __init__(
-        self,
-        store: DispatchStore,
-        node: str,
-        written: Callable[[list[Claim]], None],
-        breakers: DestinationStore | None = None,
-    ) -> None:
-        self.store = store
-        self.node = node
-        self.written = written
-        self.breakers = breakers
-        """Asked which breakers still hold: a deferral whose breaker closed meanwhile (by hand, or a
-        probe this node had not heard of yet) is written due at once."""
-        self._buffer: list[Deferral] = []
-        self._ready = asyncio.Event()
-
-    def add(self, deferral: Deferral) -> None:
-        self._buffer.append(deferral)
-        self._ready.set()
-
-    @property
-    def pending(self) -> int:
-        return len(self._buffer)
-
-    async def flush(self) -> int:
-        written = 0
-        while self._buffer:
-            batch, self._buffer = self._buffer[:DEFER_BATCH], self._buffer[DEFER_BATCH:]
-            try:
-                batch = await self._still_held(batch)
-                written += await self.store.defer(batch, self.node)
-            except BaseException:
-                self._buffer[:0] = batch
-                raise
-            self.written([d.claim for d in batch])
-        return written
-
-    async def _still_held(self, batch: list[Deferral]) -> list[Deferral]:
-        if self.breakers is None:
-            return batch
-        keys = {d.breaker for d in batch if d.breaker is not None}
-        held = await self.breakers.held(keys)
-        if len(held) == len(keys):
-            return batch
-        now = self.store.clock.now()
-        return [
-            d if d.breaker is None or d.breaker in held else dataclasses.replace(d, until=now) for d in batch
-        ]
-
-    async def run(self) -> None:
-        pause = 0.1
-        while True:
-            await self._ready.wait()
-            await asyncio.sleep(0.1)
-            self._ready.clear()
-            try:
-                await self.flush()
-                pause = 0.1
-            except Exception as exc:
-                pause = min(pause * 2, 5.0)
-                log.warning("writing deferred activities failed: %s; retrying in %.1f s", exc, pause)
-                self._ready.set()
-                await asyncio.sleep(pause)

@@ -28,7 +28,8 @@ from oste.engine.balancer import PartitionBalancer
 from oste.engine.clocksync import ClockSync
 from oste.engine.completions import CompletionWriter
 from oste.engine.config import EngineConfig
-from oste.engine.destinations import DeferralWriter, DestinationGate, DestinationKeeper
+from oste.engine.deferrals import DeferralWriter
+from oste.engine.destinations import DestinationGate, DestinationKeeper
 from oste.engine.executor import Executor
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.engine.log_shipping import LogRoller, RollerConfig, RollResult, rollers_for

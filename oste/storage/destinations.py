@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,6 +37,21 @@ from oste.domain.destinations import (
 from oste.domain.outbound import fill_uri
 from oste.errors import NotFound
 from oste.storage import models as m
+from oste.storage.circuits import (
+    Breaker,
+    HostObservation,
+    Observation,
+    answered_for_everyone,
+    close_row,
+    closed,
+    company_record,
+    conclude_own,
+    conclude_shared,
+    count_host,
+    open_shared,
+    probed_by,
+    record,
+)
 from oste.storage.database import raises_unavailable
 from oste.storage.dialects import optional_time_of, time_of
 
@@ -45,76 +59,6 @@ USERS_REFRESH = timedelta(minutes=1)
 """How often a (destination, company) pair's ``seen_at`` is written again at most."""
 LIST_LIMIT = 1000
 """Destinations one list returns at most."""
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What one node saw of one company's requests to a destination since its last report."""
-
-    destination: str
-    company_id: uuid.UUID
-    failures: int
-    """Failures in a row at the end of what was seen (0: the last answer was not a failure)."""
-    reset: bool
-    """True when an answer that is not a failure came before those failures (the count restarts)."""
-    threshold: int
-    """The breaker threshold of the types that failed (the smallest); 0 never opens it."""
-
-
-@dataclass(frozen=True)
-class HostObservation:
-    """What one node saw of a destination's host since its last report (every company's requests)."""
-
-    destination: str
-    failures: int
-    """Connection failures in a row at the end of what was seen (refused, DNS, TLS handshake)."""
-    reset: bool
-    """True when an answer (any status) came before those failures: the host was reachable."""
-    good: bool = False
-    """True when a good answer came while some company's own breaker there was open."""
-
-
-Breaker = tuple[str, uuid.UUID | None]
-"""(destination, company) names a company's own breaker; (destination, None) the destination's."""
-
-
-def _record(row: m.Destination) -> Destination:
-    return Destination(
-        row.destination,
-        CircuitState(row.state),
-        row.failures,
-        optional_time_of(row.opened_at),
-        optional_time_of(row.next_probe_at),
-        row.cooldown,
-        row.forced,
-        row.max_in_flight,
-        time_of(row.updated_at),
-        row.probe_owner,
-        optional_time_of(row.probe_expires_at),
-        opened_by=OpenedBy(row.opened_by) if row.opened_by and row.state != "closed" else None,
-    )
-
-
-def _company_record(row: m.CompanyCircuit) -> Destination:
-    return Destination(
-        row.destination,
-        CircuitState(row.state),
-        row.failures,
-        optional_time_of(row.opened_at),
-        optional_time_of(row.next_probe_at),
-        row.cooldown,
-        False,
-        None,
-        time_of(row.updated_at),
-        row.probe_owner,
-        optional_time_of(row.probe_expires_at),
-        company_id=row.company_id,
-    )
-
-
-def closed(destination: str, now: datetime) -> Destination:
-    """A destination with no row: closed, nothing counted, no cap of its own."""
-    return Destination(destination, CircuitState.CLOSED, 0, None, None, 0.0, False, None, now)
 
 
 _SHOWN = Q(state__not=CircuitState.CLOSED.value) | Q(failures__gt=0)
@@ -135,12 +79,12 @@ class DestinationStore:
         """Destinations whose own breaker is not closed, or that have a cap of their own."""
         rows = await m.Destination.filter(state__not=CircuitState.CLOSED.value)
         capped = await m.Destination.filter(state=CircuitState.CLOSED.value, max_in_flight__isnull=False)
-        return [_record(row) for row in [*rows, *capped]]
+        return [record(row) for row in [*rows, *capped]]
 
     async def active_companies(self) -> list[Destination]:
         """Every company's own breaker that is not closed (``company_id`` set)."""
         rows = await m.CompanyCircuit.filter(state__not=CircuitState.CLOSED.value)
-        return [_company_record(row) for row in rows]
+        return [company_record(row) for row in rows]
 
     async def held(self, breakers: Iterable[Breaker]) -> set[Breaker]:
         """Those of ``breakers`` that are still not closed."""
@@ -164,7 +108,7 @@ class DestinationStore:
         row = await m.Destination.get_or_none(destination=destination)
         if row is None and not await m.DestinationUser.filter(destination=destination).exists():
             raise NotFound(f"destination {destination!r} was never sent to and has no settings")
-        shared = _record(row) if row is not None else closed(destination, self.clock.now())
+        shared = record(row) if row is not None else closed(destination, self.clock.now())
         return (await self._views([shared], company_id))[0]
 
     async def listing(
@@ -191,14 +135,14 @@ class DestinationStore:
         chosen = sorted(str(n) for n in names)[:LIST_LIMIT]
         rows = {row.destination: row for row in await m.Destination.filter(destination__in=chosen)}
         now = self.clock.now()
-        shared = [_record(rows[name]) if name in rows else closed(name, now) for name in chosen]
+        shared = [record(rows[name]) if name in rows else closed(name, now) for name in chosen]
         return await self._views(shared, company_id)
 
     async def _views(self, shared: list[Destination], company_id: uuid.UUID | None) -> list[Destination]:
         names = [d.destination for d in shared]
         if company_id is not None:
             own = {
-                row.destination: _company_record(row)
+                row.destination: company_record(row)
                 for row in await m.CompanyCircuit.filter(destination__in=names, company_id=company_id)
             }
             return [company_view(d, own.get(d.destination)) for d in shared]
@@ -285,7 +229,7 @@ class DestinationStore:
                 continue
             flips: list[bool] = []
             row = await self._change(
-                host.destination, functools.partial(_count_host, seen=host, flips=flips, policy=policy)
+                host.destination, functools.partial(count_host, seen=host, flips=flips, policy=policy)
             )
             if row is not None and flips:
                 opened.append(row)
@@ -306,7 +250,7 @@ class DestinationStore:
                 own.opened_at = now
                 own.cooldown = policy.cooldown
                 own.next_probe_at = now + timedelta(seconds=own.cooldown)
-                opened.append(_company_record(own))
+                opened.append(company_record(own))
             await own.save()
             if opened and shared.state == CircuitState.CLOSED.value and policy.companies > 0:
                 evidence = m.CompanyCircuit.filter(
@@ -315,9 +259,9 @@ class DestinationStore:
                 if shared.last_ok_at is not None:
                     evidence = evidence.filter(opened_at__gt=shared.last_ok_at)
                 if await evidence.count() >= policy.companies:
-                    _open(shared, now, policy.cooldown, OpenedBy.COMPANIES)
+                    open_shared(shared, now, policy.cooldown, OpenedBy.COMPANIES)
                     await shared.save()
-                    opened.append(_record(shared))
+                    opened.append(record(shared))
         return opened
 
     async def take_probe(
@@ -356,7 +300,7 @@ class DestinationStore:
                 if own is not None and take(own, now):
                     own.updated_at = now
                     await own.save()
-                    row = _company_record(own)
+                    row = company_record(own)
         if row is None or row.probe_owner != node or row.state != CircuitState.HALF_OPEN:
             return None
         if row.probe_expires_at is None or row.probe_expires_at < now:
@@ -380,30 +324,30 @@ class DestinationStore:
         async with in_transaction(self.connection):
             shared = await m.Destination.filter(destination=destination).select_for_update().first()
             if company_id is None:
-                if shared is None or not _probed_by(shared, node):
+                if shared is None or not probed_by(shared, node):
                     return None
-                _conclude_shared(shared, result, now, policy)
+                conclude_shared(shared, result, now, policy)
                 shared.updated_at = now
                 await shared.save()
-                return _record(shared)
+                return record(shared)
             own = (
                 await m.CompanyCircuit.filter(destination=destination, company_id=company_id)
                 .select_for_update()
                 .first()
             )
-            if own is None or not _probed_by(own, node):
+            if own is None or not probed_by(own, node):
                 return None
-            _conclude_own(own, result, now, policy)
+            conclude_own(own, result, now, policy)
             own.updated_at = now
             await own.save()
-            if shared is not None and _answered_for_everyone(shared, result):
+            if shared is not None and answered_for_everyone(shared, result):
                 if result == ProbeResult.OK:
                     shared.last_ok_at = now
                 if not shared.forced and shared.state != CircuitState.CLOSED.value:
-                    _close(shared)
+                    close_row(shared)
                 shared.updated_at = now
                 await shared.save()
-            return _company_record(own)
+            return company_record(own)
 
     # --- what operators do ----------------------------------------------------------------------
 
@@ -422,7 +366,7 @@ class DestinationStore:
                 row.probe_owner = None
                 row.probe_expires_at = None
             else:
-                _close(row)
+                close_row(row)
                 await m.CompanyCircuit.filter(destination=destination).update(
                     state=CircuitState.CLOSED.value,
                     failures=0,
@@ -435,7 +379,7 @@ class DestinationStore:
                 )
             row.updated_at = now
             await row.save()
-        return (await self._views([_record(row)], None))[0]
+        return (await self._views([record(row)], None))[0]
 
     async def release(self, destination: str) -> int:
         """Make every activity a breaker at ``destination`` held back (its last attempt ``deferred``,
@@ -558,7 +502,7 @@ class DestinationStore:
                 return None
             row.updated_at = now
             await row.save()
-        return _record(row)
+        return record(row)
 
     async def _locked_company(
         self, destination: str, company_id: uuid.UUID, now: datetime
@@ -578,88 +522,6 @@ class DestinationStore:
         locked = await query.select_for_update().first()
         assert locked is not None
         return locked
-
-
-def _count_host(
-    row: m.Destination, now: datetime, *, seen: HostObservation, flips: list[bool], policy: BreakerPolicy
-) -> bool:
-    """Connection failures count against the destination's breaker (the setting's threshold)."""
-    if row.state != CircuitState.CLOSED.value:
-        return False
-    before = row.failures
-    row.failures = seen.failures if seen.reset else row.failures + seen.failures
-    if policy.enabled and seen.failures > 0 and row.failures >= policy.failures:
-        _open(row, now, policy.cooldown, OpenedBy.NETWORK)
-        flips.append(True)
-        return True
-    return row.failures != before
-
-
-def _open(row: m.Destination, now: datetime, cooldown: float, by: OpenedBy) -> None:
-    row.state = CircuitState.OPEN.value
-    row.opened_by = by.value
-    row.opened_at = now
-    row.cooldown = cooldown
-    row.next_probe_at = now + timedelta(seconds=cooldown)
-
-
-def _probed_by(row: m.Destination | m.CompanyCircuit, node: str) -> bool:
-    return row.state == CircuitState.HALF_OPEN.value and row.probe_owner == node
-
-
-def _reopen(row: m.Destination | m.CompanyCircuit, now: datetime, cooldown: float) -> None:
-    row.state = CircuitState.OPEN.value
-    row.probe_owner = None
-    row.probe_expires_at = None
-    row.cooldown = cooldown
-    row.next_probe_at = now + timedelta(seconds=cooldown)
-
-
-def _conclude_own(row: m.CompanyCircuit, result: ProbeResult, now: datetime, policy: BreakerPolicy) -> None:
-    """A company's probe: any failure of its request counts against it (doubling its cool-down)."""
-    if result == ProbeResult.OK:
-        _close(row)
-    elif result == ProbeResult.SKIPPED:
-        _reopen(row, now, row.cooldown or policy.cooldown)
-    else:
-        _reopen(row, now, policy.next_cooldown(row.cooldown))
-        row.failures += 1
-
-
-def _conclude_shared(row: m.Destination, result: ProbeResult, now: datetime, policy: BreakerPolicy) -> None:
-    """The destination's probe: only a failure to connect says the host is still down (doubling the
-    cool-down); a 5xx or a timeout is one tenant's request failing, which leaves the cool-down as it was
-    (and proves a host opened for connection failures reachable)."""
-    if result == ProbeResult.OK:
-        row.last_ok_at = now
-        _close(row)
-    elif result == ProbeResult.UNREACHABLE:
-        _reopen(row, now, policy.next_cooldown(row.cooldown))
-        row.failures += 1
-    elif result == ProbeResult.FAILED_ANSWER and row.opened_by == OpenedBy.NETWORK.value:
-        _close(row)
-    else:
-        _reopen(row, now, row.cooldown or policy.cooldown)
-
-
-def _answered_for_everyone(row: m.Destination, result: ProbeResult) -> bool:
-    """Whether a company probe's ``result`` closes the destination's breaker (a good answer to it)."""
-    if result == ProbeResult.OK:
-        return True
-    return result == ProbeResult.FAILED_ANSWER and row.opened_by == OpenedBy.NETWORK.value
-
-
-def _close(row: m.Destination | m.CompanyCircuit) -> None:
-    row.state = CircuitState.CLOSED.value
-    if isinstance(row, m.Destination):
-        row.forced = False
-        row.opened_by = None
-    row.failures = 0
-    row.cooldown = 0.0
-    row.opened_at = None
-    row.next_probe_at = None
-    row.probe_owner = None
-    row.probe_expires_at = None
 
 
 def _destination_or_none(pattern: str, parameter: dict[str, Any]) -> str | None:

@@ -87,20 +87,21 @@ async def test_an_open_breaker_holds_activities_back_with_their_retries_and_a_pr
     # While down the receiver saw only probes (the cool-down doubles: 0.3 s, 0.6 s, then 1 s).
     probes = len(receiver.hits) - sent_when_opened
     assert probes <= 6, f"{probes} requests reached the receiver while its breaker was open"
-    for activity in waiting:
+    for activity in waiting:  # nothing spent while waiting: only a request sent (a probe) spends one
         current = await reload(store, activity)
-        assert current.retries == 3 and current.attempts == 0, current  # nothing spent while waiting
+        sent = [e for e in await executions_of(store, activity) if e.outcome != r.Outcome.DEFERRED]
+        assert current.attempts == len(sent) <= 1 and current.retries == 3 - len(sent), current
     down = False
     for activity in waiting:
         done = await settled(store, activity, within=20)
         assert done.state == r.ActivityState.SUCCEEDED
-        assert done.retries == 3 and done.attempts == 1, done
+        assert done.attempts <= 2 and done.retries == 4 - done.attempts, done
         executions = await executions_of(store, activity)
         deferred = [e for e in executions if e.outcome == r.Outcome.DEFERRED]
         assert deferred and all(
             "circuit" in (e.error or "") and "no retry was spent" in (e.error or "") for e in deferred
         )
-        assert [e.outcome for e in executions if e.outcome != r.Outcome.DEFERRED] == [r.Outcome.OK]
+        assert [e.outcome for e in executions if e.outcome != r.Outcome.DEFERRED][-1:] == [r.Outcome.OK]
     assert not await opened()
 
 
