@@ -157,9 +157,10 @@ class Executor:
         return self._waiting.crowded(threshold)
 
     def stalled_companies(self) -> set[uuid.UUID]:
-        """Companies holding their share of the slots with as many claims again waiting for one: more
-        of their work could not start before those (``FairQueue.stalled``)."""
-        return self._waiting.stalled()
+        """Companies holding their share of the slots, as many claims again waiting for one and no
+        request ended for a while: more of their work could not start before those
+        (``FairQueue.stalled``)."""
+        return self._waiting.stalled(time.monotonic())
 
     def _pump(self) -> None:
         """Start as many waiting claims as there are free slots (and limits allow)."""
@@ -213,7 +214,7 @@ class Executor:
             completion = await self.fire(claim)
         finally:
             self._in_flight.pop(claim.activity_id, None)
-            self._waiting.done(claim)
+            self._waiting.done(claim, time.monotonic())
             if self.gate is not None and completion is not None:
                 self.gate.finished(claim, destination, completion.report, verdict)
         assert completion is not None

@@ -126,6 +126,8 @@ class _Company:
     weight: int
     in_flight: int = 0
     waiting: int = 0
+    last_done: float = float("-inf")
+    """When a request of the company last ended (a monotonic clock reading)."""
     solutions: dict[uuid.UUID, _Solution] = field(default_factory=dict)
 
     def ready_head(self, now: float) -> Entry | None:
@@ -138,6 +140,8 @@ class _Company:
 
 
 G = TypeVar("G", _Company, _Solution)
+STALL_AFTER = 1.0
+"""Seconds without a request of a company ending after which its full share counts as stalled."""
 
 
 class FairQueue:
@@ -205,9 +209,12 @@ class FairQueue:
         total = sum(max(c.weight, 1) for c in self._companies.values())
         return lambda company: policy.may_start(in_flight, company.in_flight, company.weight, total)
 
-    def stalled(self) -> set[uuid.UUID]:
-        """Companies that hold at least their share of the slots and have as many claims again
-        waiting: more of their work claimed now could not start before those (the poller leaves it)."""
+    def stalled(self, now: float) -> set[uuid.UUID]:
+        """Companies that hold at least their share of the slots, have as many claims again waiting,
+        and none of whose requests ended in the last ``STALL_AFTER`` seconds (``now``: a monotonic
+        reading): more of their work claimed now could not start before those (the poller leaves it
+        in the store). A company whose requests end all the time is never stalled: its waiting
+        claims start within moments, and claiming more keeps its slots busy."""
         policy = self.policy
         if policy is None:
             return set()
@@ -215,7 +222,8 @@ class FairQueue:
         stalled = set()
         for company_id, company in self._companies.items():
             share = policy.share(company.weight, total)
-            if company.in_flight >= share and company.waiting >= share:
+            full = company.in_flight >= share and company.waiting >= share
+            if full and now - company.last_done >= STALL_AFTER:
                 stalled.add(company_id)
         return stalled
 
@@ -227,14 +235,17 @@ class FairQueue:
         solution.in_flight += 1
         self._companies[claim.target.company_id].in_flight += 1
 
-    def done(self, claim: Claim) -> None:
-        """A claim handed out by ``pop`` finished: its slot counts no more."""
+    def done(self, claim: Claim, now: float | None = None) -> None:
+        """A claim handed out by ``pop`` finished (its request ended at ``now``, a monotonic reading;
+        None: it was put back unsent): its slot counts no more."""
         target = claim.target
         company = self._companies.get(target.company_id)
         solution = company.solutions.get(target.solution_id) if company else None
         lane = solution.lanes.get(target.activity_type_id) if solution else None
         if company is None or solution is None or lane is None:
             return
+        if now is not None:
+            company.last_done = now
         lane.in_flight -= 1
         solution.in_flight -= 1
         company.in_flight -= 1

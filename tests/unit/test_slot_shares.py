@@ -106,20 +106,24 @@ def test_a_queue_with_a_policy_keeps_slots_for_newcomers_and_hands_freed_ones_ov
     assert held == {hog.company_id: 3, newcomer.company_id: 3}
 
 
-def test_a_company_that_holds_its_share_with_as_many_again_waiting_is_stalled() -> None:
+def test_a_company_holding_its_share_with_as_many_again_waiting_and_no_request_ending_is_stalled() -> None:
     hog, other = a_type(), a_type()
     queue = FairQueue(SlotPolicy.of(8))
     fill(queue, claims_of(hog, 10))
     running: list[Claim] = []
     while (claim := queue.pop(0.0, len(running))) is not None:
         running.append(claim)
-    assert len(running) == 6 and queue.stalled() == set()  # 4 waiting: fewer than its 6
+    assert len(running) == 6 and queue.stalled(10.0) == set()  # 4 waiting: fewer than its 6
     fill(queue, claims_of(hog, 2))
-    assert queue.stalled() == {hog.company_id}
+    assert queue.stalled(10.0) == {hog.company_id}
     fill(queue, claims_of(other, 1))  # a second company: the hog's share is 3 now
-    assert queue.stalled() == {hog.company_id}
+    assert queue.stalled(10.0) == {hog.company_id}
     assert queue.pop(0.0, len(running)) is not None  # the newcomer takes a reserved slot
-    assert queue.stalled() == {hog.company_id}
+    assert queue.stalled(10.0) == {hog.company_id}
+    queue.done(running.pop(), now=10.0)  # one of the hog's requests ended: its slots turn over
+    fill(queue, claims_of(hog, 1))
+    assert queue.stalled(10.5) == set()
+    assert queue.stalled(11.0) == {hog.company_id}
 
 
 def test_without_a_policy_a_queue_lets_one_company_take_every_slot() -> None:
@@ -127,4 +131,4 @@ def test_without_a_policy_a_queue_lets_one_company_take_every_slot() -> None:
     queue = FairQueue()
     fill(queue, claims_of(hog, 10))
     assert sum(1 for _ in iter(lambda: queue.pop(0.0, 0), None)) == 10
-    assert queue.stalled() == set()
+    assert queue.stalled(10.0) == set()
