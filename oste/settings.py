@@ -158,7 +158,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "max_heavy_requests",
         "OSTE_MAX_HEAVY_REQUESTS",
-        "2",
+        "1",
         "Heavy requests one API process runs at once, whatever the company (1-100000); more wait their "
         "turn, companies taking turns, and answer 429 after 30 s. Single requests never wait for them, "
         "and heavy ones pause between chunks while single requests are being served.",
@@ -372,7 +372,7 @@ class Settings:
     max_streams_per_company: int = 10
     max_long_polls_per_company: int = 100
     max_heavy_requests_per_company: int = 2
-    max_heavy_requests: int = 2
+    max_heavy_requests: int = 1
     max_parameter_bytes: int = 1024 * 1024
     api_rate_limit: float = 1000.0
     signing_secret_grace: float = 24 * 3600.0

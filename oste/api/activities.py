@@ -49,6 +49,7 @@ async def create(request: Request) -> Response:
     if isinstance(data, dict) and "activities" in data:
         async with api.shares.heavy(request, company):  # one of the company's heavy requests
             items = await _validated_batch(cache, data, now, api.shares.checkpoint)
+            await api.shares.checkpoint()  # light requests first: the insert holds SQLite's connection
             made = await api.operations.activities.create_many(actor, company, solution, items)
             rendered = [render.activity(a) async for a in api.shares.chunked(made)]
         # no Location: a batch creates many resources, each listed with its id (RFC 9110: the target

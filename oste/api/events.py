@@ -88,6 +88,18 @@ async def stream_events(request: Request) -> Response:
     who, solution = await solution_in_path(request)
     api = ctx(request)
     store = api.store
+    place = contextlib.ExitStack()
+    if who.company is not None:  # the company's place, held until the stream ends (429 past its cap)
+        place.enter_context(api.shares.open_stream(request, who.company))
+    else:
+        api.shares.step_aside(request.scope)
+    with place:
+        body = await _stream_of(request, store, solution)
+        return EventStream(body, place.pop_all())
+
+
+async def _stream_of(request: Request, store: Store, solution: r.Solution) -> AsyncIterator[bytes]:
+    """The stream's events as the query asks for them (checked first: a 422 comes before any event)."""
     if "last-event-id" in request.headers:
         after = parse_last_event_id(request.headers["last-event-id"])
     else:
@@ -101,17 +113,9 @@ async def stream_events(request: Request) -> Response:
             raise InvalidInput.field("activity_type", f"solution {solution.name!r} has no type {wanted!r}")
         type_id = ids[wanted]
     object_id = request.query_params.get("object_id")
-    place = contextlib.ExitStack()
-    if who.company is not None:  # the company's place, held until the stream ends (429 past its cap)
-        place.enter_context(api.shares.open_stream(request, who.company))
-    else:
-        api.shares.step_aside(request.scope)
-    with place:
-        await ev.subscribe(solution.id, store.clock.now())
-        start = after if after is not None else await ev.end_position(solution.id)
-        wanted_events = Wanted(type_id, object_id)
-        body = _events(request, store, solution, start, wanted_events, names)
-        return EventStream(body, place.pop_all())
+    await ev.subscribe(solution.id, store.clock.now())
+    start = after if after is not None else await ev.end_position(solution.id)
+    return _events(request, store, solution, start, Wanted(type_id, object_id), names)
 
 
 class EventStream(StreamingResponse):

@@ -60,7 +60,7 @@ class Caps:
     max_streams_per_company: int = 10
     max_long_polls_per_company: int = 100
     max_heavy_requests_per_company: int = 2
-    max_heavy_requests: int = 2
+    max_heavy_requests: int = 1
 
 
 class ApiShares:

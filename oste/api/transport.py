@@ -6,7 +6,9 @@ never name the ``Host`` the client sent, and ``Cache-Control: no-store`` on the 
   with ``Connection: close``). A client that leaves while sending is ``ClientLeft`` (an OsteError,
   so the API's and the UI's handlers answer it quietly): one INFO line, no traceback — nobody is
   there to read an answer. (Starlette's own ``ClientDisconnect``, raised where a body is read
-  without this middleware, gets one INFO line too: ``client_left``.)
+  without this middleware, gets one INFO line too: ``client_left``.) Hypercorn has no such deadline:
+  its ``read_timeout`` closes any connection whose client is silent that long, which every event
+  stream and long-poll is, so it stays unset; its ``keep_alive_timeout`` (5 s) closes idle ones.
 - ``SafeHeaders``: a redirect's ``Location`` is made relative (``/metrics``, never
   ``http://<the client's Host>/metrics``: Starlette's trailing-slash redirect builds it from the
   ``Host`` header), and every answer under ``/v1/`` that does not say otherwise gets

@@ -20,6 +20,9 @@ from oste.domain.outbound import rfc3339
 
 BATCH = 1000
 """Activities per batch request (the API's maximum)."""
+MAX_TOO_MANY = 60
+"""429s (each waited out for its ``Retry-After``) one call takes before it gives up: more batches at
+once than the company's cap of heavy requests (OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY) wait their turn."""
 COMPANY = "bench"
 SOLUTION = "bench"
 
@@ -60,12 +63,19 @@ class OsteClient:
         if body is not None:
             headers["Content-Type"] = "application/json"
             data = orjson.dumps(body)
-        async with self._http.request(method, self.base_url + path, data=data, headers=headers) as response:
-            raw = await response.read()
-            if response.status != expect:
-                text = raw.decode(errors="replace")[:1000]
-                raise ApiError(f"{method} {path} answered {response.status}, expected {expect}: {text}")
-            return orjson.loads(raw) if raw else None
+        for _ in range(MAX_TOO_MANY):
+            async with self._http.request(
+                method, self.base_url + path, data=data, headers=headers
+            ) as response:
+                raw = await response.read()
+                if response.status == 429 and expect != 429 and "Retry-After" in response.headers:
+                    await asyncio.sleep(float(response.headers["Retry-After"]))  # as a partner would
+                    continue
+                if response.status != expect:
+                    text = raw.decode(errors="replace")[:1000]
+                    raise ApiError(f"{method} {path} answered {response.status}, expected {expect}: {text}")
+                return orjson.loads(raw) if raw else None
+        raise ApiError(f"{method} {path} answered 429 {MAX_TOO_MANY} times in a row")
 
     async def setup(self, receiver_url: str, types: int) -> None:
         """Company and API key (as the operator), then solution and activity types (with the key)."""

@@ -194,3 +194,18 @@ async def test_receiver_answers_and_records_pipelined_requests() -> None:
         assert await receiver.stats() == {"hits": 0, "distinct": 0}
     finally:
         await receiver.stop()
+
+
+def test_bench_fairness_on_sqlite(tmp_path: Path) -> None:
+    """The fairness workload at a small size: B's creates alone, beside A's streams, beside A's batches;
+    A's streams past its cap are refused, its batches past its cap wait their turn."""
+    result = bench("fairness", tmp_path, "--count", "12", "--singles", "20", "--batch-concurrency", "3")
+    assert result["ok"] is True and result["limit"] is None
+    phases = result["fairness"]
+    assert set(phases) == {"baseline", "streams", "batches"}
+    for phase in phases.values():
+        assert phase["create_ms"]["p99"] > 0 and phase["healthz_ms"]["p99"] > 0
+    assert phases["streams"]["streams"]["open"] == 10  # OSTE_MAX_STREAMS_PER_COMPANY's default
+    assert phases["streams"]["streams"]["refused"] == 2
+    assert phases["batches"]["batches"]["created"] > 0 and phases["batches"]["batches"]["other"] == 0
+    assert phases["batches"]["p99_over_baseline"] > 0
