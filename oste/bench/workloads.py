@@ -10,6 +10,8 @@
   (``oste.bench.served``): stats route and UI page latencies, log roller throughput.
 - ``crash``: the burst with worker 1 SIGKILLed part-way (``oste.bench.crash``): duplicates against
   their bound.
+- ``schema``: the worst create a hostile tenant can craft (``oste.bench.hostile``), and ``/healthz``
+  and another tenant's creates while it sends it ``--rate`` times a second.
 - ``soak``: the whole life of activities for minutes (``oste.bench.soak``): created through the API,
   fired, shipped by the log rollers, purged; per-minute figures.
 """
@@ -255,6 +257,12 @@ async def _crash(harness: Harness) -> Result:
     return await run_crash(harness)
 
 
+async def _schema(harness: Harness) -> Result:
+    from oste.bench.hostile import schema as run_schema
+
+    return await run_schema(harness)
+
+
 async def _soak(harness: Harness) -> Result:
     from oste.bench.soak import soak as run_soak
 
@@ -272,4 +280,5 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "rollers": served.rollers,
     "crash": _crash,
     "soak": _soak,
+    "schema": _schema,
 }

@@ -168,12 +168,26 @@ def add_bench_parser(commands: Any) -> None:
         "  crash   the burst with worker 1 SIGKILLed once --kill-at of it arrived (PostgreSQL,\n"
         "          --workers 2 or more): duplicates against their bound\n"
         "  soak    --rate R activities a second created through the API for --minutes M, fired, shipped\n"
-        "          by the log rollers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)",
+        "          by the log rollers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)\n"
+        "  schema  the worst create a hostile tenant can craft (ms), and /healthz p99 while it sends it\n"
+        "          --rate times a second for --duration seconds (run it with --rate 100; 10 s)",
     )
     add = bench.add_argument
     add(
         "workload",
-        choices=("burst", "steady", "scale", "cron", "api", "stats", "ui", "rollers", "crash", "soak"),
+        choices=(
+            "burst",
+            "steady",
+            "scale",
+            "cron",
+            "api",
+            "stats",
+            "ui",
+            "rollers",
+            "crash",
+            "soak",
+            "schema",
+        ),
         help="what to measure",
     )
     add(
