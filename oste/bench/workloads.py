@@ -12,6 +12,8 @@
   their bound.
 - ``hog``: one tenant's 300 requests held 30 s by a slow receiver beside another tenant's steady
   work (``oste.bench.hog``): the other tenant's lag.
+- ``schema``: the worst create a hostile tenant can craft (``oste.bench.hostile``), and ``/healthz``
+  and another tenant's creates while it sends it ``--rate`` times a second.
 - ``soak``: the whole life of activities for minutes (``oste.bench.soak``): created through the API,
   fired, shipped by the log rollers, purged; per-minute figures.
 """
@@ -269,6 +271,12 @@ async def _fairness(harness: Harness) -> Result:
     return await run_fairness(harness)
 
 
+async def _schema(harness: Harness) -> Result:
+    from oste.bench.hostile import schema as run_schema
+
+    return await run_schema(harness)
+
+
 async def _soak(harness: Harness) -> Result:
     from oste.bench.soak import soak as run_soak
 
@@ -288,4 +296,5 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "soak": _soak,
     "hog": _hog,
     "fairness": _fairness,
+    "schema": _schema,
 }

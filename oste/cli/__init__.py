@@ -172,7 +172,9 @@ def add_bench_parser(commands: Any) -> None:
         "  hog     company A's --count requests held 30 s by a slow receiver (300) beside company B's\n"
         "          --rate per second for --duration seconds (300/s, 40 s): B's lag\n"
         "  fairness one company's --singles creates alone, while another holds --count event streams\n"
-        "          (200), and while it sends --batch-concurrency 1,000-item batches at once (4)",
+        "          (200), and while it sends --batch-concurrency 1,000-item batches at once (4)\n"
+        "  schema  the worst create a hostile tenant can craft (ms), and /healthz p99 while it sends it\n"
+        "          --rate times a second for --duration seconds (run it with --rate 100; 10 s)",
     )
     add = bench.add_argument
     add(
@@ -190,6 +192,7 @@ def add_bench_parser(commands: Any) -> None:
             "soak",
             "fairness",
             "hog",
+            "schema",
         ),
         help="what to measure",
     )

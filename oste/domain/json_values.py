@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from oste.errors import FieldError, InvalidInput
 
 MAX_JSON_DEPTH = 64
@@ -15,8 +17,12 @@ __all__ = ["MAX_JSON_DEPTH", "NO_NUL", "check_storable"]
 
 def check_storable(data: Any) -> None:
     """Refuse what cannot be stored or echoed on every backend, naming the field: NUL (U+0000) in a
-    string or key (PostgreSQL text and jsonb refuse it), and nesting deeper than MAX_JSON_DEPTH."""
-    if _clean(data, 0):
+    string or key (PostgreSQL text and jsonb refuse it), and nesting deeper than MAX_JSON_DEPTH.
+
+    Linear with a small constant (a tenant's body may be megabytes of tiny values, checked on the event
+    loop): NUL is looked for in the value encoded by orjson (C speed; a NUL is always encoded ``\\u0000``),
+    and the depth is measured level by level over containers only."""
+    if _quickly_clean(data):
         return
     errors: list[FieldError] = []
     stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
@@ -36,6 +42,37 @@ def check_storable(data: Any) -> None:
             stack.extend((item, (*path, index)) for index, item in enumerate(node))
     if errors:
         raise InvalidInput("; ".join(f"{e.field or 'body'}: {e.reason}" for e in errors[:20]), errors)
+
+
+_PLAIN = frozenset([str, int, float, bool, type(None), list, dict])
+
+
+def _quickly_clean(data: Any) -> bool:
+    """True when ``check_storable`` surely has nothing to say; False: ask the exact walk."""
+    try:
+        encoded = orjson.dumps(data)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
+    if b"\\u0000" in encoded:
+        return False  # a NUL, or a backslash before "u0000": the walk tells which
+    level = [data]
+    for _ in range(MAX_JSON_DEPTH + 1):
+        below: list[Any] = []
+        for node in level:
+            values = node.values() if type(node) is dict else node if type(node) is list else ()
+            kinds = set(map(type, values))
+            if not kinds <= _PLAIN:
+                return False
+            if list in kinds or dict in kinds:
+                below.extend(filter(_is_container, values))
+        if not below:
+            return True
+        level = below
+    return False
+
+
+def _is_container(value: Any) -> bool:
+    return type(value) is list or type(value) is dict
 
 
 def _clean(node: Any, depth: int) -> bool:

@@ -256,7 +256,7 @@ class ParameterRules:
                 f"cannot be checked against the activity type's parameter_schema ({type(exc).__name__}); "
                 "edit the activity type's parameter_schema",
             ) from None
-        found.sort(key=lambda error: [str(part) for part in error[0]])
+        found.sort(key=lambda error: [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in error[0]])
         return [FieldError(join_path(field, *path), message) for path, message in found]
 
     def _dot_segment_errors(self, parameter: dict[str, Any], field: str) -> list[FieldError]:
