@@ -123,18 +123,9 @@ class ClaimStrategy:
         """``column IN (...)`` over a Python list (``sql_type`` names the PostgreSQL array type)."""
         raise NotImplementedError
 
-    def update_picked(
-        self,
-        table: str,
-        key: str,
-        assign: str,
-        pick: str,
-        returning: Sequence[str],
-        expressions: Sequence[str] = (),
-    ) -> str:
+    def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
         """One statement that picks rows (``pick``: ``WHERE … ORDER BY … LIMIT n``), updates them with
-        ``assign`` and returns the columns ``returning`` and the ``expressions`` (``(…) AS name``, which
-        may name ``{table}.<column>`` of the updated row); concurrent callers pick disjoint rows."""
+        ``assign`` and returns ``returning``; concurrent callers pick disjoint rows."""
         raise NotImplementedError
 
     @staticmethod
@@ -288,18 +279,10 @@ class PostgresClaimStrategy(ClaimStrategy):
             f"THEN ({column} #> {at})::numeric BETWEEN {low}::numeric AND {high}::numeric END)"
         )
 
-    def update_picked(
-        self,
-        table: str,
-        key: str,
-        assign: str,
-        pick: str,
-        returning: Sequence[str],
-        expressions: Sequence[str] = (),
-    ) -> str:
+    def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
         # A MATERIALIZED CTE runs the LIMIT once: "WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)"
         # may be re-executed by the planner and then update more than n rows.
-        columns = ", ".join([*(f"{table}.{c}" for c in returning), *expressions])
+        columns = ", ".join(f"{table}.{c}" for c in returning)
         return (
             f"WITH picked AS MATERIALIZED (SELECT {key} FROM {table} {pick} FOR UPDATE SKIP LOCKED) "
             f"UPDATE {table} SET {assign} FROM picked WHERE {table}.{key} = picked.{key} RETURNING {columns}"
@@ -394,17 +377,9 @@ class SqliteClaimStrategy(ClaimStrategy):
             parts.append(f"json_extract({column}, {value}) BETWEEN {low} AND {high}")
         return f"({' OR '.join(parts)})"
 
-    def update_picked(
-        self,
-        table: str,
-        key: str,
-        assign: str,
-        pick: str,
-        returning: Sequence[str],
-        expressions: Sequence[str] = (),
-    ) -> str:
+    def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
         # One writer at a time: the sub-select and the update are one atomic statement.
-        columns = ", ".join([*returning, *expressions])
+        columns = ", ".join(returning)
         picked = f"SELECT {key} FROM {table} {pick}"
         return f"UPDATE {table} SET {assign} WHERE {key} IN ({picked}) RETURNING {columns}"
 

@@ -51,15 +51,13 @@ from oste.storage.dialects import EXECUTION_COLUMNS, ClaimStrategy, FollowOnWrit
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
 from oste.storage.notices import publish
 
-TYPE_VERSION = (
-    "(SELECT t.updated_at FROM activity_type t WHERE t.id = activity.activity_type_id) AS type_version",
-    "(SELECT s.updated_at FROM activity_type t JOIN solution s ON s.id = t.solution_id "
-    "WHERE t.id = activity.activity_type_id) AS solution_version",
-)
-"""What the claim returns of each claimed activity's type and solution: their stored versions. A
-loaded type (verb, URI, headers, auth, signing secret…) is reused while the claim finds it unchanged,
-and read again (URI and credentials together, in one statement) as soon as it changed: a change is
-seen by every claim made after it committed, on every node."""
+TYPES_CHECKED = 1000
+"""Activity types whose stored versions one statement reads at most.
+
+After each claim the store reads the stored versions (``updated_at`` of the type and its solution) of
+the claimed activities' types: a loaded type (verb, URI, headers, auth, signing secret…) is reused
+while it is of that version and read again, URI and credentials together in one statement, as soon
+as it changed. A change is thus seen by every claim made after it committed, on every node."""
 WRITE_CHUNK = 500
 _UNCLAIMED = "state = 'scheduled', claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL"
 """The assignments that hand a claimed activity back to the queue."""
@@ -278,7 +276,7 @@ class DispatchStore:
         if not rows:
             return []
         await publish(self.connection, (self.strategy.uuid_of(row["id"]) for row in rows))
-        versions = {self.strategy.uuid_of(row["activity_type_id"]): self._version_of(row) for row in rows}
+        versions = await self._versions({self.strategy.uuid_of(row["activity_type_id"]) for row in rows})
         targets = await self._targets_of(versions)
         claims = [self._claim(row, owner, token, lease_until, targets) for row in rows]
         running = [(c.target.solution_id, Change(c.activity_id, "running", c.attempt)) for c in claims if c]
@@ -322,8 +320,7 @@ class DispatchStore:
             f"WHERE {left_alone})"
         )
         pick = f"WHERE {where} AND {paused} ORDER BY next_attempt_at LIMIT {p.add(limit)}"
-        sql = self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS, TYPE_VERSION)
-        return sql, p.values
+        return self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS), p.values
 
     def _claim(
         self,
@@ -355,13 +352,8 @@ class DispatchStore:
             uri_override=row["uri_override"],
         )
 
-    def _version_of(self, row: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
-        """The stored version of a claimed row's type and solution (None: deleted meanwhile)."""
-        s = self.strategy
-        return s.optional_time_of(row["type_version"]), s.optional_time_of(row["solution_version"])
-
     async def _targets_of(
-        self, versions: dict[uuid.UUID, tuple[datetime | None, datetime | None]]
+        self, versions: dict[uuid.UUID, tuple[datetime, datetime]]
     ) -> dict[uuid.UUID, DispatchTarget]:
         """The dispatch targets of these activity types at (at least) these versions: the cached one
         while it is of the same version, else read again in one statement (URI, headers, auth and
@@ -385,22 +377,35 @@ class DispatchStore:
         """Read again those of ``type_ids`` (types of claims the node holds) whose stored version
         changed since they were read: one query for the versions, one for what changed. Claims
         already held then fire with the new version (``latest_target``). Returns how many changed."""
-        known = sorted(i for i in set(type_ids) if i in self._targets)
+        known = {i for i in set(type_ids) if i in self._targets}
         if not known:
             return 0
-        p = Params(self.strategy)
-        which = self._in_uuids("t.id", known, p)
-        sql = (
-            "SELECT t.id, t.updated_at AS type_version, s.updated_at AS solution_version "
-            f"FROM activity_type t JOIN solution s ON s.id = t.solution_id WHERE {which}"
-        )
-        async with self._db():
-            rows = await self._conn().execute_query_dict(sql, p.values)
-        versions = {self.strategy.uuid_of(row["id"]): self._version_of(row) for row in rows}
-        changed = {i: v for i, v in versions.items() if self._targets[i].version != v}
+        changed = {i: v for i, v in (await self._versions(known)).items() if self._targets[i].version != v}
         if changed:
             await self._targets_of(changed)
         return len(changed)
+
+    async def _versions(self, type_ids: set[uuid.UUID]) -> dict[uuid.UUID, tuple[datetime, datetime]]:
+        """The stored versions (``updated_at`` of the type and of its solution) of these types; a
+        deleted type is missing. One statement per ``TYPES_CHECKED`` types."""
+        ordered = sorted(type_ids)
+        versions: dict[uuid.UUID, tuple[datetime, datetime]] = {}
+        s = self.strategy
+        for start in range(0, len(ordered), TYPES_CHECKED):
+            p = Params(s)
+            which = self._in_uuids("t.id", ordered[start : start + TYPES_CHECKED], p)
+            sql = (
+                "SELECT t.id, t.updated_at AS type_version, s.updated_at AS solution_version "
+                f"FROM activity_type t JOIN solution s ON s.id = t.solution_id WHERE {which}"
+            )
+            async with self._db():
+                rows = await self._conn().execute_query_dict(sql, p.values)
+            for row in rows:
+                versions[s.uuid_of(row["id"])] = (
+                    s.time_of(row["type_version"]),
+                    s.time_of(row["solution_version"]),
+                )
+        return versions
 
     def latest_target(self, target: DispatchTarget) -> DispatchTarget:
         """The newest version of ``target``'s type this store has read (``target`` itself when none
