@@ -414,6 +414,17 @@ class DestinationStore:
             ).update(next_attempt_at=now, updated_at=now)
         return released
 
+    async def release_ids(self, ids: Sequence[uuid.UUID]) -> int:
+        """Make these activities due now when a breaker's deferral is still what they wait for (their
+        breaker closed while they were being deferred); returns how many."""
+        now = self.clock.now()
+        released = 0
+        for chunk in _chunks(list(ids)):
+            released += await m.Activity.filter(
+                id__in=chunk, state="scheduled", last_outcome="deferred", next_attempt_at__gt=now
+            ).update(next_attempt_at=now, updated_at=now)
+        return released
+
     async def set_cap(self, destination: str, max_in_flight: int | None) -> Destination:
         """Set (or with None remove) the destination's own in-flight cap."""
 
