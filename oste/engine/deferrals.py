@@ -32,8 +32,10 @@ class DeferralWriter:
         self.node = node
         self.written = written
         self.breakers = breakers
-        """Asked which breakers still hold: a deferral whose breaker closed meanwhile (by hand, or a
-        probe this node had not heard of yet) is written due at once."""
+        """Asked which breakers still hold, before and after each write: a deferral whose breaker
+        closed meanwhile (by hand, or by a probe this node had not heard of yet) is made due at once —
+        even when the close came between the check and the write, which the operator's release, run
+        just after the close, would otherwise have missed."""
         self._buffer: list[Deferral] = []
         self._ready = asyncio.Event()
 
@@ -56,7 +58,23 @@ class DeferralWriter:
                 self._buffer[:0] = batch
                 raise
             self.written([d.claim for d in batch])
+            await self._release_closed(batch)
         return written
+
+    async def _release_closed(self, batch: list[Deferral]) -> None:
+        if self.breakers is None:
+            return
+        now = self.store.clock.now()
+        waiting = [d for d in batch if d.breaker is not None and d.until > now]
+        if not waiting:
+            return
+        try:
+            held = await self.breakers.held({d.breaker for d in waiting if d.breaker is not None})
+            closed = [d.claim.activity_id for d in waiting if d.breaker not in held]
+            if closed:
+                await self.breakers.release_ids(closed)
+        except Exception as exc:  # they wait for their due time instead: no work is lost
+            log.warning("making deferred activities of closed breakers due failed: %s", exc)
 
     async def _still_held(self, batch: list[Deferral]) -> list[Deferral]:
         if self.breakers is None:

@@ -14,9 +14,9 @@ import contextlib
 import dataclasses
 import functools
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from tortoise.exceptions import IntegrityError
 from tortoise.expressions import Q
@@ -59,6 +59,7 @@ USERS_REFRESH = timedelta(minutes=1)
 """How often a (destination, company) pair's ``seen_at`` is written again at most."""
 LIST_LIMIT = 1000
 """Destinations one list returns at most."""
+_T = TypeVar("_T")
 
 
 _SHOWN = Q(state__not=CircuitState.CLOSED.value) | Q(failures__gt=0)
@@ -206,26 +207,26 @@ class DestinationStore:
         """
         opened: list[Destination] = []
         now = self.clock.now()
-        for host in sorted(hosts, key=lambda h: h.destination):
-            if host.good:  # evidence that the host works for someone: older company evidence is void
-                await m.Destination.filter(destination=host.destination).update(last_ok_at=now)
+        good = sorted({h.destination for h in hosts if h.good})
+        for chunk in _chunks(good):  # the host works for someone: older company evidence is void
+            await m.Destination.filter(destination__in=chunk).update(last_ok_at=now)
+        # Answers restart counts: a few statements that change nothing in the usual case (nothing counted).
+        answered = sorted({(o.destination, str(o.company_id)) for o in observations if o.reset})
+        for pairs in _chunks(answered):
+            either = Q(*(Q(destination=d, company_id=c) for d, c in pairs), join_type=Q.OR)
+            await m.CompanyCircuit.filter(either, state=CircuitState.CLOSED.value, failures__gt=0).update(
+                failures=0, updated_at=now
+            )
+        reachable = sorted({h.destination for h in hosts if h.reset})
+        for chunk in _chunks(reachable):
+            await m.Destination.filter(
+                destination__in=chunk, state=CircuitState.CLOSED.value, failures__gt=0
+            ).update(failures=0, updated_at=now)
         for seen in sorted(observations, key=lambda o: (o.destination, str(o.company_id))):
-            if seen.failures == 0:
-                if seen.reset:  # one statement that changes nothing in the usual case (no failures counted)
-                    await m.CompanyCircuit.filter(
-                        destination=seen.destination,
-                        company_id=seen.company_id,
-                        state=CircuitState.CLOSED.value,
-                        failures__gt=0,
-                    ).update(failures=0, updated_at=now)
-                continue
-            opened += await self._count_company(seen, policy)
+            if seen.failures:
+                opened += await self._count_company(seen, policy)
         for host in sorted(hosts, key=lambda h: h.destination):
-            if host.failures == 0:
-                if host.reset:
-                    await m.Destination.filter(
-                        destination=host.destination, state=CircuitState.CLOSED.value, failures__gt=0
-                    ).update(failures=0, updated_at=now)
+            if not host.failures:
                 continue
             flips: list[bool] = []
             row = await self._change(
@@ -413,6 +414,17 @@ class DestinationStore:
             ).update(next_attempt_at=now, updated_at=now)
         return released
 
+    async def release_ids(self, ids: Sequence[uuid.UUID]) -> int:
+        """Make these activities due now when a breaker's deferral is still what they wait for (their
+        breaker closed while they were being deferred); returns how many."""
+        now = self.clock.now()
+        released = 0
+        for chunk in _chunks(list(ids)):
+            released += await m.Activity.filter(
+                id__in=chunk, state="scheduled", last_outcome="deferred", next_attempt_at__gt=now
+            ).update(next_attempt_at=now, updated_at=now)
+        return released
+
     async def set_cap(self, destination: str, max_in_flight: int | None) -> Destination:
         """Set (or with None remove) the destination's own in-flight cap."""
 
@@ -522,6 +534,11 @@ class DestinationStore:
         locked = await query.select_for_update().first()
         assert locked is not None
         return locked
+
+
+def _chunks(values: Sequence[_T], size: int = 200) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
 
 
 def _destination_or_none(pattern: str, parameter: dict[str, Any]) -> str | None:

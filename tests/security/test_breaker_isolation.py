@@ -16,15 +16,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from oste.domain.clock import ManualClock
+from oste.domain.destinations import BreakerPolicy, CircuitState, ProbeResult
 from oste.settings import Settings
+from oste.storage.database import close_database, open_database
+from oste.storage.destinations import DestinationStore, HostObservation, Observation
+from tests.conftest import migrated
 from tests.engine_support import Receiver
 from tests.integration.api.conftest import Api, Tenant, api_client
 
@@ -268,3 +278,53 @@ async def test_closing_a_breaker_by_hand_sends_what_it_held_at_once(
         await until(lambda: delivered(api, b, ids), "B's held activities delivered after the close")
         # Far sooner than the minute they were deferred for (on a quiet machine: well under a second).
         assert loop.time() - closed_at < 20
+
+
+# --- the bound, for every sequence: nothing company A does opens a breaker company B waits for ----------
+
+A_ID, B_ID = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
+POLICY = BreakerPolicy(failures=3, cooldown=0.5, max_cooldown=2.0)
+A_DOES = st.one_of(
+    # failures in a row of A's requests (500s, its own tiny timeouts, resets after sending), with the
+    # smallest threshold of its types (1: A lowered its own), after an answer of its own or not
+    st.tuples(st.just("fail"), st.integers(1, 12), st.integers(0, 6), st.booleans()),
+    st.tuples(st.just("answer"), st.just(0), st.just(0), st.booleans()),  # A's request answered
+    st.tuples(st.just("wait"), st.integers(0, 5), st.just(0), st.just(False)),
+    st.tuples(st.just("probe"), st.integers(0, len(ProbeResult) - 1), st.just(0), st.just(False)),
+)
+
+
+async def _replay(url: str, steps: list[tuple[str, int, int, bool]]) -> None:
+    await open_database(url)
+    try:
+        clock = ManualClock(datetime(2026, 11, 26, 12, 0, tzinfo=UTC))
+        store = DestinationStore(clock)
+        where = f"https://{uuid.uuid4().hex[:12]}.example.com:443"
+        await store.note_users([(where, A_ID), (where, B_ID)])
+        for kind, number, threshold, flag in steps:
+            if kind == "fail":
+                seen = Observation(where, A_ID, number, flag, threshold)
+                await store.report([seen], POLICY, [HostObservation(where, 0, flag, good=False)])
+            elif kind == "answer":
+                answer = Observation(where, A_ID, 0, True, 0)
+                await store.report([answer], POLICY, [HostObservation(where, 0, True, good=flag)])
+            elif kind == "wait":
+                clock.advance(number)
+            elif await store.take_probe(where, "node", 60, A_ID) is not None:
+                await store.probe_result(where, "node", list(ProbeResult)[number], POLICY, A_ID)
+            assert await store.held([(where, None), (where, B_ID)]) == set(), steps
+            seen_by_b = await store.get(where, B_ID)
+            assert (seen_by_b.state, seen_by_b.failures) == (CircuitState.CLOSED, 0), steps
+    finally:
+        await close_database()
+
+
+@hyp_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(A_DOES, max_size=12))
+def test_no_sequence_of_one_companys_failures_and_probes_holds_another_back(
+    sqlite_url: str, steps: list[tuple[str, int, int, bool]]
+) -> None:
+    """Whatever A's requests do — any mix of failures, thresholds as low as 1, answers, waits and probe
+    results — the store never holds B back: no breaker B waits for opens, and B sees no failures."""
+    asyncio.run(migrated(sqlite_url))
+    asyncio.run(_replay(sqlite_url, steps))
