@@ -97,6 +97,7 @@ class ActivityOperations:
             cancelled = await self.store.cancel_activity(activity)
             await record_events(solution.id, [Change(cancelled.id, "cancelled")], cancelled.updated_at)
             await self._audit(actor, company, solution, "cancel", activity.id)
+        self.context.quotas.freed(company)
         await wake([cancelled.id])
         return cancelled
 
@@ -154,6 +155,8 @@ class ActivityOperations:
         )
         if dry_run:
             return result
+        if action in ("cancel", "delete") and result.changed:
+            self.context.quotas.freed(company)
         if action == "requeue" and result.changed == 0 and QUOTA_FULL in result.skipped:
             room.refuse(result.skipped[QUOTA_FULL].count)  # nothing fitted: the quota's 429
         details = {

@@ -42,6 +42,10 @@ class Quotas:
         expect_limit = self.of(company)[quota] is not None
         await self.room.take(company.id, quota, adding, expect_limit, written)
 
+    def freed(self, company: r.Company) -> None:
+        """The company's work was cancelled or deleted here: a refusal remembered for it is forgotten."""
+        self.room.forget(company.id)
+
     def bulk_room(self, company: r.Company) -> BulkRoom:
         """Room for a bulk requeue's chunks, as much as fits each time."""
         return BulkRoom(self.room, company)
