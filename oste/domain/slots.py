@@ -6,11 +6,15 @@ hold every slot: another company whose work becomes due would wait for those req
 
 - **Each company with work on the node has a weighted share** of the slots outside a small reserve:
   ``share = max(1, (slots - reserve) * weight // total_weight)``, where ``total_weight`` sums the QoS
-  weights (``qos_level``) of the companies with work waiting or in flight on the node — the weights
+  weights (``qos_level``) of the companies with work waiting or in flight on the node, or queued
+  there in the last few seconds (``oste.engine.fairness.RECENT_WORK``) — the weights
   the fair queue orders them by (``oste.engine.fairness``), which hands each freed slot to the
   company with the fewest requests in flight for its weight.
-- **Idle slots are lent (work-conserving):** any company may start a request while ``reserve``
-  slots stay free after it, whatever it holds. A company alone may so use every slot but the reserve.
+- **Idle slots are lent (work-conserving):** beyond its share a company may start a request while
+  the reserve and what the other companies with work are owed (their shares less what they hold)
+  stay free after it. A company alone may so use every slot but the reserve; beside a company whose
+  requests are quick (it holds few slots at any moment but has work all the time) it keeps to its
+  share, so the quick one is never squeezed into the reserve once the lender's requests end.
 - **The reserve is for newcomers:** a slot that would leave fewer than ``reserve`` free goes only to
   a company below its share, and only while it holds fewer than half of the free slots (rounded
   up): the first newcomer finds a slot at once and cannot take the whole reserve, so the next one
@@ -65,12 +69,16 @@ class SlotPolicy:
         total = max(total_weight, weight)
         return max(1, (self.slots - self.reserve) * weight // total)
 
-    def may_start(self, in_flight: int, held: int, weight: int, total_weight: int) -> bool:
+    def may_start(self, in_flight: int, held: int, weight: int, total_weight: int, kept: int = 0) -> bool:
         """Whether a company holding ``held`` of the node's ``in_flight`` requests may start another
-        (``weight``: its QoS weight; ``total_weight``: of every company with work on the node)."""
+        (``weight``: its QoS weight; ``total_weight``: of every company with work on the node;
+        ``kept``: the slots the other companies with work are owed, their shares less what they hold)."""
         free = self.slots - in_flight
         if free <= 0:
             return False
-        if free - 1 >= self.reserve:
-            return True  # an idle slot: lent to whoever the fair order picks
-        return held < self.share(weight, total_weight) and held < -(-free // 2)
+        below = held < self.share(weight, total_weight)
+        if below and free - 1 >= self.reserve:
+            return True  # within its share
+        if free - 1 >= self.reserve + kept:
+            return True  # an idle slot nobody is owed: lent to whoever the fair order picks
+        return below and held < -(-free // 2)  # the reserve, half of what is left at a time

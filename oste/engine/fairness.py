@@ -142,6 +142,9 @@ class _Company:
 G = TypeVar("G", _Company, _Solution)
 STALL_AFTER = 1.0
 """Seconds without a request of a company ending after which its full share counts as stalled."""
+RECENT_WORK = 5.0
+"""Seconds a company whose work was queued on the node still counts as having work there (for the
+shares): a company whose requests are quick is often between two of them, and is owed its share."""
 
 
 class FairQueue:
@@ -151,6 +154,8 @@ class FairQueue:
         self.policy = policy
         """The node's slots, shared between companies (None: no per-company cap)."""
         self._companies: dict[uuid.UUID, _Company] = {}
+        self._recent: dict[uuid.UUID, tuple[int, float]] = {}
+        """Each company whose work was queued lately: its weight and when (a monotonic reading)."""
         self._seq = itertools.count()
         self._size = 0
         self._per_type: dict[uuid.UUID, int] = {}
@@ -168,6 +173,8 @@ class FairQueue:
         entry = (-claim.priority, claim.due_at.timestamp(), next(self._seq), claim)
         heapq.heappush(lane.heap if lane.limited else solution.free, entry)
         self._companies[claim.target.company_id].waiting += 1
+        if self.policy is not None:
+            self._recent[claim.target.company_id] = (claim.target.company_qos, now)
         self._size += 1
         type_id = claim.target.activity_type_id
         self._per_type[type_id] = self._per_type.get(type_id, 0) + 1
@@ -179,7 +186,7 @@ class FairQueue:
         """
         if not self._size:
             return None
-        company = _fewest_per_weight(self._companies.values(), now, self._may_start(in_flight))
+        company = _fewest_per_weight(self._companies.values(), now, self._may_start(in_flight, now))
         if company is None:
             return None
         solution = _fewest_per_weight(company.solutions.values(), now)
@@ -201,13 +208,31 @@ class FairQueue:
             del self._per_type[type_id]
         return entry[3]
 
-    def _may_start(self, in_flight: int) -> Callable[[_Company], bool] | None:
+    def _with_work(self, now: float) -> dict[uuid.UUID, tuple[int, int]]:
+        """(weight, requests in flight) of every company with work on the node: queued or in flight
+        now, or queued within ``RECENT_WORK`` seconds."""
+        for company_id, (_, seen) in list(self._recent.items()):
+            if now - seen > RECENT_WORK and company_id not in self._companies:
+                del self._recent[company_id]
+        working = {cid: (max(weight, 1), 0) for cid, (weight, _) in self._recent.items()}
+        for company_id, company in self._companies.items():
+            working[company_id] = (max(company.weight, 1), company.in_flight)
+        return working
+
+    def _may_start(self, in_flight: int, now: float) -> Callable[[_Company], bool] | None:
         """Which companies may start a request now under the policy (None: every one)."""
         policy = self.policy
         if policy is None:
             return None
-        total = sum(max(c.weight, 1) for c in self._companies.values())
-        return lambda company: policy.may_start(in_flight, company.in_flight, company.weight, total)
+        working = self._with_work(now)
+        total = sum(weight for weight, _ in working.values())
+        owed = sum(max(0, policy.share(weight, total) - held) for weight, held in working.values())
+
+        def may(company: _Company) -> bool:
+            own = max(0, policy.share(company.weight, total) - company.in_flight)
+            return policy.may_start(in_flight, company.in_flight, company.weight, total, owed - own)
+
+        return may
 
     def stalled(self, now: float) -> set[uuid.UUID]:
         """Companies that hold at least their share of the slots, have as many claims again waiting,
@@ -218,7 +243,7 @@ class FairQueue:
         policy = self.policy
         if policy is None:
             return set()
-        total = sum(max(c.weight, 1) for c in self._companies.values())
+        total = sum(weight for weight, _ in self._with_work(now).values())
         stalled = set()
         for company_id, company in self._companies.items():
             share = policy.share(company.weight, total)

@@ -115,8 +115,8 @@ class Poller:
         self.queued = queued
         self.crowded = crowded
         self.stalled = stalled
-        """Companies whose share of the node's slots is full with as many claims again waiting: none
-        of their work is claimed until that changes (``Executor.stalled_companies``)."""
+        """Companies whose share of the node's slots is full, not turning over, with as many claims
+        again waiting: none of their work is claimed until that changes (``Executor.stalled_companies``)."""
         self._passed_over: set[uuid.UUID] = set()
         """The stalled companies the last poll left alone (a poll follows when one of them is not)."""
         self._timers: dict[uuid.UUID, tuple[asyncio.TimerHandle, Claim]] = {}

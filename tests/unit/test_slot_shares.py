@@ -132,3 +132,36 @@ def test_without_a_policy_a_queue_lets_one_company_take_every_slot() -> None:
     fill(queue, claims_of(hog, 10))
     assert sum(1 for _ in iter(lambda: queue.pop(0.0, 0), None)) == 10
     assert queue.stalled(10.0) == set()
+
+
+def test_beyond_its_share_a_company_borrows_only_what_nobody_with_work_is_owed() -> None:
+    policy = SlotPolicy.of(64)  # two companies: 30 each; the other one holds 2, so it is owed 28
+    assert policy.may_start(in_flight=31, held=29, weight=1, total_weight=2, kept=28)  # within its share
+    assert not policy.may_start(in_flight=32, held=30, weight=1, total_weight=2, kept=28)
+    assert policy.may_start(in_flight=32, held=30, weight=1, total_weight=2, kept=0)  # nobody owed: lent
+
+
+def test_beside_a_quick_company_a_lender_refills_only_its_share_until_the_other_has_gone_quiet() -> None:
+    hog, quick = a_type(), a_type()
+    queue = FairQueue(SlotPolicy.of(8))  # reserve 2: shares of two companies are 3 each
+    fill(queue, claims_of(hog, 50))
+    running: list[Claim] = []
+    while (claim := queue.pop(0.0, len(running))) is not None:
+        running.append(claim)
+    assert len(running) == 6
+    fill(queue, claims_of(quick, 1), now=1.0)  # the quick company's request: sent, answered at once
+    answered = queue.pop(1.0, len(running))
+    assert answered is not None and answered.target.company_id == quick.company_id
+    queue.done(answered, now=1.01)
+    for claim in running:  # the hog's requests all end
+        queue.done(claim, now=2.0)
+    assert pop_all(queue, 2.0, 0) == 3  # its share: the quick one, between two requests, is owed 3
+    assert pop_all(queue, 10.0, 3) == 3  # quiet for longer than RECENT_WORK: the hog borrows again
+
+
+def pop_all(queue: FairQueue, now: float, in_flight: int) -> int:
+    """Pop while the queue hands claims out, counting each as in flight; how many it handed out."""
+    popped = 0
+    while queue.pop(now, in_flight + popped) is not None:
+        popped += 1
+    return popped
