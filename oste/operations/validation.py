@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import functools
 import multiprocessing
+import os
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -164,7 +165,9 @@ async def on_worker(company: uuid.UUID | None, work: Callable[..., T], *args: An
     goes away: a client that hangs up does not free the worker."""
     global _pool
     if _pool is None:
-        _pool = ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"))
+        _pool = ProcessPoolExecutor(
+            WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=_behind_the_loop
+        )
     loop = asyncio.get_running_loop()
 
     def done(_: object) -> None:
@@ -185,6 +188,16 @@ async def on_worker(company: uuid.UUID | None, work: Callable[..., T], *args: An
     except BrokenProcessPool:
         _pool = None  # a worker died (killed, out of memory): the next job starts a new one
         raise Unavailable("the worker checking this request stopped; retry", retry_after=1) from None
+
+
+WORKER_NICENESS = 10
+"""How much lower than OSTE's own the worker's CPU priority is: on a busy machine, checking one tenant's
+costly requests must not take the cores from the event loop that serves and fires everyone's work."""
+
+
+def _behind_the_loop() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not on every platform
+        os.nice(WORKER_NICENESS)
 
 
 def shutdown() -> None:
