@@ -19,8 +19,9 @@ from oste.domain.fields import parse_time as parse_time
 from oste.domain.json_values import check_storable
 from oste.domain.parameters import SLUG
 from oste.domain.records import Company
-from oste.errors import Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
+from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
 from oste.operations.throttle import SignInThrottle
+from oste.operations.validation import INLINE_BYTES, body_problem, give_back, on_worker, take
 from oste.storage.store import MAX_PAGE, Store
 
 DRAIN_LIMIT = 16 * 1024 * 1024
@@ -57,6 +58,29 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise HttpProblem(
             413, f"the body has {declared} bytes; the limit is {max_bytes} (OSTE_MAX_BODY_BYTES)"
         )
+    if not (declared and declared.isascii() and declared.isdigit() and int(declared) <= INLINE_BYTES):
+        # a large body: read and decoded as one of its company's costly jobs, or refused (429) before
+        # a byte of it is read when the company has as many under way already
+        company = getattr(request.state, "company", None)  # set once the path's company was checked
+        key = company.id if company else None
+        take(key)
+        try:
+            raw = await _read(request, max_bytes)
+        except BaseException:
+            give_back(key)
+            raise
+        problem = await on_worker(key, body_problem, raw)
+        if problem is not None:
+            kind, value = problem
+            if kind == "json":
+                raise HttpProblem(400, f"the body is not valid JSON: {value}")
+            detail, errors = value
+            raise InvalidInput(detail, [FieldError(field, reason) for field, reason in errors])
+        return orjson.loads(raw)  # C speed; what took Python's time was checked in the worker
+    return _decoded(await _read(request, max_bytes))
+
+
+async def _read(request: Request, max_bytes: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     stream = request.stream()
@@ -71,6 +95,12 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     raw = b"".join(chunks)
     if not raw.strip():
         raise HttpProblem(400, "the request body is empty; send a JSON object")
+    return raw
+
+
+def _decoded(raw: bytes) -> Any:
+    """The JSON value of a small body, checked storable (a large one is checked in a worker process:
+    megabytes of tiny values cost tens of milliseconds of Python)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -17,6 +17,8 @@ one, to measure "before").
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import multiprocessing
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -141,7 +143,7 @@ async def measure(
         aiohttp.ClientSession(
             timeout=timeout, connector=aiohttp.TCPConnector(limit=IN_FLIGHT)
         ) as hostile_http,
-        aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=8)) as quiet_http,
+        aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as quiet_http,
     ):
         hostile = Tenant(hostile_http, base_url, HOSTILE)
         other = Tenant(quiet_http, base_url, "ordinary")
@@ -159,9 +161,15 @@ async def measure(
         if worst is not None:
             parameter = candidates()[worst][1]
             body = orjson.dumps(hostile.create(worst, parameter))
-            attack = asyncio.create_task(_flood(hostile, body, rate, duration))
-            loaded = await _watch(other, base_url, duration)
-            loaded["hostile"] = await attack
+            # the flood runs in its own process: its uploads must not slow the probes' event loop
+            with concurrent.futures.ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn")
+            ) as pool:
+                flood = asyncio.get_running_loop().run_in_executor(
+                    pool, flood_process, base_url, hostile.key, hostile.path, body, rate, duration
+                )
+                loaded = await _watch(other, base_url, duration)
+                loaded["hostile"] = await flood
     return {
         "creates": creates,
         "worst": worst,
@@ -203,7 +211,7 @@ async def _watch(other: Tenant, base_url: str, seconds: float) -> dict[str, Any]
     async def probe() -> None:
         started = time.perf_counter()
         try:
-            async with other.http.get(base_url + "/healthz") as response:
+            async with probes.get(base_url + "/healthz") as response:
                 await response.read()
                 ok = response.status == 200
         except (TimeoutError, aiohttp.ClientError):
@@ -221,18 +229,38 @@ async def _watch(other: Tenant, base_url: str, seconds: float) -> dict[str, Any]
 
     tasks: list[asyncio.Task[None]] = []
     next_create = time.perf_counter()
-    while time.perf_counter() < end:
-        tasks.append(asyncio.create_task(probe()))
-        if time.perf_counter() >= next_create:
-            tasks.append(asyncio.create_task(create()))
-            next_create += CREATE_EVERY
-        await asyncio.sleep(PROBE_EVERY)
-    await asyncio.gather(*tasks)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+    # probes on connections of their own: a create waiting for the server never holds up a probe
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as probes:
+        while time.perf_counter() < end:
+            tasks.append(asyncio.create_task(probe()))
+            if time.perf_counter() >= next_create:
+                tasks.append(asyncio.create_task(create()))
+                next_create += CREATE_EVERY
+            await asyncio.sleep(PROBE_EVERY)
+        await asyncio.gather(*tasks)
     return {
         "healthz_ms": latency_ms(health),
         "other_create_ms": latency_ms(created),
         "other_create_failed": dict(failed),
     }
+
+
+def flood_process(
+    base_url: str, key: str, path: str, body: bytes, rate: int, duration: float
+) -> dict[str, Any]:
+    """``_flood`` in a process of its own (the probes' loop stays free)."""
+
+    async def run() -> dict[str, Any]:
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+        async with aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(limit=IN_FLIGHT)
+        ) as http:
+            hostile = Tenant(http, base_url, HOSTILE)
+            hostile.key, hostile.path = key, path
+            return await _flood(hostile, body, rate, duration)
+
+    return asyncio.run(run())
 
 
 async def _flood(hostile: Tenant, body: bytes, rate: int, duration: float) -> dict[str, Any]:

@@ -50,6 +50,10 @@ one validation exponential in the schema's size."""
 MAX_VALIDATION_STEPS = 50_000
 """Most steps one validation of a parameter may take (see the module docstring): a few hundred
 milliseconds of one core at worst, off the event loop (``oste.operations.validation``)."""
+BACKGROUND_STEPS = 5_000
+"""Steps a check may take where it runs on the event loop with no worker: a follow-on's parameter made
+by the engine, a type's PATCH re-checking what is stored (tens of milliseconds at most each); past them
+the parameter does not fit, and the reason says it was too costly to check."""
 MAX_PARAMETER_ERRORS = 50
 """Most schema errors reported for one parameter (the validator stops looking after them)."""
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

@@ -190,9 +190,10 @@ class ParameterRules:
         """Validate a parameter and return its object id (None when the type has no object_id_ref).
 
         Raises InvalidInput listing every failing field: schema violations (at most
-        ``MAX_PARAMETER_ERRORS``), missing placeholder fields, missing object id fields; and naming
-        ``field`` when the schema cannot be checked in ``steps`` steps (``ValidationTooCostly``
-        subclasses nothing: it is turned into that InvalidInput here) or at all.
+        ``MAX_PARAMETER_ERRORS``), missing placeholder fields, missing object id fields. Raises an
+        InvalidInput naming ``field`` alone when the stored schema is no longer accepted or the validator
+        fails on it, and ``ParameterTooCostly`` (an InvalidInput) when checking would take more than
+        ``steps`` steps.
         """
         if not isinstance(parameter, dict):
             raise InvalidInput.field(field, "must be a JSON object")

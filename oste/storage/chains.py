@@ -31,6 +31,7 @@ from oste.domain.chains import (
 )
 from oste.domain.claims import Completion, FollowOn
 from oste.domain.ids import new_id
+from oste.domain.parameter_schema import BACKGROUND_STEPS
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput
 from oste.storage.dialects import ClaimStrategy, Params
@@ -113,7 +114,7 @@ async def create_follow_ons(
         else:
             parameter, why = merged_parameter(origin["parameter"], cause.response_excerpt)
         try:
-            object_id = kind["rules"].check(parameter)
+            object_id = kind["rules"].check(parameter, steps=BACKGROUND_STEPS)
         except InvalidInput as exc:
             notes[origin["id"]] = f"no {label} of type {follow.activity_type!r}: its parameter {exc.detail}"
             continue

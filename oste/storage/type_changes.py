@@ -40,6 +40,7 @@ from oste.domain import records as r
 from oste.domain.claims import FollowOn
 from oste.domain.clock import Clock
 from oste.domain.ids import new_id
+from oste.domain.parameter_schema import BACKGROUND_STEPS
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput
 from oste.storage import models as m
@@ -89,7 +90,7 @@ def changes_rules(current: r.ActivityType, values: dict[str, Any]) -> bool:
 def misfit_reason(rules: ParameterRules, parameter: Any) -> str | None:
     """Why ``parameter`` does not fit ``rules`` (the failing fields), or None when it fits."""
     try:
-        rules.check(parameter)
+        rules.check(parameter, steps=BACKGROUND_STEPS)
     except InvalidInput as exc:
         return exc.detail
     return None

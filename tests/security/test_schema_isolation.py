@@ -23,6 +23,7 @@ import httpx
 import orjson
 import pytest
 
+from oste.operations.validation import MAX_WAITING_PER_COMPANY
 from tests.integration.api.conftest import Api, assert_problem, db_rows, dump
 from tests.integration.operations.test_one_path import Ui, ui_path
 
@@ -55,69 +56,57 @@ CYCLE = {
 }
 
 
-@pytest.mark.parametrize(
-    ("schema", "field", "reason"),
-    [
-        (chain(14), "parameter_schema/$defs/d0/$id", "allowed only at the root"),
-        (CYCLE, "parameter_schema/$defs/a/$id", "allowed only at the root"),
-        (
-            {"properties": {"x": {"$dynamicRef": "#n"}}, "$defs": {"a": {"$dynamicAnchor": "n"}}},
-            "parameter_schema/properties/x/$dynamicRef",
-            "not supported",
-        ),
-        (
-            {"properties": {"x": {"$ref": "https://e.com/other"}}},
-            "parameter_schema/properties/x/$ref",
-            "local",
-        ),
-        (
-            {"properties": {"x": {"$schema": DIALECT, "pattern": "^(a+)+$"}}},
-            "parameter_schema/properties/x/$schema",
-            "only at the root",
-        ),
-        ({"$schema": "http://json-schema.org/draft-04/schema#"}, "parameter_schema/$schema", "2020-12"),
-    ],
-    ids=["id-chain", "id-cycle", "dynamic-ref", "remote-ref", "nested-dialect", "other-dialect"],
-)
-async def test_references_the_checks_could_not_follow_are_refused_on_create_and_patch(
-    api: Api, schema: dict[str, Any], field: str, reason: str
-) -> None:
+REFUSED = [
+    (chain(14), "parameter_schema/$defs/d0/$id", "allowed only at the root"),
+    (CYCLE, "parameter_schema/$defs/a/$id", "allowed only at the root"),
+    (
+        {"properties": {"x": {"$dynamicRef": "#n"}}, "$defs": {"a": {"$dynamicAnchor": "n"}}},
+        "parameter_schema/properties/x/$dynamicRef",
+        "not supported",
+    ),
+    ({"properties": {"x": {"$ref": "https://e.com/other"}}}, "parameter_schema/properties/x/$ref", "local"),
+    (
+        {"properties": {"x": {"$schema": DIALECT, "pattern": "^(a+)+$"}}},
+        "parameter_schema/properties/x/$schema",
+        "only at the root",
+    ),
+    ({"$schema": "http://json-schema.org/draft-04/schema#"}, "parameter_schema/$schema", "2020-12"),
+    (
+        {
+            "properties": {
+                "a": {"prefixItems": [{"type": "integer"}], "unevaluatedItems": {"type": "integer"}}
+            }
+        },
+        "parameter_schema/properties/a/unevaluatedItems",
+        "square of the array",
+    ),
+    (
+        {"properties": {"a": {"properties": {"k0": {}}, "unevaluatedProperties": {"type": "integer"}}}},
+        "parameter_schema/properties/a/unevaluatedProperties",
+        "square of the object",
+    ),
+]
+"""H1 (references the checks could not follow) and H2 (quadratic keywords): schema, field, reason."""
+
+
+async def test_references_the_checks_could_not_follow_and_quadratic_keywords_are_refused(api: Api) -> None:
+    """On create and on PATCH, naming the schema path; nothing is stored."""
     tenant = await api.tenant()
     before = await dump(api)
-    body = {
-        "name": "hostile",
-        "verb": "POST",
-        "uri_pattern": "http://127.0.0.1:9/x",
-        "parameter_schema": schema,
-    }
-    problem = assert_problem(await api.post(tenant.types, body, token=tenant.key), 422, field)
-    assert any(reason in error["reason"] for error in problem["errors"]), problem
-    patched = await api.patch(
-        f"{tenant.types}/{tenant.activity_type}", {"parameter_schema": schema}, token=tenant.key
-    )
-    assert_problem(patched, 422, field)
+    for schema, field, reason in REFUSED:
+        body = {
+            "name": "hostile",
+            "verb": "POST",
+            "uri_pattern": "http://127.0.0.1:9/x",
+            "parameter_schema": schema,
+        }
+        problem = assert_problem(await api.post(tenant.types, body, token=tenant.key), 422, field)
+        assert any(reason in error["reason"] for error in problem["errors"]), problem
+        patched = await api.patch(
+            f"{tenant.types}/{tenant.activity_type}", {"parameter_schema": schema}, token=tenant.key
+        )
+        assert_problem(patched, 422, field)
     assert await dump(api) == before
-
-
-@pytest.mark.parametrize(
-    "keyword",
-    [
-        {"prefixItems": [{"type": "integer"}], "unevaluatedItems": {"type": "integer"}},
-        {"properties": {"k0": {}}, "unevaluatedProperties": {"type": "integer"}},
-    ],
-    ids=["unevaluatedItems", "unevaluatedProperties"],
-)
-async def test_quadratic_keywords_are_refused_naming_the_schema_path(
-    api: Api, keyword: dict[str, Any]
-) -> None:
-    tenant = await api.tenant()
-    schema = {"type": "object", "properties": {"a": keyword}}
-    answer = await api.patch(
-        f"{tenant.types}/{tenant.activity_type}", {"parameter_schema": schema}, token=tenant.key
-    )
-    name = next(k for k in keyword if k.startswith("unevaluated"))
-    problem = assert_problem(answer, 422, f"parameter_schema/properties/a/{name}")
-    assert "square" in problem["errors"][0]["reason"]
 
 
 COSTLY = [
@@ -148,6 +137,29 @@ async def test_a_costly_parameter_is_bounded_and_off_the_loop_while_another_tena
     problem = assert_problem(answer, 422)
     assert problem["errors"][0]["field"].startswith("parameter"), problem
     assert len(answer.content) < 50_000, f"the problem quotes the parameter: {len(answer.content)} bytes"
+
+
+async def test_a_company_flooding_costly_creates_gets_429_and_another_company_is_served(
+    sqlite_api: Api,
+) -> None:
+    """At most MAX_WAITING_PER_COMPANY costly jobs per company wait for the worker; more answer 429
+    (with Retry-After) before their body is read."""
+    api = sqlite_api
+    keywords, value = COSTLY[0]
+    hostile = await api.tenant(parameter_schema={"type": "object", "properties": {"a": keywords}})
+    other = await api.tenant()
+    body = hostile.activity(parameter={"SongId": 1, "a": value})
+    flood = [
+        api.post(hostile.activities, body, token=hostile.key) for _ in range(3 * MAX_WAITING_PER_COMPANY)
+    ]
+    answers, served = await asyncio.gather(
+        asyncio.gather(*flood), api.post(other.activities, other.activity(), token=other.key)
+    )
+    assert served.status_code == 201, served.text
+    statuses = [answer.status_code for answer in answers]
+    assert set(statuses) <= {422, 429} and 429 in statuses and 422 in statuses, statuses
+    refused = next(answer for answer in answers if answer.status_code == 429)
+    assert refused.headers["retry-after"] == "1"
 
 
 async def test_a_parameter_past_the_cap_is_refused_naming_it_and_the_setting(server_with: Any) -> None:
