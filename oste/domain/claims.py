@@ -78,6 +78,8 @@ class DispatchTarget:
     """Failures in a row that open the destination's breaker (None: the setting; 0: never)."""
     auth: OutboundAuth | None = None
     """How the request authenticates to the receiver (``oste.engine.credentials`` applies it)."""
+    secret_headers: tuple[str, ...] = ()
+    """The values of the type's secret static headers (redacted from what the receiver answers)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from oste.domain import records as r
 from oste.domain.fields import parse_duration
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
 from oste.domain.receiver_auth import check_auth
+from oste.domain.redaction import MIN_SECRET_LENGTH
 from oste.domain.uris import check_target_uri
 from oste.errors import FieldError, InvalidInput
 
@@ -63,7 +64,7 @@ def header_value_problem(value: str) -> str | None:
 
 def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
     """Static headers: RFC 9110 token names, no header OSTE sets itself, values without control
-    characters."""
+    characters, secret values of at least ``MIN_SECRET_LENGTH`` characters."""
     headers: dict[str, r.Header] = {}
     errors: list[FieldError] = []
     for name, value in raw.items():
@@ -85,6 +86,11 @@ def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
             else r.Header(value["value"], value.get("secret", False))
         )
         reason = header_value_problem(header.value)
+        if header.secret and len(header.value) < MIN_SECRET_LENGTH and not reason:
+            reason = (
+                f"is a secret of {len(header.value)} characters; a secret has at least "
+                f"{MIN_SECRET_LENGTH} (a shorter one is guessable and cannot be redacted safely)"
+            )
         if reason:
             errors.append(FieldError(where, reason))
         headers[name] = header

@@ -16,6 +16,7 @@ from oste.domain import receiver_auth as ra
 from oste.domain.fastschema import compile_check
 from oste.domain.parameters import SLUG
 from oste.domain.records import VERBS
+from oste.domain.redaction import MIN_SECRET_LENGTH
 from oste.domain.regexes import search
 from oste.domain.tenancy import MAX_QUOTA
 from oste.domain.tenancy import QUOTAS as QUOTA_NAMES
@@ -56,6 +57,7 @@ HEADER_VALUE: dict[str, Any] = {
             "properties": {"value": {"type": "string", "maxLength": 8192}, "secret": {"type": "boolean"}},
             "required": ["value"],
             "additionalProperties": False,
+            "description": f"a secret value (write-only) has at least {MIN_SECRET_LENGTH} characters",
         },
     ]
 }
@@ -130,9 +132,9 @@ SECRET_SHOWN: dict[str, Any] = {
 }
 
 
-def _secret_member(max_length: int, description: str) -> dict[str, Any]:
+def _secret_member(max_length: int, description: str, min_length: int = MIN_SECRET_LENGTH) -> dict[str, Any]:
     return {
-        "oneOf": [{"type": "string", "minLength": 1, "maxLength": max_length}, SECRET_SHOWN],
+        "oneOf": [{"type": "string", "minLength": min_length, "maxLength": max_length}, SECRET_SHOWN],
         "description": description + ' (write-only: shown as {"secret": true})',
     }
 
@@ -172,7 +174,7 @@ MTLS_AUTH = _auth_kind(
             "maxLength": ra.MAX_CERTIFICATE,
             "description": "PEM client certificate (a chain: the client's first); not secret",
         },
-        "private_key": _secret_member(ra.MAX_PRIVATE_KEY, "its PEM private key, not encrypted"),
+        "private_key": _secret_member(ra.MAX_PRIVATE_KEY, "its PEM private key, not encrypted", 1),
     },
     ("certificate", "private_key"),
     "Mutual TLS: requests to an https receiver present this client certificate.",
@@ -447,12 +449,13 @@ SOLUTION = _obj(
         **SOLUTION_CREATE["properties"],
         "signing_secret": {
             "type": "string",
-            "description": "Standard Webhooks secret (whsec_…); shown to the owning company only",
+            "description": "Standard Webhooks secret (whsec_…); shown only to the owning company's keys "
+            "with the `write` scope (absent for `read` keys and the operator)",
         },
         "previous_signing_secret": {
             "type": ["string", "null"],
             "description": "the secret the last rotation replaced; requests carry its signature too until "
-            "`previous_signing_secret_expires_at`; shown to the owning company only",
+            "`previous_signing_secret_expires_at`; shown as `signing_secret` is",
         },
         "previous_signing_secret_expires_at": {
             **NULLABLE_DATETIME,
@@ -796,6 +799,9 @@ def _reason(error: Any) -> str:
     if error.validator == "oneOf" and error.schema is AUTH:
         return 'must be null or an object {"type": "bearer" | "oauth2_client_credentials" | "mtls", …}'
     if error.validator == "oneOf" and SECRET_SHOWN in error.schema.get("oneOf", ()):
-        length = error.schema["oneOf"][0]["maxLength"]
-        return f'must be a string of 1-{length} characters, or {{"secret": true}} to keep the stored value'
+        given = error.schema["oneOf"][0]
+        return (
+            f"must be a string of {given['minLength']}-{given['maxLength']} characters (a shorter secret "
+            'is guessable and cannot be redacted safely), or {"secret": true} to keep the stored value'
+        )
     return error.message

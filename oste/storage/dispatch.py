@@ -551,6 +551,7 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         previous_signing_secret_expires_at=row.solution.previous_signing_secret_expires_at,
         breaker_failures=row.breaker_failures,
         auth=auth_from_document(row.auth),
+        secret_headers=tuple(str(h["value"]) for h in (row.headers or {}).values() if h.get("secret")),
     )
 
 
