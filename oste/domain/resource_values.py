@@ -154,6 +154,17 @@ def type_values(data: dict[str, Any], current: r.ActivityType | None = None) -> 
     return values
 
 
+def check_rate_limit(value: float) -> float:
+    """A type's ``rate_limit`` within ``MIN_RATE_LIMIT``-``MAX_RATE_LIMIT`` requests per second (a NaN,
+    which no JSON body carries but a form's float() makes, is out of range too)."""
+    if not r.MIN_RATE_LIMIT <= value <= r.MAX_RATE_LIMIT:
+        raise InvalidInput.field(
+            "rate_limit",
+            f"must be {r.MIN_RATE_LIMIT:g}-{r.MAX_RATE_LIMIT:g} requests per second, or null for no limit",
+        )
+    return value
+
+
 def _auth_values(data: dict[str, Any], current: r.ActivityType | None) -> dict[str, Any]:
     """``auth`` checked against the stored one (whose secrets a ``{"secret": true}`` keeps)."""
     if "auth" not in data:
@@ -165,6 +176,8 @@ def _check_consistency(values: dict[str, Any], current: r.ActivityType | None) -
     def pick(name: str) -> Any:
         return values[name] if name in values else getattr(current, name)
 
+    if values.get("rate_limit") is not None:
+        check_rate_limit(values["rate_limit"])
     for name in ("timeout", "backoff_base"):
         if pick(name) <= 0:
             raise InvalidInput.field(name, "must be longer than zero")

@@ -15,7 +15,7 @@ from jsonschema.validators import Draft202012Validator, extend
 from oste.domain import receiver_auth as ra
 from oste.domain.fastschema import compile_check
 from oste.domain.parameters import SLUG
-from oste.domain.records import VERBS
+from oste.domain.records import MAX_RATE_LIMIT, MIN_RATE_LIMIT, VERBS
 from oste.domain.redaction import MIN_SECRET_LENGTH
 from oste.domain.regexes import search
 from oste.domain.tenancy import MAX_QUOTA
@@ -70,6 +70,14 @@ SCHEDULE = {
     },
     "additionalProperties": False,
     "minProperties": 1,
+}
+
+
+RATE_LIMIT: dict[str, Any] = {
+    "type": ["number", "null"],
+    "minimum": MIN_RATE_LIMIT,
+    "maximum": MAX_RATE_LIMIT,
+    "description": f"requests per second, {MIN_RATE_LIMIT:g}-{MAX_RATE_LIMIT:g} (null: no limit)",
 }
 
 
@@ -221,11 +229,7 @@ ACTIVITY_TYPE_CREATE = _obj(
         },
         "headers": {"type": "object", "additionalProperties": HEADER_VALUE, "maxProperties": 50},
         "max_concurrency": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
-        "rate_limit": {
-            "type": ["number", "null"],
-            "exclusiveMinimum": 0,
-            "description": "requests per second",
-        },
+        "rate_limit": RATE_LIMIT,
         "backoff_base": DURATION,
         "backoff_max": DURATION,
         "success_statuses": {
@@ -794,6 +798,11 @@ def _reason(error: Any) -> str:
         return f"unknown field(s): {error.message.split('(')[-1].rstrip(')')}"
     if error.validator == "pattern" and error.schema is SLUG_SCHEMA:
         return "must be a slug: lower-case letters, digits and '-', starting with a letter or digit, 1-63"
+    if error.schema is RATE_LIMIT and error.validator in ("minimum", "maximum"):
+        return (
+            f"must be {MIN_RATE_LIMIT:g}-{MAX_RATE_LIMIT:g} requests per second (one every "
+            f"{1 / MIN_RATE_LIMIT:g} s at the least), or null for no limit; got {error.instance!r}"
+        )
     if error.validator == "oneOf" and error.schema is HEADER_VALUE:
         return 'must be a string or {"value": "...", "secret": true}'
     if error.validator == "oneOf" and error.schema is AUTH:

@@ -144,6 +144,11 @@ class Executor:
         """Activity types with at least ``threshold`` claims waiting for a slot on this node."""
         return self._waiting.crowded(threshold)
 
+    def rate_held_types(self) -> set[uuid.UUID]:
+        """Rate-limited activity types holding as many waiting claims as their rate starts in
+        ``fairness.RATE_HORIZON``: the poller claims no more of them."""
+        return self._waiting.saturated()
+
     def _pump(self) -> None:
         """Start as many waiting claims as there are free slots (and limits allow)."""
         now = time.monotonic()

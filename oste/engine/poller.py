@@ -93,6 +93,7 @@ class Poller:
         dispatch: Callable[[Claim], None],
         queued: Callable[[], int] = lambda: 0,
         crowded: Callable[[int], Iterable[uuid.UUID]] = lambda threshold: (),
+        held: Callable[[], Iterable[uuid.UUID]] = lambda: (),
     ) -> None:
         self.config = config
         self.clock = clock
@@ -104,6 +105,8 @@ class Poller:
         self.dispatch = dispatch
         self.queued = queued
         self.crowded = crowded
+        self.held = held
+        """Types the node claims none of now (rate-limited ones with enough waiting: ``RATE_HORIZON``)."""
         self._timers: dict[uuid.UUID, tuple[asyncio.TimerHandle, Claim]] = {}
         self._wake = asyncio.Event()
         self._next_poll_at = clock.now()
@@ -119,7 +122,8 @@ class Poller:
         """
         limit = min(self.config.batch_size, self._room())
         batch = self._least_batch
-        skip = set(self.crowded(self._half_room)) if limit > 0 else set()
+        held = set(self.held()) if limit > 0 else set()
+        skip = set(self.crowded(self._half_room)) | held if limit > 0 else set()
         # Claim in batches of at least half the waiting room (a nearly full room waits until the
         # executor drained it, instead of claiming a few rows at a time), except for other types
         # than a crowding one: whatever room there is goes to them at once.
@@ -129,7 +133,7 @@ class Poller:
         claims = await self._claim_others(limit, skip) if skip else []
         self._blocked = limit - len(claims) < batch
         if not self._blocked:
-            claims += await self._claim(limit - len(claims), set())
+            claims += await self._claim(limit - len(claims), held)
         self.book.add(claims)
         metrics.claimed(len(claims))
         for claim in claims:

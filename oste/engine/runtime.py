@@ -145,6 +145,7 @@ class Engine:
             self.executor.submit,
             lambda: self.executor.stats.queued if self.executor else 0,
             lambda threshold: self.executor.saturated_types(threshold) if self.executor else (),
+            lambda: self.executor.rate_held_types() if self.executor else (),
         )
         keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
         rescuer = Rescuer(cfg.rescuer, self.store, self.rng)
