@@ -149,6 +149,10 @@ class Executor:
         ``fairness.RATE_HORIZON``: the poller claims no more of them."""
         return self._waiting.saturated()
 
+    def waiting_of(self, type_id: uuid.UUID) -> int:
+        """Claims of the activity type waiting on this node for a slot or a rate limit's token."""
+        return self._waiting.waiting(type_id)
+
     def _pump(self) -> None:
         """Start as many waiting claims as there are free slots (and limits allow)."""
         now = time.monotonic()

@@ -24,10 +24,16 @@ from oste.domain.claims import Claim, DispatchTarget
 from oste.domain.records import MIN_RATE_LIMIT
 
 RATE_HORIZON = 60.0
-"""Seconds of a rate-limited type's requests a node holds claimed at most: once its waiting claims fill
-that much of its rate (one claim at least), the poller claims no more of it (``saturated``). Claims are
-``running`` while they wait, so none waits longer than about this (or one token's wait, 1/rate, at most
-1,000 s at ``MIN_RATE_LIMIT``); the rest stay ``scheduled`` in the store."""
+"""Seconds of a rate-limited type's requests a node holds claimed at most (``rate_allowance``): the
+poller claims no more of a type whose waiting claims fill that much of its rate, and hands back at once
+what one claim took beyond it. Claims are ``running`` while they wait for a token, so none waits longer
+than about this, or one token's wait (1/rate: 1,000 s at ``MIN_RATE_LIMIT``); the rest stay
+``scheduled`` in the store."""
+
+
+def rate_allowance(rate: float) -> int:
+    """Claims of a type with this ``rate_limit`` a node holds waiting at most (one at least)."""
+    return max(1, int(max(rate, MIN_RATE_LIMIT) * RATE_HORIZON))
 
 
 @dataclass
@@ -159,13 +165,17 @@ class FairQueue:
         return {type_id for type_id, count in self._per_type.items() if count >= threshold}
 
     def saturated(self) -> set[uuid.UUID]:
-        """Rate-limited activity types whose waiting claims already fill ``RATE_HORIZON`` seconds of
-        their rate: claiming more of them would only keep them ``running`` while they wait."""
+        """Rate-limited activity types whose waiting claims already fill their ``rate_allowance``:
+        claiming more of them would only keep them ``running`` while they wait."""
         return {
             type_id
             for type_id, rate in self._rates.items()
-            if self._per_type.get(type_id, 0) >= max(1.0, rate * RATE_HORIZON)
+            if self._per_type.get(type_id, 0) >= rate_allowance(rate)
         }
+
+    def waiting(self, type_id: uuid.UUID) -> int:
+        """Claims of the activity type waiting here for a slot or a token."""
+        return self._per_type.get(type_id, 0)
 
     def push(self, claim: Claim, now: float) -> None:
         """Queue a due claim (``now``: a monotonic clock reading, for rate limits)."""

@@ -19,6 +19,7 @@ from oste.domain.claims import Claim
 from oste.domain.clock import Clock
 from oste.engine import metrics
 from oste.engine.config import PollerConfig
+from oste.engine.fairness import rate_allowance
 from oste.errors import Unavailable
 from oste.storage.dispatch import DispatchStore
 
@@ -94,6 +95,7 @@ class Poller:
         queued: Callable[[], int] = lambda: 0,
         crowded: Callable[[int], Iterable[uuid.UUID]] = lambda threshold: (),
         held: Callable[[], Iterable[uuid.UUID]] = lambda: (),
+        waiting_of: Callable[[uuid.UUID], int] = lambda type_id: 0,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -106,6 +108,8 @@ class Poller:
         self.queued = queued
         self.crowded = crowded
         self.held = held
+        self.waiting_of = waiting_of
+        """Claims of a type waiting in the executor (rate-limited types hold ``rate_allowance`` at most)."""
         """Types the node claims none of now (rate-limited ones with enough waiting: ``RATE_HORIZON``)."""
         self._timers: dict[uuid.UUID, tuple[asyncio.TimerHandle, Claim]] = {}
         self._wake = asyncio.Event()
@@ -134,6 +138,7 @@ class Poller:
         self._blocked = limit - len(claims) < batch
         if not self._blocked:
             claims += await self._claim(limit - len(claims), held)
+        claims = await self._within_rates(claims)
         self.book.add(claims)
         metrics.claimed(len(claims))
         for claim in claims:
@@ -182,6 +187,33 @@ class Poller:
                 self.owner, partitions, limit - len(claims), self.lease_seconds, overdue, skip
             )
         return claims
+
+    async def _within_rates(self, claims: list[Claim]) -> list[Claim]:
+        """The claims, less those of rate-limited types beyond their ``rate_allowance`` (counting what
+        already waits): handed back at once, ``scheduled`` and due as before, so that no claim sits
+        ``running`` for longer than its type's rate takes to reach it. Kept when handing back fails."""
+        room: dict[uuid.UUID, int] = {}
+        kept: list[Claim] = []
+        excess: list[Claim] = []
+        for claim in claims:
+            rate = claim.target.rate_limit
+            if rate is None:
+                kept.append(claim)
+                continue
+            type_id = claim.target.activity_type_id
+            left = room.get(type_id)
+            if left is None:
+                left = rate_allowance(rate) - self.waiting_of(type_id)
+            room[type_id] = left - 1
+            (kept if left > 0 else excess).append(claim)
+        if not excess:
+            return claims
+        try:
+            await self.store.release_claims(excess)
+        except Unavailable as exc:
+            log.warning("handing back %d claims beyond rate limits failed: %s", len(excess), exc.detail)
+            return claims
+        return kept
 
     def _schedule(self, claim: Claim) -> None:
         delay = (claim.due_at - self.clock.now()).total_seconds()
