@@ -5,7 +5,7 @@ of a failed token refresh or a dead letter, log-shipping batches) is redacted of
 request carried, in every form a server might echo them:
 
 - the value itself, percent-encoded (``quote`` and ``quote_plus``) and JSON-escaped;
-- its base64 (standard and URL-safe alphabets, without padding: a padded echo contains it);
+- its base64 (standard and URL-safe alphabets, with and without padding);
 - for an OAuth 2.0 client, the base64 of ``client_id:client_secret`` (the HTTP Basic credentials it
   sends, raw and form-encoded first as RFC 6749 §2.3.1 has it).
 
@@ -61,10 +61,9 @@ def basic_forms(user: str, password: str) -> frozenset[str]:
 
 
 def _base64_forms(data: bytes) -> set[str]:
-    return {
-        base64.b64encode(data).decode().rstrip("="),
-        base64.urlsafe_b64encode(data).decode().rstrip("="),
-    }
+    """Standard and URL-safe base64, padded and not (the padded form wins where both match)."""
+    padded = {base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode()}
+    return padded | {form.rstrip("=") for form in padded}
 
 
 @functools.lru_cache(maxsize=4096)
