@@ -211,7 +211,7 @@ async def test_redaction_replaces_whole_secrets_only_and_short_secrets_are_refus
     api: Api, receiver: Receiver
 ) -> None:
     tenant = await api.tenant(uri_pattern=receiver.url + "/song/{SongId}")
-    for field, body in [
+    short: list[tuple[str, dict[str, Any]]] = [
         ("headers/X-Key", {"headers": {"X-Key": {"value": "s", "secret": True}}}),
         ("headers/X-Key", {"headers": {"X-Key": {"value": "seven-7", "secret": True}}}),
         ("auth/token", {"auth": {"type": "bearer", "token": "t0ken"}}),
@@ -219,7 +219,8 @@ async def test_redaction_replaces_whole_secrets_only_and_short_secrets_are_refus
             "auth/client_secret",
             {"auth": {**oauth("https://login.example/token"), "client_secret": "1234567"}},
         ),
-    ]:
+    ]
+    for field, body in short:
         create = {"name": "short", "verb": "POST", "uri_pattern": receiver.url + "/x", **body}
         problem = await rejected(api, "POST", tenant.types, 422, field, json=create, token=tenant.key)
         assert "8" in problem["detail"] and "redact" in problem["detail"], problem
