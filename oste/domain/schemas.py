@@ -54,10 +54,16 @@ HEADER_VALUE: dict[str, Any] = {
         {"type": "string", "maxLength": 8192},
         {
             "type": "object",
-            "properties": {"value": {"type": "string", "maxLength": 8192}, "secret": {"type": "boolean"}},
+            "properties": {
+                "value": {"type": "string", "maxLength": 8192},
+                "secret": {
+                    "type": "boolean",
+                    "description": 'true: write-only (answers show {"secret": true}); its value has at '
+                    f"least {MIN_SECRET_LENGTH} characters",
+                },
+            },
             "required": ["value"],
             "additionalProperties": False,
-            "description": f"a secret value (write-only) has at least {MIN_SECRET_LENGTH} characters",
         },
     ]
 }
