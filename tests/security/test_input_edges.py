@@ -6,6 +6,9 @@ process must refuse to start."""
 from __future__ import annotations
 
 import asyncio
+import secrets
+import string
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,8 @@ import httpx
 import orjson
 import pytest
 
+from oste.errors import ConfigurationError
+from oste.server import resolve_admin_token
 from oste.settings import Settings
 from tests.engine_support import Receiver
 from tests.integration.api.conftest import Api, Tenant, api_client, db_rows, rejected
@@ -81,7 +86,6 @@ async def test_the_slowest_rate_holds_no_more_than_it_can_send_running(
     [
         ("x" * 40, "one character repeated"),
         ("k3J9x!Qz" * 5, "repeats its first 8 characters"),
-        ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ", "bits of randomness"),
     ],
 )
 def test_a_long_but_guessable_admin_token_is_refused_with_how_to_make_one(
@@ -92,6 +96,31 @@ def test_a_long_but_guessable_admin_token_is_refused_with_how_to_make_one(
     assert "OSTE_ADMIN_TOKEN is too easy to guess" in result.stderr and why in result.stderr, result.stderr
     assert HOW_TO_MAKE_ONE in result.stderr
     assert not (tmp_path / "oste.sqlite3").exists(), "the database was opened before the refusal"
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ",  # a run: many distinct characters, one step
+        "oste_admin_" + "A" * 43,  # a plausible prefix, then one letter
+        "oste_admin_" + "AB" * 22,
+        "passwordpasswordpassword12345678",
+    ],
+)
+def test_runs_and_padding_are_guessable_too(tmp_path: Path, token: str) -> None:
+    with pytest.raises(ConfigurationError, match="too easy to guess: it has about"):
+        resolve_admin_token(Settings(data_dir=tmp_path, admin_token=token))
+
+
+def test_random_tokens_of_every_usual_kind_are_accepted(tmp_path: Path) -> None:
+    for _ in range(200):
+        for token in (
+            secrets.token_hex(16),  # openssl rand -hex 16
+            str(uuid.uuid4()),
+            "".join(secrets.choice(string.digits) for _ in range(40)),
+            secrets.token_urlsafe(32),
+        ):
+            assert resolve_admin_token(Settings(data_dir=tmp_path, admin_token=token)) == (token, False)
 
 
 def test_a_guessable_token_in_the_data_directory_is_refused_too(tmp_path: Path) -> None:
