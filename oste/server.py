@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from oste.domain.clock import Clock, SystemClock
 from oste.domain.tenancy import QuotaDefaults
+from oste.domain.token_strength import weakness as token_weakness
 from oste.engine import Engine
 from oste.errors import ConfigurationError, OsteError
 from oste.metrics import set_up as set_up_metrics
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("oste")
 ADMIN_TOKEN_FILE = "admin-token"
 SHUTDOWN_GRACE_SECONDS = 30.0
+PRIVATE_DIRECTORY = 0o700
+"""The mode of a data directory OSTE creates (an existing one is left as the operator made it)."""
 MIN_ADMIN_TOKEN_LENGTH = 32
 """Shortest admin token a process starts with (`oste serve`, `api` and `worker`): the admin token
 reaches every tenant, so it must be too long to guess. Generated ones are 54 characters."""
@@ -49,12 +52,19 @@ def quota_defaults_of(settings: Settings) -> QuotaDefaults:
 
 
 def check_admin_token(token: str, source: str = "OSTE_ADMIN_TOKEN") -> str:
-    """The token, if it is at least MIN_ADMIN_TOKEN_LENGTH characters; else ConfigurationError saying
-    how to make one (``source`` names where it came from)."""
+    """The token, if it is at least MIN_ADMIN_TOKEN_LENGTH characters and not easy to guess (see
+    ``oste.domain.token_strength``); else ConfigurationError saying how to make one (``source`` names
+    where it came from)."""
     if len(token) < MIN_ADMIN_TOKEN_LENGTH:
         raise ConfigurationError(
             f"{source} must be at least {MIN_ADMIN_TOKEN_LENGTH} characters, got {len(token)}: a short "
             f"token can be guessed. Make one with: {MAKE_ADMIN_TOKEN}"
+        )
+    weak = token_weakness(token)
+    if weak:
+        raise ConfigurationError(
+            f"{source} is too easy to guess: {weak}. Use random characters from a generator, not a "
+            f"word, a run or a repeated part. Make one with: {MAKE_ADMIN_TOKEN}"
         )
     return token
 
@@ -70,7 +80,7 @@ def resolve_admin_token(settings: Settings) -> tuple[str, bool]:
     path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
     if path.exists():
         return check_admin_token(path.read_text().strip(), f"the admin token in {path}"), False
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
     token = "oste_admin_" + secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -105,9 +115,10 @@ def collecting_eagerly() -> Iterator[None]:
 
 
 def prepare_data_dir(settings: Settings) -> None:
-    """Create the data directory when the database is a SQLite file in it."""
+    """Create the data directory (mode 0700: it holds the admin token and the database, with every
+    tenant's secrets) when the database is a SQLite file in it."""
     if settings.database_url.startswith("sqlite://"):
-        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+        Path(settings.data_dir).mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
 
 
 def create_app(

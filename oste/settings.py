@@ -60,8 +60,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "admin_token",
         "OSTE_ADMIN_TOKEN",
         "(generated)",
-        "Bearer token of the operator, at least 32 characters (`oste serve`, `api` and `worker` refuse a "
-        "shorter one). If unset, one is generated into `<data dir>/admin-token` at first start and "
+        "Bearer token of the operator, at least 32 random characters (`oste serve`, `api` and `worker` "
+        "refuse a shorter one, and one easy to guess: a repeated part, a run, one letter padded out). "
+        "If unset, one is generated into `<data dir>/admin-token` at first start and "
         "printed once.",
     ),
     SettingSpec(

@@ -86,8 +86,10 @@ async def migrated(url: str) -> None:
     if url.startswith("sqlite://"):
         path = Path(url.removeprefix("sqlite://").split("?", 1)[0])
         template = await _template("sqlite")
-        with contextlib.suppress(FileExistsError), path.open("xb") as copy, open(template, "rb") as source:  # noqa: ASYNC230
-            shutil.copyfileobj(source, copy)
+        with contextlib.suppress(FileExistsError):  # created private, as OSTE creates its database
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as copy, open(template, "rb") as source:  # noqa: ASYNC230
+                shutil.copyfileobj(source, copy)
         return
     name = url.rsplit("/", 1)[1].split("?", 1)[0]
     template = await _template("postgres")

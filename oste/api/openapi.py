@@ -204,7 +204,8 @@ TABLE: dict[str, tuple[Op, ...]] = {
             201,
             body="SolutionCreate",
             conflict="a solution with this name exists in the company",
-            description="Its `signing_secret` (Standard Webhooks) is generated; the owning company sees it.",
+            description="Its `signing_secret` (Standard Webhooks) is generated; the owning company's keys "
+            "with the `write` scope see it.",
         ),
         Op("GET", SOLUTION, "getSolution", "Get a solution", "Solution"),
         Op("PATCH", SOLUTION, "updateSolution", "Change a solution", "Solution", body="SolutionPatch"),

@@ -8,6 +8,7 @@ from oste.api.requests import Principal, iso
 from oste.domain import records as r
 from oste.domain.durations import format_duration
 from oste.domain.receiver_auth import shown_auth
+from oste.domain.tenancy import WRITE
 
 
 def company(
@@ -57,10 +58,16 @@ def solution(s: r.Solution, company_name: str, who: Principal) -> dict[str, Any]
         "updated_at": iso(s.updated_at),
         "previous_signing_secret_expires_at": iso(s.previous_signing_secret_expires_at),
     }
-    if who.company is not None and who.company.id == s.company_id:
+    if sees_signing_secret(who, s):
         out["signing_secret"] = s.signing_secret
         out["previous_signing_secret"] = s.previous_signing_secret
     return out
+
+
+def sees_signing_secret(who: Principal, s: r.Solution) -> bool:
+    """Only the owning company's keys with ``write`` see a solution's signing secrets. A ``read`` key
+    would otherwise forge the signatures receivers trust; the operator never sees them (it rotates)."""
+    return who.company is not None and who.company.id == s.company_id and WRITE in who.scopes
 
 
 def activity_type(t: r.ActivityType, solution_name: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from oste.api.problems import HttpProblem
 from oste.domain.fields import parse_duration as parse_duration
 from oste.domain.fields import parse_time as parse_time
-from oste.domain.json_values import check_storable
+from oste.domain.json_values import check_storable, refuse_duplicate_keys
 from oste.domain.parameters import SLUG
 from oste.domain.records import Company
 from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
@@ -45,7 +45,8 @@ class Principal:
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:
-    """The request's JSON body; 415 unless JSON, 413 past ``max_bytes``, 400 when malformed."""
+    """The request's JSON body; 415 unless JSON, 413 past ``max_bytes``, 400 when malformed, 422 naming
+    the field when it holds a NUL, nests too deep or repeats a key in an object."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json" and not content_type.endswith("+json"):
         raise HttpProblem(
@@ -106,6 +107,7 @@ def _decoded(raw: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         raise HttpProblem(400, f"the body is not valid JSON: {exc}") from None
     check_storable(data)
+    refuse_duplicate_keys(raw, data)
     return data
 
 

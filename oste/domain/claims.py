@@ -84,6 +84,8 @@ class DispatchTarget:
     version: Any = None
     """The stored version of the type (and its solution) this target was read from: a claim that finds
     another one stored reads the type again, so URI and credentials always come from one version."""
+    secret_headers: tuple[str, ...] = ()
+    """The values of the type's secret static headers (redacted from what the receiver answers)."""
 
 
 @dataclass(frozen=True)

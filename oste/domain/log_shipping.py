@@ -24,8 +24,8 @@ import orjson
 
 from oste.domain import records as r
 from oste.domain.outbound import USER_AGENT, OutboundRequest, rfc3339, signature_header
+from oste.domain.redaction import Redactor, redactor_of
 
-REDACTED = "[redacted]"
 GZIP_LEVEL = 6
 """zlib's default: about a sixth of the JSON's size at ~50 MB/s of one core."""
 
@@ -115,18 +115,15 @@ def _time(value: datetime | None) -> str | None:
     return rfc3339(value.astimezone(UTC)) if value is not None else None
 
 
-def _redact(text: str | None, secrets: Sequence[str]) -> str | None:
-    if text is None:
-        return None
-    for secret in secrets:
-        if secret and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+def _redact(text: str | None, redactor: Redactor) -> str | None:
+    return None if text is None else redactor.text(text)
 
 
 def record_json(record: LogRecord, secrets: Sequence[str] = ()) -> dict[str, Any]:
-    """A record as shipped. ``secrets`` (the solution's secret header values) are replaced by
-    ``[redacted]`` wherever a receiver echoed them into an error or a response excerpt."""
+    """A record as shipped. ``secrets`` (the forms of the solution's secrets, ``oste.domain.redaction``)
+    are replaced by ``[redacted]`` wherever a receiver echoed them into an error or a response excerpt:
+    whole occurrences only, of forms of at least ``MIN_SECRET_LENGTH`` characters."""
+    redactor = redactor_of(frozenset(secrets))
     a = record.activity
     executions = [
         {
@@ -136,8 +133,8 @@ def record_json(record: LogRecord, secrets: Sequence[str] = ()) -> dict[str, Any
             "duration_ms": e.duration_ms,
             "outcome": str(e.outcome),
             "http_status": e.http_status,
-            "error": _redact(e.error, secrets),
-            "response_excerpt": _redact(e.response_excerpt, secrets),
+            "error": _redact(e.error, redactor),
+            "response_excerpt": _redact(e.response_excerpt, redactor),
             "node": e.node,
         }
         for e in record.executions

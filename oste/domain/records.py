@@ -128,6 +128,12 @@ class Solution:
 
 
 MAX_SIGNING_SECRET_GRACE = 30 * 86400.0
+MIN_RATE_LIMIT = 0.001
+"""The smallest ``rate_limit`` of a type: one request per 1,000 s (about 17 minutes). A claim waits for
+its token at most that long; a smaller rate (``5e-324`` was once accepted) kept activities ``running``
+for ever."""
+MAX_RATE_LIMIT = 100_000.0
+"""The largest ``rate_limit`` of a type, in requests per second (``max_concurrency``'s bound too)."""
 """The longest a replaced signing secret may keep signing (a forgotten rotation must end)."""
 
 

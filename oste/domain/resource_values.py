@@ -16,6 +16,7 @@ from oste.domain.bound_credentials import check_type_move
 from oste.domain.fields import parse_duration
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
 from oste.domain.receiver_auth import check_auth
+from oste.domain.redaction import MIN_SECRET_LENGTH
 from oste.domain.uris import check_target_uri
 from oste.errors import FieldError, InvalidInput
 
@@ -64,7 +65,7 @@ def header_value_problem(value: str) -> str | None:
 
 def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
     """Static headers: RFC 9110 token names, no header OSTE sets itself, values without control
-    characters."""
+    characters, secret values of at least ``MIN_SECRET_LENGTH`` characters."""
     headers: dict[str, r.Header] = {}
     errors: list[FieldError] = []
     for name, value in raw.items():
@@ -86,6 +87,11 @@ def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
             else r.Header(value["value"], value.get("secret", False))
         )
         reason = header_value_problem(header.value)
+        if header.secret and len(header.value) < MIN_SECRET_LENGTH and not reason:
+            reason = (
+                f"is a secret of {len(header.value)} characters; a secret has at least "
+                f"{MIN_SECRET_LENGTH} (a shorter one is guessable and cannot be redacted safely)"
+            )
         if reason:
             errors.append(FieldError(where, reason))
         headers[name] = header
@@ -156,6 +162,17 @@ def type_values(
     return values
 
 
+def check_rate_limit(value: float) -> float:
+    """A type's ``rate_limit`` within ``MIN_RATE_LIMIT``-``MAX_RATE_LIMIT`` requests per second (a NaN,
+    which no JSON body carries but a form's float() makes, is out of range too)."""
+    if not r.MIN_RATE_LIMIT <= value <= r.MAX_RATE_LIMIT:
+        raise InvalidInput.field(
+            "rate_limit",
+            f"must be {r.MIN_RATE_LIMIT:g}-{r.MAX_RATE_LIMIT:g} requests per second, or null for no limit",
+        )
+    return value
+
+
 def _auth_values(data: dict[str, Any], current: r.ActivityType | None) -> dict[str, Any]:
     """``auth`` checked against the stored one (whose secrets a ``{"secret": true}`` keeps)."""
     if "auth" not in data:
@@ -175,6 +192,8 @@ def _check_consistency(values: dict[str, Any], current: r.ActivityType | None) -
     def pick(name: str) -> Any:
         return values[name] if name in values else getattr(current, name)
 
+    if values.get("rate_limit") is not None:
+        check_rate_limit(values["rate_limit"])
     for name in ("timeout", "backoff_base"):
         if pick(name) <= 0:
             raise InvalidInput.field(name, "must be longer than zero")

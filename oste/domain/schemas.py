@@ -15,7 +15,8 @@ from jsonschema.validators import Draft202012Validator, extend
 from oste.domain import receiver_auth as ra
 from oste.domain.fastschema import compile_check
 from oste.domain.parameters import SLUG
-from oste.domain.records import VERBS
+from oste.domain.records import MAX_RATE_LIMIT, MIN_RATE_LIMIT, VERBS
+from oste.domain.redaction import MIN_SECRET_LENGTH
 from oste.domain.regexes import search
 from oste.domain.tenancy import MAX_QUOTA
 from oste.domain.tenancy import QUOTAS as QUOTA_NAMES
@@ -53,7 +54,14 @@ HEADER_VALUE: dict[str, Any] = {
         {"type": "string", "maxLength": 8192},
         {
             "type": "object",
-            "properties": {"value": {"type": "string", "maxLength": 8192}, "secret": {"type": "boolean"}},
+            "properties": {
+                "value": {"type": "string", "maxLength": 8192},
+                "secret": {
+                    "type": "boolean",
+                    "description": 'true: write-only (answers show {"secret": true}); its value has at '
+                    f"least {MIN_SECRET_LENGTH} characters",
+                },
+            },
             "required": ["value"],
             "additionalProperties": False,
         },
@@ -68,6 +76,14 @@ SCHEDULE = {
     },
     "additionalProperties": False,
     "minProperties": 1,
+}
+
+
+RATE_LIMIT: dict[str, Any] = {
+    "type": ["number", "null"],
+    "minimum": MIN_RATE_LIMIT,
+    "maximum": MAX_RATE_LIMIT,
+    "description": f"requests per second, {MIN_RATE_LIMIT:g}-{MAX_RATE_LIMIT:g} (null: no limit)",
 }
 
 
@@ -130,9 +146,9 @@ SECRET_SHOWN: dict[str, Any] = {
 }
 
 
-def _secret_member(max_length: int, description: str) -> dict[str, Any]:
+def _secret_member(max_length: int, description: str, min_length: int = MIN_SECRET_LENGTH) -> dict[str, Any]:
     return {
-        "oneOf": [{"type": "string", "minLength": 1, "maxLength": max_length}, SECRET_SHOWN],
+        "oneOf": [{"type": "string", "minLength": min_length, "maxLength": max_length}, SECRET_SHOWN],
         "description": description + ' (write-only: shown as {"secret": true})',
     }
 
@@ -172,7 +188,7 @@ MTLS_AUTH = _auth_kind(
             "maxLength": ra.MAX_CERTIFICATE,
             "description": "PEM client certificate (a chain: the client's first); not secret",
         },
-        "private_key": _secret_member(ra.MAX_PRIVATE_KEY, "its PEM private key, not encrypted"),
+        "private_key": _secret_member(ra.MAX_PRIVATE_KEY, "its PEM private key, not encrypted", 1),
     },
     ("certificate", "private_key"),
     "Mutual TLS: requests to an https receiver present this client certificate.",
@@ -219,11 +235,7 @@ ACTIVITY_TYPE_CREATE = _obj(
         },
         "headers": {"type": "object", "additionalProperties": HEADER_VALUE, "maxProperties": 50},
         "max_concurrency": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
-        "rate_limit": {
-            "type": ["number", "null"],
-            "exclusiveMinimum": 0,
-            "description": "requests per second",
-        },
+        "rate_limit": RATE_LIMIT,
         "backoff_base": DURATION,
         "backoff_max": DURATION,
         "success_statuses": {
@@ -447,12 +459,13 @@ SOLUTION = _obj(
         **SOLUTION_CREATE["properties"],
         "signing_secret": {
             "type": "string",
-            "description": "Standard Webhooks secret (whsec_…); shown to the owning company only",
+            "description": "Standard Webhooks secret (whsec_…); shown only to the owning company's keys "
+            "with the `write` scope (absent for `read` keys and the operator)",
         },
         "previous_signing_secret": {
             "type": ["string", "null"],
             "description": "the secret the last rotation replaced; requests carry its signature too until "
-            "`previous_signing_secret_expires_at`; shown to the owning company only",
+            "`previous_signing_secret_expires_at`; shown as `signing_secret` is",
         },
         "previous_signing_secret_expires_at": {
             **NULLABLE_DATETIME,
@@ -837,11 +850,19 @@ def _reason(error: Any) -> str:
         return f"unknown field(s): {error.message.split('(')[-1].rstrip(')')}"
     if error.validator == "pattern" and error.schema is SLUG_SCHEMA:
         return "must be a slug: lower-case letters, digits and '-', starting with a letter or digit, 1-63"
+    if error.schema is RATE_LIMIT and error.validator in ("minimum", "maximum"):
+        return (
+            f"must be {MIN_RATE_LIMIT:g}-{MAX_RATE_LIMIT:g} requests per second (one every "
+            f"{1 / MIN_RATE_LIMIT:g} s at the least), or null for no limit; got {error.instance!r}"
+        )
     if error.validator == "oneOf" and error.schema is HEADER_VALUE:
         return 'must be a string or {"value": "...", "secret": true}'
     if error.validator == "oneOf" and error.schema is AUTH:
         return 'must be null or an object {"type": "bearer" | "oauth2_client_credentials" | "mtls", …}'
     if error.validator == "oneOf" and SECRET_SHOWN in error.schema.get("oneOf", ()):
-        length = error.schema["oneOf"][0]["maxLength"]
-        return f'must be a string of 1-{length} characters, or {{"secret": true}} to keep the stored value'
+        given = error.schema["oneOf"][0]
+        return (
+            f"must be a string of {given['minLength']}-{given['maxLength']} characters (a shorter secret "
+            'is guessable and cannot be redacted safely), or {"secret": true} to keep the stored value'
+        )
     return error.message

@@ -24,8 +24,11 @@ which the executor records as the attempt's outcome:
   activity goes dead at once, like a 4xx from the receiver: fix the credentials, then requeue).
 
 A failed fetch is remembered for ``FAILURE_HOLD`` seconds: a burst of requests meanwhile gets the same
-outcome without calling the endpoint again. Tokens and secrets are never logged, and a bearer token a
-receiver echoes into its answer is redacted from the stored excerpt.
+outcome without calling the endpoint again. Tokens and secrets are never logged. What a token endpoint
+answers is redacted of the client secret in every form it may echo (raw, URL-encoded, the base64 of
+the Basic ``client_id:client_secret``; see ``oste.domain.redaction``) before it is cut short and before
+it becomes an error anyone reads (the execution's ``error``, the WARNING log, log shipping); the
+executor redacts a receiver's answer of the bearer token it was sent the same way.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from oste.domain.receiver_auth import (
     usable_token,
 )
 from oste.domain.records import Outcome
+from oste.domain.redaction import Redactor, auth_forms, redactor_of, secret_forms
 from oste.engine.guard import TARGET_HOST, refusal_in
 
 log = logging.getLogger("oste.engine.credentials")
@@ -75,7 +79,8 @@ FAILURE_HOLD = 1.0
 """Seconds a failed token fetch answers for its key before the endpoint is asked again."""
 MAX_CACHED = 4096
 """Tokens (and TLS contexts) kept per node at most; the least recently used go first."""
-REDACTED = "[redacted]"
+MAX_ERROR = 1000
+"""Characters of a token endpoint's failure kept at most (after redaction)."""
 
 
 class AuthFailure(Exception):
@@ -109,10 +114,12 @@ class Grant:
     """The bearer token sent, static or fetched."""
 
     def redact(self, text: str) -> str:
-        """``text`` without the bearer token (a receiver may echo what it got)."""
-        if not self.secret or self.secret not in text:
-            return text
-        return text.replace(self.secret, REDACTED)
+        """``text`` without the bearer token in any form (a receiver may echo what it got)."""
+        return self.redactor().text(text)
+
+    def redactor(self, forms: frozenset[str] = frozenset()) -> Redactor:
+        """What redacts an answer to this grant: the bearer token's forms, and ``forms`` (the type's)."""
+        return redactor_of(forms | secret_forms(self.secret) if self.secret else forms)
 
 
 class Credentials:
@@ -209,7 +216,15 @@ class Credentials:
                 self._tokens.popitem(last=False)
 
     async def _fetch(self, key: tuple[str, ...], auth: OAuth2ClientCredentials) -> AccessToken:
-        """One POST to the token endpoint (in its own task: the guard sees the endpoint's host)."""
+        """One POST to the token endpoint (in its own task: the guard sees the endpoint's host). A
+        failure's message is redacted of the client's secrets whatever part of the answer it quotes."""
+        try:
+            return await self._post(auth)
+        except AuthFailure as failure:
+            said = redactor_of(auth_forms(auth)).text(str(failure))[:MAX_ERROR]
+            raise AuthFailure(failure.outcome, said, failure.retry_after) from None
+
+    async def _post(self, auth: OAuth2ClientCredentials) -> AccessToken:
         where = f"auth: token endpoint {auth.token_url}"
         self.token_requests += 1
         try:
@@ -241,7 +256,8 @@ class Credentials:
         except Exception as exc:  # any failure to get an answer is the attempt's outcome
             raise _unanswered(where, exc, self.token_timeout) from None
         if not 200 <= status < 300:
-            raise _refused(where, status, body, auth.client_secret, retry_after, self.clock.now())
+            redactor = redactor_of(auth_forms(auth))
+            raise _refused(where, status, body, redactor, retry_after, self.clock.now())
         if len(body) > MAX_TOKEN_ANSWER:
             raise AuthFailure(Outcome.ERROR, f"{where} answered more than {MAX_TOKEN_ANSWER} bytes")
         return token_from_answer(where, body, started)
@@ -289,10 +305,10 @@ def _unanswered(where: str, exc: Exception, timeout: float) -> AuthFailure:
 
 
 def _refused(
-    where: str, status: int, body: bytes, secret: str, retry_after: str | None, now: datetime
+    where: str, status: int, body: bytes, redactor: Redactor, retry_after: str | None, now: datetime
 ) -> AuthFailure:
     """The failure of a token endpoint's non-200 answer, with its OAuth ``error`` when it gave one."""
-    said = _said(body).replace(secret, REDACTED) if secret else _said(body)
+    said = _said(body, redactor)
     message = f"{where} answered HTTP {status}" + (f": {said}" if said else "")
     if status in (408, 425, 429):
         wait = parse_retry_after(retry_after, now) if retry_after else None
@@ -302,15 +318,16 @@ def _refused(
     return AuthFailure(Outcome.ERROR, message)
 
 
-def _said(body: bytes) -> str:
-    """What an error answer says: ``error: error_description`` (RFC 6749 §5.2), else its first words."""
+def _said(body: bytes, redactor: Redactor) -> str:
+    """What an error answer says: ``error: error_description`` (RFC 6749 §5.2), else its first words;
+    redacted before it is cut short, so that no part of a secret is left at the cut."""
     with contextlib.suppress(ValueError):
         document = orjson.loads(body)
         if isinstance(document, dict) and isinstance(document.get("error"), str):
             description = document.get("error_description")
             text = document["error"] + (f": {description}" if isinstance(description, str) else "")
-            return text[:300]
-    return body[:200].decode("utf-8", "replace").replace("\x00", "\ufffd").strip()
+            return redactor.text(text)[:300]
+    return redactor.excerpt(body, 200).strip()
 
 
 def token_from_answer(where: str, body: bytes, fetched_at: datetime) -> AccessToken:

@@ -33,6 +33,7 @@ from oste.domain.delivery import classify, conclude, parse_retry_after
 from oste.domain.outbound import OutboundRequest, build_request
 from oste.domain.receiver_auth import MutualTls
 from oste.domain.records import Outcome
+from oste.domain.redaction import Redactor, redactor_of, type_forms
 from oste.domain.slots import SlotPolicy
 from oste.domain.targets import TargetPolicy
 from oste.engine.config import ExecutorConfig
@@ -162,6 +163,15 @@ class Executor:
         (``FairQueue.stalled``)."""
         return self._waiting.stalled(time.monotonic())
 
+    def rate_held_types(self) -> set[uuid.UUID]:
+        """Rate-limited activity types holding as many waiting claims as their rate starts in
+        ``fairness.RATE_HORIZON``: the poller claims no more of them."""
+        return self._waiting.saturated()
+
+    def waiting_of(self, type_id: uuid.UUID) -> int:
+        """Claims of the activity type waiting on this node for a slot or a rate limit's token."""
+        return self._waiting.waiting(type_id)
+
     def _pump(self) -> None:
         """Start as many waiting claims as there are free slots (and limits allow)."""
         now = time.monotonic()
@@ -287,7 +297,8 @@ class Executor:
         try:
             return await self._send(request, url, claim.target, started, t0)
         except AuthFailure as exc:  # no token or certificate: the request was not sent
-            report = self._report(started, t0, exc.outcome, error=str(exc), retry_after=exc.retry_after)
+            error = _redactor(claim.target, None).text(str(exc))
+            report = self._report(started, t0, exc.outcome, error=error, retry_after=exc.retry_after)
             return dataclasses.replace(report, reached_receiver=False)
         except Exception as exc:  # any failure to get an answer is an outcome, not a crash
             report = self._failure(exc, claim.target.timeout, started, t0)
@@ -336,14 +347,17 @@ class Executor:
             timeout=_timeout(target.timeout),
             ssl=grant.tls if grant is not None else True,
         ) as response:
-            excerpt = await _read_excerpt(response, self.config.excerpt_bytes)
+            redactor = _redactor(target, grant)
+            limit = self.config.excerpt_bytes
+            if redactor:  # read past the cut: an echoed secret that starts before it is redacted whole
+                excerpt = redactor.excerpt(await _read_body(response, limit + redactor.lookahead), limit)
+            else:
+                excerpt = _decoded(await _read_body(response, limit))
             status = response.status
             outcome = classify(status, target.success_statuses)
             header = response.headers.get("Retry-After")
             retry_after = parse_retry_after(header, self.clock.now()) if header else None
-            error = None if outcome == Outcome.OK else _status_error(response)
-        if grant is not None:
-            excerpt = grant.redact(excerpt)
+            error = None if outcome == Outcome.OK else redactor.text(_status_error(response))
         return self._report(started, t0, outcome, status, error, excerpt, retry_after)
 
     def _report(
@@ -382,13 +396,24 @@ def _timeout(seconds: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=seconds)
 
 
-async def _read_excerpt(response: aiohttp.ClientResponse, limit: int) -> str:
+def _redactor(target: DispatchTarget, grant: Grant | None) -> Redactor:
+    """What redacts the answer to a request of ``target``: the forms of the type's secret header values
+    and ``auth`` secrets, and of the bearer token the request carried (see ``oste.domain.redaction``)."""
+    forms = type_forms(target.secret_headers, target.auth)
+    return grant.redactor(forms) if grant is not None else redactor_of(forms)
+
+
+async def _read_body(response: aiohttp.ClientResponse, limit: int) -> bytes:
     data = b""
     while len(data) < limit:
         chunk = await response.content.read(limit - len(data))
         if not chunk:
             break
         data += chunk
+    return data
+
+
+def _decoded(data: bytes) -> str:
     # Text columns hold no U+0000 (PostgreSQL refuses it): it is shown as the replacement character.
     return data.decode("utf-8", "replace").replace("\x00", "\ufffd")
 

@@ -25,7 +25,20 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from oste.domain.claims import Claim, DispatchTarget
+from oste.domain.records import MIN_RATE_LIMIT
 from oste.domain.slots import SlotPolicy
+
+RATE_HORIZON = 60.0
+"""Seconds of a rate-limited type's requests a node holds claimed at most (``rate_allowance``): the
+poller claims no more of a type whose waiting claims fill that much of its rate, and hands back at once
+what one claim took beyond it. Claims are ``running`` while they wait for a token, so none waits longer
+than about this, or one token's wait (1/rate: 1,000 s at ``MIN_RATE_LIMIT``); the rest stay
+``scheduled`` in the store."""
+
+
+def rate_allowance(rate: float) -> int:
+    """Claims of a type with this ``rate_limit`` a node holds waiting at most (one at least)."""
+    return max(1, int(max(rate, MIN_RATE_LIMIT) * RATE_HORIZON))
 
 
 @dataclass
@@ -159,6 +172,7 @@ class FairQueue:
         self._seq = itertools.count()
         self._size = 0
         self._per_type: dict[uuid.UUID, int] = {}
+        self._rates: dict[uuid.UUID, float] = {}
 
     def __len__(self) -> int:
         return self._size
@@ -166,6 +180,19 @@ class FairQueue:
     def crowded(self, threshold: int) -> set[uuid.UUID]:
         """Activity types with at least ``threshold`` claims waiting."""
         return {type_id for type_id, count in self._per_type.items() if count >= threshold}
+
+    def saturated(self) -> set[uuid.UUID]:
+        """Rate-limited activity types whose waiting claims already fill their ``rate_allowance``:
+        claiming more of them would only keep them ``running`` while they wait."""
+        return {
+            type_id
+            for type_id, rate in self._rates.items()
+            if self._per_type.get(type_id, 0) >= rate_allowance(rate)
+        }
+
+    def waiting(self, type_id: uuid.UUID) -> int:
+        """Claims of the activity type waiting here for a slot or a token."""
+        return self._per_type.get(type_id, 0)
 
     def push(self, claim: Claim, now: float) -> None:
         """Queue a due claim (``now``: a monotonic clock reading, for rate limits)."""
@@ -325,7 +352,11 @@ class FairQueue:
         rate = target.rate_limit
         if rate is None:
             lane.bucket = None
-        elif lane.bucket is None or lane.bucket.rate != rate:
+            self._rates.pop(target.activity_type_id, None)
+            return solution, lane
+        rate = max(rate, MIN_RATE_LIMIT)  # a smaller rate an older version stored: a finite wait
+        self._rates[target.activity_type_id] = rate
+        if lane.bucket is None or lane.bucket.rate != rate:
             lane.bucket = TokenBucket.full(rate, now)
         return solution, lane
 

@@ -20,6 +20,7 @@ from oste.domain.claims import Claim
 from oste.domain.clock import Clock
 from oste.engine import metrics
 from oste.engine.config import PollerConfig
+from oste.engine.fairness import rate_allowance
 from oste.errors import Unavailable
 from oste.storage.dispatch import DispatchStore
 
@@ -103,6 +104,8 @@ class Poller:
         queued: Callable[[], int] = lambda: 0,
         crowded: Callable[[int], Iterable[uuid.UUID]] = lambda threshold: (),
         stalled: Callable[[], Iterable[uuid.UUID]] = lambda: (),
+        held: Callable[[], Iterable[uuid.UUID]] = lambda: (),
+        waiting_of: Callable[[uuid.UUID], int] = lambda type_id: 0,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -119,6 +122,10 @@ class Poller:
         again waiting: none of their work is claimed until that changes (``Executor.stalled_companies``)."""
         self._passed_over: set[uuid.UUID] = set()
         """The stalled companies the last poll left alone (a poll follows when one of them is not)."""
+        self.held = held
+        """Types the node claims none of now (rate-limited ones with enough waiting: ``RATE_HORIZON``)."""
+        self.waiting_of = waiting_of
+        """Claims of a type waiting in the executor (rate-limited types hold ``rate_allowance`` at most)."""
         self._timers: dict[uuid.UUID, tuple[asyncio.TimerHandle, Claim]] = {}
         self._wake = asyncio.Event()
         self._next_poll_at = clock.now()
@@ -140,7 +147,8 @@ class Poller:
         await self._refresh_held()
         limit = min(self.config.batch_size, self._room())
         batch = self._least_batch
-        skip = set(self.crowded(self._half_room)) if limit > 0 else set()
+        held = set(self.held()) if limit > 0 else set()
+        skip = set(self.crowded(self._half_room)) | held if limit > 0 else set()
         companies = set(self.stalled())
         self._passed_over = companies
         # Claim in batches of at least half the waiting room (a nearly full room waits until the
@@ -152,7 +160,8 @@ class Poller:
         claims = await self._claim_others(limit, skip, companies) if skip or limit < batch else []
         self._blocked = limit - len(claims) < batch
         if not self._blocked:
-            claims += await self._claim(limit - len(claims), set(), companies)
+            claims += await self._claim(limit - len(claims), held, companies)
+        claims = await self._within_rates(claims)
         self.book.add(claims)
         metrics.claimed(len(claims))
         for claim in claims:
@@ -212,6 +221,33 @@ class Poller:
                 self.owner, partitions, limit - len(claims), self.lease_seconds, overdue, skip, companies
             )
         return claims
+
+    async def _within_rates(self, claims: list[Claim]) -> list[Claim]:
+        """The claims, less those of rate-limited types beyond their ``rate_allowance`` (counting what
+        already waits): handed back at once, ``scheduled`` and due as before, so that no claim sits
+        ``running`` for longer than its type's rate takes to reach it. Kept when handing back fails."""
+        room: dict[uuid.UUID, int] = {}
+        kept: list[Claim] = []
+        excess: list[Claim] = []
+        for claim in claims:
+            rate = claim.target.rate_limit
+            if rate is None:
+                kept.append(claim)
+                continue
+            type_id = claim.target.activity_type_id
+            left = room.get(type_id)
+            if left is None:
+                left = rate_allowance(rate) - self.waiting_of(type_id)
+            room[type_id] = left - 1
+            (kept if left > 0 else excess).append(claim)
+        if not excess:
+            return claims
+        try:
+            await self.store.release_claims(excess)
+        except Unavailable as exc:
+            log.warning("handing back %d claims beyond rate limits failed: %s", len(excess), exc.detail)
+            return claims
+        return kept
 
     def _schedule(self, claim: Claim) -> None:
         delay = (claim.due_at - self.clock.now()).total_seconds()

@@ -149,6 +149,8 @@ class Engine:
             lambda: self.executor.stats.queued if self.executor else 0,
             lambda threshold: self.executor.saturated_types(threshold) if self.executor else (),
             lambda: self.executor.stalled_companies() if self.executor else (),
+            lambda: self.executor.rate_held_types() if self.executor else (),
+            lambda type_id: self.executor.waiting_of(type_id) if self.executor else 0,
         )
         keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
         rescuer = Rescuer(cfg.rescuer, self.store, self.rng)

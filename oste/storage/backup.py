@@ -160,7 +160,7 @@ def _restorable(backup_file: Path, database: Path) -> None:
         raise BackupRefused(f"there is no backup file at {backup_file}; nothing was changed")
     if _same_file(backup_file, database):
         raise BackupRefused(f"{backup_file} is the database itself; nothing was changed")
-    database.parent.mkdir(parents=True, exist_ok=True)
+    database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if database.exists():
         _refuse_while_open(database)
 
@@ -282,6 +282,8 @@ def _publish(partial: Path, path: Path, force: bool) -> int:
 
 
 def _temporary_beside(path: Path) -> Path:
+    """A new empty file beside ``path``, mode 0600 (``mkstemp``'s): a backup, or a restored database, is
+    as private as the live one, whatever the umask."""
     descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     os.close(descriptor)
     return Path(name)

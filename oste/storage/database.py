@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
+import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -44,6 +48,40 @@ def describe(url: str) -> str:
     return f"PostgreSQL {hosts}{parts.path}"
 
 
+PRIVATE_FILE = 0o600
+"""The mode of the SQLite database and the files beside it: they hold every tenant's secrets."""
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def keep_sqlite_private(url: str) -> None:
+    """For a SQLite URL: create the database file readable by this user only (SQLite gives its ``-wal``,
+    ``-shm`` and ``-journal`` files the database file's mode), or take the group's and others' access
+    away from existing ones (a file an older OSTE created 0644), saying so once. No-op for PostgreSQL
+    and an in-memory database."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        return
+    path = Path(parts.netloc + parts.path) if parts.netloc else Path(parts.path)
+    if not str(path) or str(path) == ":memory:" or not path.parent.is_dir():
+        return  # nothing to protect, or a missing directory that opening reports better
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))  # an empty database
+    for name in (path, *(Path(f"{path}{suffix}") for suffix in SQLITE_SIDE_FILES)):
+        try:
+            mode = name.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            os.chmod(name, stat.S_IMODE(mode) & ~0o077)
+            log.warning(
+                "%s was readable by other users (mode %o): made private (mode %o); it holds every "
+                "tenant's secrets",
+                name,
+                stat.S_IMODE(mode),
+                stat.S_IMODE(mode) & ~0o077,
+            )
+
+
 async def migrate(url: str) -> SchemaVersion:
     """Apply every pending migration to the database at ``url`` under the migration lock (any number of
     processes may call this at once: one migrates, the others wait and find nothing left). Returns the
@@ -52,6 +90,7 @@ async def migrate(url: str) -> SchemaVersion:
     and why."""
     where = describe(url)
     applying: list[str] = []
+    keep_sqlite_private(url)
 
     def progress(event: str, app: str, name: str) -> None:
         if event == "apply_start":
@@ -117,6 +156,7 @@ async def open_database(url: str, apply_migrations: bool = True, require_current
         await migrate(url)
     else:
         await check_schema(url, require_current)
+        keep_sqlite_private(url)
     executor.EXECUTOR_CACHE.clear()
     guard_transaction_entry()
     try:

@@ -39,7 +39,8 @@ from oste.domain.log_shipping import (
     RollTarget,
     ShippingStatus,
 )
-from oste.domain.receiver_auth import auth_from_document, secret_values
+from oste.domain.receiver_auth import auth_from_document
+from oste.domain.redaction import forms_of
 from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
@@ -115,19 +116,14 @@ class RollerStore:
         )
 
     async def secret_values(self, solution_id: uuid.UUID) -> tuple[str, ...]:
-        """The values of the solution's secret static headers and ``auth`` secrets (bearer tokens,
-        client secrets, private keys), to redact from what is shipped."""
+        """What to redact from what is shipped: every form (``oste.domain.redaction``) of the solution's
+        secret static header values and ``auth`` secrets (bearer tokens, client secrets and the Basic
+        credentials they make, private keys)."""
         rows = await self._guarded(
             m.ActivityType.filter(solution_id=solution_id).values_list("headers", "auth")
         )
-        found = {
-            h["value"]
-            for headers, _ in rows
-            for h in (headers or {}).values()
-            if h.get("secret") and h["value"]
-        }
-        found.update(value for _, auth in rows for value in secret_values(auth_from_document(auth)) if value)
-        return tuple(sorted(found))
+        values = [str(h["value"]) for headers, _ in rows for h in (headers or {}).values() if h.get("secret")]
+        return tuple(sorted(forms_of(values, (auth_from_document(auth) for _, auth in rows))))
 
     # --- the lease ------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from oste.domain.json_values import refuse_duplicate_keys
 from oste.errors import FieldError, InvalidInput, NotFound, OsteError
 from oste.operations import KEYS, WRITE
 from oste.ui.context import (
@@ -136,7 +137,8 @@ def number(form: Mapping[str, str], name: str, errors: dict[str, str]) -> float 
 def json_field(
     form: Mapping[str, str], name: str, errors: dict[str, str], empty: Any = None, kind: type = dict
 ) -> Any:
-    """A JSON value typed into a text box (``empty`` when left blank); it must be a ``kind``."""
+    """A JSON value typed into a text box (``empty`` when left blank); it must be a ``kind``, and repeat
+    no key in an object (as a body sent to the API)."""
     raw = text(form, name)
     if not raw:
         return empty
@@ -144,6 +146,12 @@ def json_field(
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         errors[name] = f"is not valid JSON: {exc}"
+        return empty
+    try:
+        refuse_duplicate_keys(raw, value)  # the API's check of a body
+    except InvalidInput as exc:
+        paths = ", ".join(error.field for error in exc.errors)
+        errors[name] = f"gives a key more than once ({paths}); give each key once in its object"
         return empty
     if not isinstance(value, kind):
         errors[name] = "must be a JSON object ({ … })" if kind is dict else f"must be a JSON {kind.__name__}"

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from oste.domain import records as r
 from oste.domain import schemas
+from oste.domain.resource_values import check_rate_limit
 from oste.domain.stats import OUTCOMES, Count, StatsReport
 from oste.ui.charts import Series, lines, stacked_bars
 from oste.ui.context import (
@@ -130,6 +131,8 @@ async def type_limits(request: Request, viewer: Viewer, form: dict[str, str]) ->
         "rate_limit": _limit(form, "rate_limit", float),
     }
     values = schemas.check_shape(schemas.ACTIVITY_TYPE_PATCH, body)  # the API's checks and messages
+    if values["rate_limit"] is not None:
+        check_rate_limit(values["rate_limit"])  # a NaN passes the schema's bounds
     await ui(request).operations.settings.update_type(
         viewer.actor, company_, found, kind, values, sorted(values), None, False
     )

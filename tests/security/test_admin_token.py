@@ -49,7 +49,8 @@ def test_a_short_token_in_the_data_directory_is_refused_too(tmp_path: Path) -> N
 
 
 def test_thirty_two_characters_are_enough_and_a_generated_token_is_longer(tmp_path: Path) -> None:
-    exact = "x" * MIN_ADMIN_TOKEN_LENGTH
+    exact = "Zq7kR2vN9xWc4mTb8pLs3hYd6fJg1aEu"  # random characters: long enough and hard to guess
+    assert len(exact) == MIN_ADMIN_TOKEN_LENGTH
     assert resolve_admin_token(Settings(data_dir=tmp_path, admin_token=exact)) == (exact, False)
     with pytest.raises(ConfigurationError, match="at least 32 characters, got 31"):
         resolve_admin_token(Settings(data_dir=tmp_path, admin_token=exact[1:]))

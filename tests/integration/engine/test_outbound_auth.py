@@ -22,6 +22,7 @@ from oste.domain.claims import AttemptReport, Claim, DispatchTarget
 from oste.domain.clock import ManualClock, SystemClock
 from oste.domain.receiver_auth import BearerAuth, MutualTls, OAuth2ClientCredentials, OutboundAuth
 from oste.domain.records import Outcome
+from oste.domain.redaction import forms_of
 from oste.engine.config import ExecutorConfig
 from oste.engine.executor import Executor
 from oste.storage.log_shipping import RollerStore
@@ -388,7 +389,8 @@ async def until(check: Any, within: float = 5.0) -> None:
 async def test_the_store_keeps_each_kind_whole_and_log_shipping_redacts_its_secrets(
     store: Store, pki: TestPki
 ) -> None:
-    kind = await make_type(store, "https://receiver.example/jobs", headers={"X-Key": r.Header("hdr", True)})
+    headers = {"X-Key": r.Header("hdr-secret", True), "X-Short": r.Header("hdr", True)}
+    kind = await make_type(store, "https://receiver.example/jobs", headers=headers)
     assert kind.auth is None
     company = await store.get_company_by_id(kind.company_id)
     solution = await store.get_solution(company, "songs")
@@ -404,5 +406,10 @@ async def test_the_store_keeps_each_kind_whole_and_log_shipping_redacts_its_secr
     other = await make_type(store, "https://receiver.example/x", name="other")
     await store.update_activity_type(other, {"auth": BearerAuth("tok-other")})
     redacted = await RollerStore(SystemClock()).secret_values(solution.id)
-    assert set(redacted) == {"hdr", pki.client.private_key, "tok-other"}
+    # every form of each secret (the raw values among them); a value too short to redact safely, none
+    assert set(redacted) == forms_of(
+        ["hdr-secret", "tok-other"], [MutualTls(pki.client.certificate, pki.client.private_key)]
+    )
+    assert {"hdr-secret", pki.client.private_key, "tok-other"} <= set(redacted)
+    assert not any(form == "hdr" for form in redacted)
     assert (await store.update_activity_type(kind, {"auth": None})).auth is None
