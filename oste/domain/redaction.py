@@ -81,10 +81,12 @@ def auth_forms(auth: OutboundAuth | None) -> frozenset[str]:
 @functools.lru_cache(maxsize=4096)
 def type_forms(secret_headers: tuple[str, ...], auth: OutboundAuth | None) -> frozenset[str]:
     """The forms of what an activity type's requests carry that is secret: its secret header values
-    and its ``auth``'s secrets (cached per type's values)."""
+    and its ``auth``'s secrets (cached per type's values). A TLS private key is left out: it never
+    leaves this process, so no receiver can echo it (and its forms would make every excerpt read
+    tens of kilobytes past its cut)."""
     if not secret_headers and auth is None:
         return frozenset()
-    return forms_of(secret_headers, (auth,))
+    return forms_of(secret_headers, () if isinstance(auth, MutualTls) else (auth,))
 
 
 def forms_of(secrets: Iterable[str], auths: Iterable[OutboundAuth | None] = ()) -> frozenset[str]:
