@@ -411,5 +411,5 @@ async def test_the_store_keeps_each_kind_whole_and_log_shipping_redacts_its_secr
         ["hdr-secret", "tok-other"], [MutualTls(pki.client.certificate, pki.client.private_key)]
     )
     assert {"hdr-secret", pki.client.private_key, "tok-other"} <= set(redacted)
-    assert not any(form == "hdr" for form in redacted)
+    assert "hdr" not in redacted
     assert (await store.update_activity_type(kind, {"auth": None})).auth is None
