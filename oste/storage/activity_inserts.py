@@ -48,7 +48,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
 
-YIELD_EVERY = 100
+YIELD_EVERY = 25
 """Rows ``insert_activities`` builds between two yields to the event loop."""
 
 _STRATEGIES: dict[str, ClaimStrategy] = {}
