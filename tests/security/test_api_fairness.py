@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from oste.api.feeds import POLL_INTERVAL
 from oste.settings import Settings
 from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem, long_poll, woken
 
@@ -98,6 +100,31 @@ async def _eventually_streams(api: Api, tenant: Tenant) -> None:
                 return
         assert loop.time() < deadline, "the company's stream places were not released"
         await asyncio.sleep(0.05)
+
+
+async def test_the_streams_of_a_solution_share_one_reader(database_url: str, tmp_path: Path) -> None:
+    """Twenty streams of one solution cost one read of the event table per poll, not twenty, and each
+    gets every event."""
+    async with server(database_url, tmp_path, max_streams_per_company=30) as api:
+        a = await api.tenant()
+        loop = asyncio.get_running_loop()
+        async with contextlib.AsyncExitStack() as held:
+            streams = [await held.enter_async_context(stream(api, a)) for _ in range(20)]
+            before, started = await feed_reads(api), loop.time()
+            await api.post(a.activities, a.activity(1, delay="PT1H"), token=a.key, expect=201)
+            for each in streams:
+                assert await asyncio.wait_for(each.next_event(), DEADLINE) == "event: created"
+            await asyncio.sleep(1.0)  # idle: twenty streams polling would read a hundred times a second
+            reads, elapsed = await feed_reads(api) - before, loop.time() - started
+        assert reads <= 2 * elapsed / POLL_INTERVAL + 5, f"{reads:g} reads in {elapsed:.1f} s"
+
+
+async def feed_reads(api: Api) -> float:
+    """This process's reads of the event table by stream feeds, from /metrics."""
+    text = (await api.get("/metrics", expect=200)).text
+    found = re.search(r"^oste_event_feed_reads_total (\S+)$", text, re.M)
+    assert found, "no oste_event_feed_reads_total series"
+    return float(found.group(1))
 
 
 async def test_long_polls_past_a_company_cap_are_429_and_other_companies_still_wait(
