@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from oste.domain import records as r
 from oste.errors import TooMany
+from oste.eventloop import PAUSE
 
 CHUNK = 25
 """Items a heavy request handles between two checkpoints."""
@@ -200,9 +201,11 @@ class ApiShares:
         self._heavy[company.id] = held + 1
         try:
             await self._turn(company.id)
+            pausing = PAUSE.set(self.checkpoint)  # the store's chunked work pauses as ours does
             try:
                 yield
             finally:
+                PAUSE.reset(pausing)
                 self._pass_turn()
         finally:
             left = self._heavy[company.id] - 1
