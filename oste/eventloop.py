@@ -8,10 +8,22 @@ ratios compare like with like.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+PAUSE: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("oste_pause", default=None)
+"""How long work pauses between its chunks in this task: set by the API's heavy requests to a pause
+that also waits for the light requests in flight (``oste.api.fairness``); unset, a plain yield."""
+
+
+async def pause() -> None:
+    """Between two chunks of long work: let the other tasks run (and, in a heavy API request, let the
+    light requests in flight finish first)."""
+    hook = PAUSE.get()
+    await (hook() if hook is not None else asyncio.sleep(0))
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

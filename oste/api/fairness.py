@@ -32,11 +32,13 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from oste.domain import records as r
 from oste.errors import TooMany
+from oste.eventloop import PAUSE
 
 CHUNK = 25
 """Items a heavy request handles between two checkpoints."""
@@ -49,6 +51,19 @@ RETRY_HELD = 5
 """Retry-After (seconds) of a refused stream or long-poll: one of the company's must end first."""
 RETRY_HEAVY = 1
 """Retry-After (seconds) of a refused heavy request."""
+CAPS = (
+    "OSTE_MAX_STREAMS_PER_COMPANY",
+    "OSTE_MAX_LONG_POLLS_PER_COMPANY",
+    "OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY",
+    "OSTE_MAX_HEAVY_REQUESTS",
+)
+REFUSED = Counter(
+    "oste_api_refused",
+    "Requests this API process refused (429) past a company's fair share, by the cap's setting.",
+    ["cap"],
+)
+for _cap in CAPS:
+    REFUSED.labels(cap=_cap)  # every series exists from the start, at 0
 _LIGHT = "oste.light"
 """The scope key of a request's light mark: a one-item list, True while it counts as light."""
 
@@ -147,6 +162,7 @@ class ApiShares:
     ) -> Iterator[None]:
         held = counts.get(company.id, 0)
         if held >= cap:
+            REFUSED.labels(cap=setting).inc()
             raise TooMany(
                 f"company {company.name!r} already holds {held} {what} open on this API process, its "
                 f"cap ({setting}={cap}); close one, or retry after {RETRY_HELD} s",
@@ -173,6 +189,7 @@ class ApiShares:
         held = self._heavy.get(company.id, 0)
         cap = self.caps.max_heavy_requests_per_company
         if held >= cap:
+            REFUSED.labels(cap="OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY").inc()
             raise TooMany(
                 f"company {company.name!r} already has {held} heavy requests (batch creates, bulk changes, "
                 f"backfills) running or waiting on this API process, its cap "
@@ -184,9 +201,11 @@ class ApiShares:
         self._heavy[company.id] = held + 1
         try:
             await self._turn(company.id)
+            pausing = PAUSE.set(self.checkpoint)  # the store's chunked work pauses as ours does
             try:
                 yield
             finally:
+                PAUSE.reset(pausing)
                 self._pass_turn()
         finally:
             left = self._heavy[company.id] - 1
@@ -210,6 +229,7 @@ class ApiShares:
         if not done:
             self._give_up(company_id, turn)
             cap = self.caps.max_heavy_requests
+            REFUSED.labels(cap="OSTE_MAX_HEAVY_REQUESTS").inc()
             raise TooMany(
                 f"this API process runs {cap} heavy requests at once (OSTE_MAX_HEAVY_REQUESTS={cap}) and "
                 f"this one waited {HEAVY_WAIT:g} s for its turn; retry after {RETRY_HEAVY} s",

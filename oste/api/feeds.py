@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+from prometheus_client import Counter
+
 from oste.domain.clock import Clock
 from oste.storage import events as ev
 
@@ -39,6 +41,10 @@ QUEUE_LIMIT = 5000
 """Events waiting for one listener at most; past it, the listener catches up from the store."""
 READ_LIMIT = 500
 """Events read at once."""
+READS = Counter(
+    "oste_event_feed_reads",
+    "Reads of the event table by this process's event-stream feeds (one feed per streamed solution).",
+)
 
 
 class Listener:
@@ -83,6 +89,7 @@ class SolutionFeed:
                     self.ready.set()
                 batch = await ev.read_after(self.solution_id, self.position, limit=READ_LIMIT)
                 self.reads += 1
+                READS.inc()
                 if batch:
                     self.position = batch[-1].position
                     for listener in list(self.listeners):

@@ -21,6 +21,7 @@ from tortoise.transactions import in_transaction
 from oste.domain import records as r
 from oste.domain.ids import new_id
 from oste.errors import Conflict, Unavailable
+from oste.eventloop import pause
 from oste.storage import models as m
 from oste.storage.dialects import ClaimStrategy, strategy_for
 from oste.storage.events import record_created, wants_created
@@ -48,7 +49,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
 
-YIELD_EVERY = 100
+YIELD_EVERY = 25
 """Rows ``insert_activities`` builds between two yields to the event loop."""
 
 _STRATEGIES: dict[str, ClaimStrategy] = {}
@@ -141,9 +142,12 @@ async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list
     }
     created: list[r.Activity] = []
     rows: list[tuple[Any, ...]] = []
+    # a big batch lets other requests run while its rows are built; on SQLite only a plain yield, as
+    # the caller's transaction holds the one connection those requests would wait for
+    shared = m.Activity._meta.db.capabilities.dialect != "sqlite"
     for index, item in enumerate(new):
         if index and index % YIELD_EVERY == 0:
-            await asyncio.sleep(0)  # a big batch lets other requests run while its rows are built
+            await (pause() if shared else asyncio.sleep(0))
         created.append(new_activity_record(item, now, partitions[item.activity_type.id]))
         rows.append(_row(created[-1], item.request_hash))
     try:

@@ -12,7 +12,7 @@ the two batch writes (completions, executions) whose fastest form differs per da
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from tortoise.transactions import in_transaction
 
 from oste.domain.claims import Completion
 from oste.domain.ids import new_id
+from oste.eventloop import pause
 
 EXECUTION_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "uuid"),
@@ -330,9 +331,10 @@ class PostgresClaimStrategy(ClaimStrategy):
         # straight into the stream (an array parameter per column costs it an abstract-base-class
         # check per element, which made it most of the API process's time in a batch create).
         names = [name for name, _ in columns]
+        records = _paced(rows) if len(rows) > PACE else rows
         try:
             async with conn.acquire_connection() as raw:
-                await raw.copy_records_to_table(table, records=rows, columns=names)
+                await raw.copy_records_to_table(table, records=records, columns=names)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise IntegrityError(str(exc)) from exc
         except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
@@ -509,3 +511,16 @@ optional_uuid_of = ClaimStrategy.optional_uuid_of
 time_of = ClaimStrategy.time_of
 optional_time_of = ClaimStrategy.optional_time_of
 json_of = ClaimStrategy.json_of
+
+
+PACE = 100
+"""Rows a PostgreSQL COPY encodes between two pauses (``oste.eventloop.pause``): a 1,000-row batch
+would otherwise hold the event loop for its whole encoding."""
+
+
+async def _paced(rows: Sequence[Sequence[Any]]) -> AsyncIterator[Sequence[Any]]:
+    """The rows for a COPY, with a pause every ``PACE``: still one statement, all rows or none."""
+    for index, row in enumerate(rows):
+        if index and index % PACE == 0:
+            await pause()
+        yield row

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from oste.api.feeds import POLL_INTERVAL
 from oste.settings import Settings
 from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem, long_poll, woken
 
@@ -100,6 +102,31 @@ async def _eventually_streams(api: Api, tenant: Tenant) -> None:
         await asyncio.sleep(0.05)
 
 
+async def test_the_streams_of_a_solution_share_one_reader(database_url: str, tmp_path: Path) -> None:
+    """Twenty streams of one solution cost one read of the event table per poll, not twenty, and each
+    gets every event."""
+    async with server(database_url, tmp_path, max_streams_per_company=30) as api:
+        a = await api.tenant()
+        loop = asyncio.get_running_loop()
+        async with contextlib.AsyncExitStack() as held:
+            streams = [await held.enter_async_context(stream(api, a)) for _ in range(20)]
+            before, started = await feed_reads(api), loop.time()
+            await api.post(a.activities, a.activity(1, delay="PT1H"), token=a.key, expect=201)
+            for each in streams:
+                assert await asyncio.wait_for(each.next_event(), DEADLINE) == "event: created"
+            await asyncio.sleep(1.0)  # idle: twenty streams polling would read a hundred times a second
+            reads, elapsed = await feed_reads(api) - before, loop.time() - started
+        assert reads <= 2 * elapsed / POLL_INTERVAL + 5, f"{reads:g} reads in {elapsed:.1f} s"
+
+
+async def feed_reads(api: Api) -> float:
+    """This process's reads of the event table by stream feeds, from /metrics."""
+    text = (await api.get("/metrics", expect=200)).text
+    found = re.search(r"^oste_event_feed_reads_total (\S+)$", text, re.M)
+    assert found, "no oste_event_feed_reads_total series"
+    return float(found.group(1))
+
+
 async def test_long_polls_past_a_company_cap_are_429_and_other_companies_still_wait(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -154,18 +181,18 @@ async def test_heavy_requests_past_a_company_cap_are_429_and_light_ones_go_first
     async with server(database_url, tmp_path, **caps) as api:
         a, b, c = await api.tenant(), await api.tenant(), await api.tenant()
         async with slow_body(api, b):  # B's request in flight: heavy work pauses between its chunks
-            both = [asyncio.create_task(api.post(a.activities, batch(a), token=a.key)) for _ in range(2)]
+            first = asyncio.create_task(api.post(a.activities, batch(a), token=a.key))
+            second = asyncio.create_task(api.post(a.activities, batch(a), token=a.key))
             third = asyncio.create_task(api.post(c.activities, batch(c), token=c.key))
-            # Whichever of A's two batches the server admits first runs; the other is refused.
-            done, _ = await asyncio.wait(both, timeout=DEADLINE, return_when=asyncio.FIRST_COMPLETED)
-            assert done, "neither of A's batches was answered"
-            refused = done.pop().result()
-            assert_capped(refused, "OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY", 1)
-            first = next(task for task in both if task.done() is False or task.result() is not refused)
+            answered, _ = await asyncio.wait({first, second}, timeout=DEADLINE, return_when="FIRST_COMPLETED")
+            assert len(answered) == 1, "neither of A's two batches was refused"
+            refused = answered.pop()  # whichever of A's two came second
+            assert_capped(refused.result(), "OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY", 1)
+            kept = second if refused is first else first
             single = await api.post(b.activities, b.activity(1, delay="PT1H"), token=b.key, expect=201)
             assert single.status_code == 201
-            assert not first.done(), "B's single create waited for A's batch"
-        done = await asyncio.wait_for(asyncio.gather(first, third), DEADLINE * 3)
+            assert not kept.done(), "B's single create waited for A's batch"
+        done = await asyncio.wait_for(asyncio.gather(kept, third), DEADLINE * 3)
         assert [r.status_code for r in done] == [201, 201]  # C waited its turn (one at a time), not refused
         assert len(done[1].json()["activities"]) == 1000
 
