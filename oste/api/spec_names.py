@@ -29,6 +29,8 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "DstNote": ("shifted", "skipped", "first", "second", "first_skipped", "second_skipped"),
     "QueueState": ("due", "future", "running", "dead"),
     "ApiKeyScope": ("read", "write", "keys"),
+    "BreakerState": ("closed", "open", "half_open"),
+    "BreakerOpenedBy": ("network", "companies", "operator"),
 }
 """String enums used in several places, by name (order as they are documented)."""
 
@@ -44,6 +46,7 @@ LIFTED: dict[str, tuple[str, ...]] = {
     "StatsMinute": ("Stats", "series", "items"),
     "OutcomeCounts": ("Stats", "series", "items", "outcomes"),
     "RollerBacklog": ("Stats", "rollers", "additionalProperties"),
+    "CompanyBreaker": ("Destination", "companies", "items"),
 }
 """Inline objects of other components to name: component, then property names (``items`` for an array's
 items, ``additionalProperties`` for a map's values). A nullable one is named without its null."""

@@ -359,7 +359,7 @@ def test_the_receiver_example_does_not_take_osts_port() -> None:
     text = (DOCS / "receivers.md").read_text()
     [port] = re.findall(r"web\.run_app\(app, [^)]*port=(\d+)\)", text)
     assert port == "9000" != str(Settings().port)
-    assert "Only a company API key sees the signing secret" in text
+    assert "Only a company API key with `write` sees the signing secret" in text
     assert "the admin token never sees it" in text
 
 
