@@ -115,7 +115,7 @@ def test_the_operator_builds_a_tenant_from_the_forms(
         "header-0-name": "X-Tenant",
         "header-0-value": "acme",
         "header-1-name": "X-Api-Key",
-        "header-1-value": "key-123",
+        "header-1-value": "key-12345",
     }
     for name, value in typed.items():
         field(page, name).fill(value)
