@@ -19,7 +19,7 @@ from oste.api.ratelimit import TokenBuckets
 from oste.api.requests import Principal, authenticate, check_company_access, read_json, slug_in_path
 from oste.domain import records as r
 from oste.domain.tenancy import KEYS, READ, REQUESTS_PER_SECOND, WRITE, QuotaDefaults
-from oste.errors import Forbidden, TooMany
+from oste.errors import Forbidden, NotFound, TooMany
 from oste.operations import Actor, OperationContext, Operations
 from oste.operations.throttle import SignInThrottle
 from oste.storage import Storage
@@ -75,6 +75,9 @@ async def principal(request: Request) -> Principal:
     c = ctx(request)
     who = await authenticate(request, c.store, c.admin_token, c.throttle)
     if who.company is not None:
+        named = request.path_params.get("company")
+        if named is not None and named != who.company.name:  # before the scope: 404, as if missing
+            raise NotFound(f"company {named!r} not found")
         needed = scope_needed(request)
         if needed not in who.scopes:
             raise Forbidden(

@@ -229,3 +229,21 @@ async def test_a_keys_last_use_is_kept_to_the_minute(api: Api) -> None:
     assert used is not None
     await api.get(tenant.activities, token=tenant.key, expect=200)
     assert (await api.get(keys, expect=200)).json()["items"][0]["last_used_at"] == used, "one write a minute"
+
+
+async def test_a_key_reaching_another_company_gets_404_before_its_scopes_are_checked(api: Api) -> None:
+    """Another company's paths answer 404 whatever the key's scopes: a 403 would say the company exists."""
+    tenant, other = await api.tenant(), await api.tenant()
+    writer = await key_with(api, tenant, ["write"])  # no `keys` scope
+    for method, path in [
+        ("GET", f"/v1/companies/{other.company}/api-keys"),
+        ("POST", f"/v1/companies/{other.company}/api-keys"),
+        ("GET", "/v1/companies/no-such-company/api-keys"),
+    ]:
+        body = {"name": "x"} if method == "POST" else None
+        problem = assert_problem(await api.call(method, path, json=body, token=writer), 404)
+        assert "not found" in problem["detail"], problem
+    reader = await key_with(api, tenant, ["read"])
+    assert_problem(await api.call("DELETE", f"{other.activities}/x", token=reader), 404)
+    own = assert_problem(await api.get(f"/v1/companies/{tenant.company}/api-keys", token=writer), 403)
+    assert "keys" in own["detail"]
