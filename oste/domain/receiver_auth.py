@@ -259,7 +259,7 @@ def _context(auth: MutualTls, ca_file: str | None, trusting: bool = True) -> ssl
     probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         probe.load_verify_locations(cadata=auth.certificate)
-    except (ssl.SSLError, ValueError):
+    except (ssl.SSLError, ValueError, TypeError):  # TypeError: text that is not ASCII
         raise CertificateProblem(
             "auth/certificate", "is not a PEM certificate (-----BEGIN CERTIFICATE----- …)"
         ) from None

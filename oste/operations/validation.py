@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from oste.domain.json_values import check_storable
+from oste.domain.json_values import check_storable, refuse_duplicate_keys
 from oste.domain.parameters import ParameterRules, ParameterTooCostly
 from oste.errors import FieldError, InvalidInput, TooMany, Unavailable
 
@@ -105,6 +105,7 @@ def body_problem(raw: bytes) -> tuple[str, Any] | None:
         return ("json", str(exc))
     try:
         check_storable(data)
+        refuse_duplicate_keys(raw, data)
     except InvalidInput as exc:
         return ("invalid", (exc.detail, [(e.field, e.reason) for e in exc.errors]))
     return None

@@ -152,6 +152,10 @@ def test_certificates_and_keys_are_loaded_and_matched(pki: TestPki) -> None:
             "auth/certificate",
         ),
         ({"certificate": pki.client.private_key}, "auth/certificate"),
+        (
+            {"certificate": "-----BEGIN CERTIFICATE-----\n\u00e9\n-----END CERTIFICATE-----\n"},
+            "auth/certificate",
+        ),
         ({"private_key": "not a key"}, "auth/private_key"),
         ({"private_key": pki.other_client.private_key}, "auth/private_key"),
         ({"private_key": pki.encrypted_key}, "auth/private_key"),
@@ -161,7 +165,7 @@ def test_certificates_and_keys_are_loaded_and_matched(pki: TestPki) -> None:
         got_field, reason = rule_refusal({**good, **change})
         assert got_field == field, (change, reason)
         reasons.append(reason)
-    assert "does not match" in reasons[3] and "encrypted" in reasons[4]
+    assert "does not match" in reasons[4] and "encrypted" in reasons[5]
 
     stored = MutualTls(pki.client.certificate, pki.client.private_key)
     renewed = check_auth({**good, "private_key": {"secret": True}}, stored)
