@@ -219,7 +219,8 @@ async def test_a_dead_host_still_stops_every_companys_sends(database_url: str, t
         seen = await until(deferred, "C's activity deferred")
         assert seen[0] == "deferred", seen
         c_view = await until(lambda: seen_by(api, c, dead), "C's destination listed")
-        assert (c_view["state"], c_view["scope"]) == ("open", "destination"), c_view
+        # open, or half open once the cool-down passed on a slow machine: the destination's either way
+        assert c_view["state"] in ("open", "half_open") and c_view["scope"] == "destination", c_view
         assert c_view["failures"] == 0, c_view  # A's connection failures are not C's count
 
 
