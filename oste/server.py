@@ -27,10 +27,7 @@ from oste.errors import ConfigurationError, OsteError
 from oste.metrics import set_up as set_up_metrics
 from oste.operations.throttle import SignInThrottle
 from oste.settings import Settings
-from oste.storage import Storage
-from oste.storage.database import close_database, describe, open_database
-from oste.storage.notices import listen_through
-from oste.storage.store import Store
+from oste.storage import Storage, Store, close_database, describe, open_database
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -165,7 +162,7 @@ def create_app(
         with collecting_eagerly() if freeze_after_start else contextlib.nullcontext():
             await open_database(settings.database_url, apply_migrations)
         if settings.is_postgres and settings.listen_database_url not in ("", settings.database_url):
-            listen_through(settings.listen_database_url)
+            storage.listen_through(settings.listen_database_url)
         stop_metrics_port = None
         try:
             if settings.metrics_port is not None:
@@ -261,13 +258,14 @@ async def serve_metrics_port(settings: Settings, port: int, clock: Clock) -> Cal
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     from oste.errors import Unavailable
-    from oste.storage.stats import refresh_queue_depth
+    from oste.storage import StatsService
 
     store = Store(clock)
+    stats = StatsService(clock)
 
     async def metrics(request: web.Request) -> web.Response:
         with contextlib.suppress(Unavailable):
-            await refresh_queue_depth(clock)
+            await stats.refresh_queue_depth()
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(request: web.Request) -> web.Response:

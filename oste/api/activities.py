@@ -34,7 +34,7 @@ from oste.operations.creation import (
     validate_each,
     when,
 )
-from oste.storage.store import MAX_PAGE, Store
+from oste.storage import MAX_PAGE, Store
 
 MAX_BATCH = schemas.ACTIVITY_BATCH["properties"]["activities"]["maxItems"]
 
@@ -182,7 +182,7 @@ async def get_activity(request: Request) -> Response:
         with place:  # one of the company's long-poll places (429 past its cap)
             api.shares.step_aside(request.scope)
             alive = key_alive(request)
-            activity = await changed_activity(api.store, solution, activity, wait, away_from, alive)
+            activity = await changed_activity(api.storage, solution, activity, wait, away_from, alive)
     return json(render.activity(activity))
 
 

@@ -22,7 +22,7 @@ from oste.domain.resource_values import type_values as type_values
 from oste.errors import Conflict
 from oste.operations import Actor
 from oste.operations.settings import check_chain_types
-from oste.storage.type_changes import RULE_FIELDS, Misfits, changes_rules
+from oste.storage import RULE_FIELDS, Misfits, changes_rules
 
 
 async def list_types(request: Request) -> Response:

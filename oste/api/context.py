@@ -22,8 +22,7 @@ from oste.domain.tenancy import KEYS, READ, REQUESTS_PER_SECOND, WRITE, QuotaDef
 from oste.errors import Forbidden, NotFound, TooMany
 from oste.operations import Actor, OperationContext, Operations
 from oste.operations.throttle import SignInThrottle
-from oste.storage import Storage
-from oste.storage.store import Store
+from oste.storage import Storage, Store
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class ApiContext:
     @functools.cached_property
     def feeds(self) -> EventFeeds:
         """The event feeds of the solutions streamed from this process (one reader per solution)."""
-        return EventFeeds(self.store.clock)
+        return EventFeeds(self.storage.events)
 
     max_parameter_bytes: int = 1024 * 1024
     """OSTE_MAX_PARAMETER_BYTES: the largest parameter of one activity, as compact JSON."""

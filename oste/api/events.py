@@ -27,8 +27,7 @@ from oste.api.feeds import READ_LIMIT
 from oste.api.tenants import SOLUTION
 from oste.domain import records as r
 from oste.errors import InvalidInput
-from oste.storage import events as ev
-from oste.storage.store import Store
+from oste.storage import Event, EventLog, Store
 
 KEEP_ALIVE = 15.0
 """Seconds between keep-alive comments while nothing happens."""
@@ -68,7 +67,7 @@ def parse_last_event_id(value: str | None, field: str = "Last-Event-ID") -> tupl
     return position
 
 
-def format_event(event: ev.Event, type_name: str) -> bytes:
+def format_event(event: Event, type_name: str) -> bytes:
     """One Server-Sent Event."""
     data = {
         "id": str(event.activity_id),
@@ -113,8 +112,9 @@ async def _stream_of(request: Request, store: Store, solution: r.Solution) -> As
             raise InvalidInput.field("activity_type", f"solution {solution.name!r} has no type {wanted!r}")
         type_id = ids[wanted]
     object_id = request.query_params.get("object_id")
-    await ev.subscribe(solution.id, store.clock.now())
-    start = after if after is not None else await ev.end_position(solution.id)
+    events = ctx(request).storage.events
+    await events.subscribe(solution.id, store.clock.now())
+    start = after if after is not None else await events.end_position(solution.id)
     return _events(request, store, solution, start, Wanted(type_id, object_id), names)
 
 
@@ -139,7 +139,7 @@ class Wanted:
     type_id: uuid.UUID | None
     object_id: str | None
 
-    def __call__(self, event: ev.Event) -> bool:
+    def __call__(self, event: Event) -> bool:
         return (self.type_id is None or event.activity_type_id == self.type_id) and (
             self.object_id is None or event.object_id == self.object_id
         )
@@ -162,7 +162,7 @@ async def _events(
     while True:  # once per joining of the feed (again after a client too slow to read was dropped)
         async with feeds.listening(solution.id) as (listener, joined_at):
             if position < joined_at:  # catch up from the store; the feed hands what comes later
-                async for event in _stored_after(solution, position, wanted):
+                async for event in _stored_after(feeds.events, solution, position, wanted):
                     names = await _known(store, solution, names, event)
                     yield format_event(event, names.get(event.activity_type_id, ""))
                     position = event.position
@@ -193,11 +193,11 @@ async def _events(
 
 
 async def _stored_after(
-    solution: r.Solution, position: tuple[int, int], wanted: Wanted
-) -> AsyncIterator[ev.Event]:
+    events: EventLog, solution: r.Solution, position: tuple[int, int], wanted: Wanted
+) -> AsyncIterator[Event]:
     """The solution's wanted events after ``position``, read from the store to its end."""
     while True:
-        batch = await ev.read_after(solution.id, position, wanted.type_id, wanted.object_id, READ_LIMIT)
+        batch = await events.read_after(solution.id, position, wanted.type_id, wanted.object_id, READ_LIMIT)
         for event in batch:
             yield event
             position = event.position
@@ -206,7 +206,7 @@ async def _stored_after(
 
 
 async def _known(
-    store: Store, solution: r.Solution, names: dict[uuid.UUID, str], event: ev.Event
+    store: Store, solution: r.Solution, names: dict[uuid.UUID, str], event: Event
 ) -> dict[uuid.UUID, str]:
     """The type names, read again when an event names a type created since they were read."""
     return names if event.activity_type_id in names else await _type_names(store, solution)

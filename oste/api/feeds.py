@@ -24,19 +24,17 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from datetime import timedelta
 
 from prometheus_client import Counter
 
-from oste.domain.clock import Clock
-from oste.storage import events as ev
+from oste.storage import Event, EventLog
 
 log = logging.getLogger("oste.api.feeds")
 
 POLL_INTERVAL = 0.2
 """Seconds between reads of a solution's new events (one read per solution per process)."""
 RENEW_EVERY = 60.0
-"""Seconds between renewals of a streamed solution's subscription (and pruning of old events)."""
+"""Seconds between renewals of a streamed solution's subscription (the engine prunes old events)."""
 QUEUE_LIMIT = 5000
 """Events waiting for one listener at most; past it, the listener catches up from the store."""
 READ_LIMIT = 500
@@ -51,11 +49,11 @@ class Listener:
     """One stream's place at a feed: the events handed to it, and a wake-up."""
 
     def __init__(self) -> None:
-        self.queue: deque[ev.Event] = deque()
+        self.queue: deque[Event] = deque()
         self.woken = asyncio.Event()
         self.dropped = False
 
-    def hand(self, events: list[ev.Event]) -> None:
+    def hand(self, events: list[Event]) -> None:
         if self.dropped:
             return
         if len(self.queue) + len(events) > QUEUE_LIMIT:
@@ -69,9 +67,9 @@ class Listener:
 class SolutionFeed:
     """The reader of one solution's events in this process."""
 
-    def __init__(self, solution_id: uuid.UUID, clock: Clock) -> None:
+    def __init__(self, solution_id: uuid.UUID, events: EventLog) -> None:
         self.solution_id = solution_id
-        self.clock = clock
+        self.events = events
         self.listeners: set[Listener] = set()
         self.position: tuple[int, int] | None = None
         self.ready = asyncio.Event()
@@ -85,9 +83,9 @@ class SolutionFeed:
         while True:
             try:
                 if self.position is None:
-                    self.position = await ev.end_position(self.solution_id)
+                    self.position = await self.events.end_position(self.solution_id)
                     self.ready.set()
-                batch = await ev.read_after(self.solution_id, self.position, limit=READ_LIMIT)
+                batch = await self.events.read_after(self.solution_id, self.position, limit=READ_LIMIT)
                 self.reads += 1
                 READS.inc()
                 if batch:
@@ -98,9 +96,7 @@ class SolutionFeed:
                         await asyncio.sleep(0)
                         continue
                 if time.monotonic() - renewed >= RENEW_EVERY:
-                    now = self.clock.now()
-                    await ev.subscribe(self.solution_id, now)
-                    await ev.prune(now - timedelta(seconds=ev.EVENT_RETENTION))
+                    await self.events.subscribe(self.solution_id, self.events.clock.now())
                     renewed = time.monotonic()
             except asyncio.CancelledError:
                 raise
@@ -112,8 +108,8 @@ class SolutionFeed:
 class EventFeeds:
     """This process's feeds, one per streamed solution."""
 
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
+    def __init__(self, events: EventLog) -> None:
+        self.events = events
         self.feeds: dict[uuid.UUID, SolutionFeed] = {}
 
     @contextlib.asynccontextmanager
@@ -122,7 +118,7 @@ class EventFeeds:
         event is handed to it)."""
         feed = self.feeds.get(solution_id)
         if feed is None:
-            feed = self.feeds[solution_id] = SolutionFeed(solution_id, self.clock)
+            feed = self.feeds[solution_id] = SolutionFeed(solution_id, self.events)
         listener = Listener()
         feed.listeners.add(listener)
         if feed.task is None or feed.task.done():

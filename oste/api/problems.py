@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 
 from oste.errors import InvalidInput, OsteError, TooMany, Unavailable
-from oste.storage.database import STORAGE_EXCEPTIONS, outage
+from oste.storage import STORAGE_EXCEPTIONS, outage
 
 log = logging.getLogger("oste.api")
 PROBLEM_TYPE = "tag:oste,2026:problem/"

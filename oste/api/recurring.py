@@ -31,7 +31,7 @@ from oste.domain.recurrence import (
 from oste.domain.schedule import Schedule, check_fires, check_schedule_time, parse_schedule
 from oste.errors import InvalidInput
 from oste.operations.creation import TypeCache
-from oste.storage.occurrences import RecurrenceStore, recurrence_of
+from oste.storage import RecurrenceStore, recurrence_of
 
 NEXT_FIRE_TIMES_SHOWN = 5
 MAX_POLICY_DURATION = 366 * 86400.0

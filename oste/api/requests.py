@@ -22,7 +22,7 @@ from oste.domain.records import Company
 from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
 from oste.operations.throttle import SignInThrottle
 from oste.operations.validation import INLINE_BYTES, body_problem, give_back, on_worker, take
-from oste.storage.store import MAX_PAGE, Store
+from oste.storage import MAX_PAGE, Store
 
 DRAIN_LIMIT = 16 * 1024 * 1024
 """How much of an oversized body is read and dropped so that the 413 reaches the client."""

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from oste.api.context import company_in_path, ctx, principal, solution_in_path
 from oste.api.requests import iso, require_admin, slug_in_path
 from oste.domain.stats import OUTCOMES, WINDOWS, StatsReport
-from oste.storage.stats import COUNT_CAP, StatsService
+from oste.storage import COUNT_CAP, StatsService
 
 COMPANY = "/v1/companies/{company}"
 SOLUTION = COMPANY + "/solutions/{solution}"

@@ -18,7 +18,6 @@ from oste.api.openapi import build_spec
 from oste.api.problems import problem
 from oste.api.requests import bearer_token, client_address, refuse_if_throttled
 from oste.errors import Unauthorized, Unavailable
-from oste.storage.stats import refresh_queue_depth
 
 DOCS_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>OSTE API</title>
@@ -53,7 +52,7 @@ async def metrics(request: Request) -> Response:
     """
     authorise_scrape(request)
     with contextlib.suppress(Unavailable):  # a database outage: the rest is still worth scraping
-        await refresh_queue_depth(ctx(request).store.clock)
+        await ctx(request).storage.stats.refresh_queue_depth()
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -16,8 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from oste.api.requests import parse_duration
 from oste.domain import records as r
 from oste.errors import InvalidInput, Unauthorized
-from oste.storage.notices import hub_for
-from oste.storage.store import Store
+from oste.storage import Storage
 
 MAX_WAIT = 60.0
 """Seconds a long-poll may wait at most (``wait`` over it is a 422)."""
@@ -45,7 +44,7 @@ REVOCATION_CHECK = 2.0
 
 
 async def changed_activity(
-    store: Store,
+    storage: Storage,
     solution: r.Solution,
     activity: r.Activity,
     wait: float,
@@ -57,7 +56,8 @@ async def changed_activity(
     no (the caller's key was revoked) the wait ends with Unauthorized."""
     baseline = away_from or activity.state
     deadline = time.monotonic() + wait
-    async with hub_for().watching(activity.id) as woken:
+    store = storage.store
+    async with storage.notices.watching(activity.id) as woken:
         current = await store.get_activity(solution, activity.id)  # read after subscribing: nothing missed
         while current.state == baseline:
             left = deadline - time.monotonic()

@@ -18,9 +18,7 @@ from datetime import UTC, datetime, timedelta
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.domain.partitions import ALL_PARTITIONS, fair_share
-from oste.storage.database import close_database, open_database, settle_after_bulk_load
-from oste.storage.dispatch import DispatchStore
-from oste.storage.store import Store
+from oste.storage import DispatchStore, Store, close_database, open_database, settle_after_bulk_load
 
 STORE_CHUNK = 5000
 """Activities per ``create_activities`` call (one transaction) when pre-storing."""

@@ -31,7 +31,7 @@ from oste.bench.processes import fresh_database
 from oste.domain.clock import SystemClock
 from oste.domain.log_shipping import RollerKind
 from oste.engine.log_shipping import DeadLetterRoller, LogRoller, RollerConfig, RollResult, SuccessRoller
-from oste.storage.log_shipping import RollerStore
+from oste.storage import RollerStore
 
 Result = dict[str, Any]
 TYPES = 10

@@ -17,7 +17,7 @@ from oste.errors import ConfigurationError, OsteError
 from oste.logs import configure_logging
 from oste.server import create_app, prepare_data_dir, run_worker
 from oste.settings import Settings
-from oste.storage.database import describe, migrate
+from oste.storage import describe, migrate
 
 log = logging.getLogger("oste")
 
@@ -423,13 +423,13 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _backup(settings: Settings, args: argparse.Namespace) -> int:
     """`oste backup PATH` and `oste restore BACKUP` (SQLite only: PostgreSQL is refused with advice)."""
-    from oste.storage.backup import backup, restore
+    from oste.storage import restore_backup, take_backup
 
     if args.command == "backup":
-        snapshot = await backup(settings.database_url, Path(args.path), force=args.force)
+        snapshot = await take_backup(settings.database_url, Path(args.path), force=args.force)
         print(f"wrote {snapshot.path}: {snapshot.describe()}; copied in {snapshot.seconds:.2f} s")
         return 0
-    restored = await restore(settings.database_url, Path(args.backup))
+    restored = await restore_backup(settings.database_url, Path(args.backup))
     print(f"restored {restored.snapshot.path} from {args.backup}: {restored.snapshot.describe()}")
     if restored.replaced is not None:
         print(f"the database it replaced is kept as {restored.replaced}")

@@ -25,7 +25,7 @@ from oste import __version__
 from oste.errors import ConfigurationError
 from oste.server import SHUTDOWN_GRACE_SECONDS, bind_error, create_app, resolve_admin_token
 from oste.settings import Settings
-from oste.storage.database import describe
+from oste.storage import describe
 
 log = logging.getLogger("oste")
 access_log = logging.getLogger("oste.access")

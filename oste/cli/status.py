@@ -15,8 +15,7 @@ from rich.table import Table
 from oste.api.stats import render_report
 from oste.domain.clock import SystemClock
 from oste.errors import OsteError, Unavailable
-from oste.storage.database import close_database, open_database
-from oste.storage.stats import StatsService
+from oste.storage import StatsService, close_database, open_database
 
 
 async def stats_from_database(database_url: str) -> dict[str, Any]:

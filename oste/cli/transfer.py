@@ -29,9 +29,7 @@ from oste.domain.tenancy import QuotaDefaults
 from oste.errors import Conflict, FieldError, InvalidInput, NotFound
 from oste.operations import SYSTEM, OperationContext, Operations
 from oste.operations.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
-from oste.storage import Storage
-from oste.storage.database import close_database, open_database
-from oste.storage.store import MAX_PAGE, Store
+from oste.storage import MAX_PAGE, Storage, Store, close_database, open_database
 
 CHUNK_LINES = 1000
 """Lines read, validated and written together (one transaction per chunk for unkeyed lines)."""

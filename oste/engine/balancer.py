@@ -15,7 +15,7 @@ from oste.domain.claims import NodeInfo
 from oste.domain.clock import Clock
 from oste.domain.partitions import excess, fair_share
 from oste.engine.config import BalancerConfig
-from oste.storage.dispatch import DispatchStore
+from oste.storage import DispatchStore
 
 log = logging.getLogger("oste.engine.balancer")
 

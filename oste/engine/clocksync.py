@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from oste.domain.clock import CorrectedClock
-from oste.storage.dispatch import DispatchStore
+from oste.storage import DispatchStore
 
 log = logging.getLogger("oste.engine.clock")
 WARN_AFTER = 1.0

@@ -19,7 +19,7 @@ from oste.domain.claims import Claim, Completion, CompletionResult
 from oste.engine.config import CompletionConfig
 from oste.engine.metrics import DeliveryRecorder
 from oste.errors import Unavailable
-from oste.storage.dispatch import DispatchStore
+from oste.storage import DispatchStore
 
 log = logging.getLogger("oste.engine.completions")
 MAX_ERROR_PAUSE = 5.0

@@ -10,8 +10,7 @@ import logging
 from collections.abc import Callable
 
 from oste.domain.claims import Claim, Deferral
-from oste.storage.destinations import DestinationStore
-from oste.storage.dispatch import DispatchStore
+from oste.storage import DestinationStore, DispatchStore
 
 log = logging.getLogger("oste.engine.destinations")
 

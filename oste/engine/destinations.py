@@ -47,7 +47,7 @@ from oste.domain.destinations import (
 from oste.domain.outbound import fill_uri
 from oste.engine.fairness import FairQueue
 from oste.errors import Unavailable
-from oste.storage.destinations import Breaker, DestinationStore, HostObservation, Observation
+from oste.storage import Breaker, DestinationStore, HostObservation, Observation
 
 log = logging.getLogger("oste.engine.destinations")
 

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from oste.domain.recurrence import MISFIRE_GRACE
 from oste.engine import metrics
-from oste.storage.occurrences import DEFAULT_LOOKAHEAD, ExpandResult, RecurrenceStore
+from oste.storage import DEFAULT_LOOKAHEAD, ExpandResult, RecurrenceStore
 
 log = logging.getLogger("oste.engine.expander")
 

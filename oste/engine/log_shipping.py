@@ -34,7 +34,7 @@ from oste.domain.ids import new_id
 from oste.domain.targets import TargetPolicy
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
 from oste.settings import Settings
-from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, RollerStore
+from oste.storage import DEFAULT_PURGE_CHUNK, RollerStore
 
 log = logging.getLogger("oste.engine.log_shipping")
 

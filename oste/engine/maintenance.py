@@ -1,5 +1,6 @@
-"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims) and
-AuditPruner (deletes audit entries past their retention)."""
+"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims),
+AuditPruner (deletes audit entries past their retention) and EventPruner (deletes stream events past
+theirs)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from oste.domain.clock import Clock
 from oste.engine import metrics
 from oste.engine.config import RescuerConfig
 from oste.engine.poller import ClaimBook
-from oste.storage.audit import AuditLog
-from oste.storage.dispatch import DispatchStore
+from oste.storage import AuditLog, DispatchStore, Storage
 
 log = logging.getLogger("oste.engine.maintenance")
 
@@ -105,3 +105,17 @@ class AuditPruner:
             deleted += done
             if done < AUDIT_CHUNK:
                 return deleted
+
+
+EVENT_PRUNE_INTERVAL = 60.0
+"""Seconds between two runs of the event pruner."""
+
+
+class EventPruner:
+    """Deletes stream events (and ended stream subscriptions) older than the event retention."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    async def run_once(self) -> int:
+        return await self.storage.prune_events()

@@ -27,7 +27,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from oste.domain.claims import Claim, Completion
 from oste.domain.records import ActivityState
 from oste.domain.stats import LAG_BUCKETS, OUTCOMES, Rollup, minute_of
-from oste.storage.stats import RETENTION_MINUTES, StatsStore
+from oste.storage import RETENTION_MINUTES, StatsStore
 
 if TYPE_CHECKING:
     from oste.engine.runtime import Engine

@@ -22,7 +22,7 @@ from oste.engine import metrics
 from oste.engine.config import PollerConfig
 from oste.engine.fairness import rate_allowance
 from oste.errors import Unavailable
-from oste.storage.dispatch import DispatchStore
+from oste.storage import DispatchStore
 
 log = logging.getLogger("oste.engine.poller")
 ERROR_PAUSE = 1.0

@@ -33,13 +33,19 @@ from oste.engine.destinations import DestinationGate, DestinationKeeper
 from oste.engine.executor import Executor
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.engine.log_shipping import LogRoller, RollerConfig, RollResult, rollers_for
-from oste.engine.maintenance import AUDIT_PRUNE_INTERVAL, AuditPruner, LeaseKeeper, Rescuer
+from oste.engine.maintenance import (
+    AUDIT_PRUNE_INTERVAL,
+    EVENT_PRUNE_INTERVAL,
+    AuditPruner,
+    EventPruner,
+    LeaseKeeper,
+    Rescuer,
+)
 from oste.engine.metrics import DeliveryRecorder, shipped, watch
 from oste.engine.poller import ClaimBook, Poller
 from oste.errors import Unavailable
 from oste.settings import Settings
-from oste.storage import Storage
-from oste.storage.dispatch import DispatchStore
+from oste.storage import DispatchStore, Storage
 
 log = logging.getLogger("oste.engine")
 
@@ -165,6 +171,8 @@ class Engine:
         self._spawn("rollups", _every(self.recorder.write_interval, self._write_rollups, "delivery rollups"))
         pruner = AuditPruner(self.storage.audit, self.settings.audit_retention)
         self._spawn("audit-pruner", _every(AUDIT_PRUNE_INTERVAL, pruner.run_once, "audit pruner"))
+        events = EventPruner(self.storage)
+        self._spawn("event-pruner", _every(EVENT_PRUNE_INTERVAL, events.run_once, "event pruner"))
         self._spawn("balancer", _every(cfg.balancer.interval, self._rebalance, "partition balancer"))
         if sync is not None:
             self._spawn("clock-sync", _every(cfg.balancer.interval, sync.run_once, "clock sync"))

@@ -19,9 +19,7 @@ from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES
 from oste.errors import Conflict
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
-from oste.storage.bulk import QUOTA_FULL
-from oste.storage.changes import atomic, record_events, wake
-from oste.storage.events import Change
+from oste.storage import QUOTA_FULL, Change
 
 log = logging.getLogger("oste.operations")
 
@@ -62,7 +60,7 @@ class ActivityOperations:
         actor.require(WRITE, "create activities")
         if not items:
             return []
-        async with atomic():
+        async with self.context.storage.atomic():
             created = await self.store.create_activities(list(items))
             if audit:
                 await self._audit(actor, company, solution, "create", None, {"count": len(created)})
@@ -81,7 +79,7 @@ class ActivityOperations:
     ) -> r.Activity:
         """Change a scheduled activity (``Conflict`` once it is not scheduled); ``fields`` as asked."""
         actor.require(WRITE, "change activities")
-        async with atomic():
+        async with self.context.storage.atomic():
             updated = await self.store.update_scheduled_activity(activity, changes)
             await self._audit(actor, company, solution, "update", activity.id, {"fields": sorted(fields)})
         if "scheduled_for" in changes:
@@ -93,12 +91,14 @@ class ActivityOperations:
     ) -> r.Activity:
         """Cancel a scheduled or running activity (``Conflict`` once it finished)."""
         actor.require(WRITE, "cancel activities")
-        async with atomic():
+        async with self.context.storage.atomic():
             cancelled = await self.store.cancel_activity(activity)
-            await record_events(solution.id, [Change(cancelled.id, "cancelled")], cancelled.updated_at)
+            await self.context.storage.record_events(
+                solution.id, [Change(cancelled.id, "cancelled")], cancelled.updated_at
+            )
             await self._audit(actor, company, solution, "cancel", activity.id)
         self.context.quotas.freed(company)
-        await wake([cancelled.id])
+        await self.context.storage.wake([cancelled.id])
         return cancelled
 
     async def requeue(
@@ -106,18 +106,20 @@ class ActivityOperations:
     ) -> r.Activity:
         """Dead or cancelled -> scheduled, retries reset to its type's (``Conflict`` in another state)."""
         actor.require(WRITE, "requeue activities")
-        async with atomic():
+        async with self.context.storage.atomic():
             if not await self.store.requeue_activity(solution, activity.id):
                 current = await self.store.get_activity(solution, activity.id)
                 raise Conflict(
                     f"activity is {current.state}; only a dead or cancelled activity can be requeued"
                 )
             requeued = await self.store.get_activity(solution, activity.id)
-            await record_events(solution.id, [Change(requeued.id, "requeued")], requeued.updated_at)
+            await self.context.storage.record_events(
+                solution.id, [Change(requeued.id, "requeued")], requeued.updated_at
+            )
             await self._audit(actor, company, solution, "requeue", activity.id)
             # last, the company's row (see Quotas.take): a refusal rolls the requeue back
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
-        await wake([requeued.id])
+        await self.context.storage.wake([requeued.id])
         self.context.notify_due(requeued.next_attempt_at)
         return requeued
 
@@ -126,7 +128,7 @@ class ActivityOperations:
     ) -> r.Activity:
         """A scheduled activity becomes due now (``Conflict`` in any other state)."""
         actor.require(WRITE, "run activities now")
-        async with atomic():
+        async with self.context.storage.atomic():
             due = await self.store.run_now(activity)
             await self._audit(actor, company, solution, "run_now", activity.id)
         self.context.notify_due(due.next_attempt_at)

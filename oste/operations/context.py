@@ -12,9 +12,7 @@ from oste.domain import records as r
 from oste.domain.tenancy import QuotaDefaults
 from oste.operations.actors import Actor
 from oste.operations.quotas import Quotas
-from oste.storage import Storage
-from oste.storage.audit import AuditLog
-from oste.storage.store import Store
+from oste.storage import AuditLog, Storage, Store
 
 
 def _nobody(when: datetime) -> None:

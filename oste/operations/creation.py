@@ -23,7 +23,7 @@ from oste.domain.parameters import join_path
 from oste.domain.resource_values import rules_of
 from oste.errors import InvalidInput, NotFound
 from oste.operations.validation import DEFAULT_MAX_PARAMETER_BYTES, check_parameter
-from oste.storage.store import Store
+from oste.storage import Store
 
 MAX_DELAY = 10 * 365 * 86400.0
 MAX_IDEMPOTENCY_KEY = 255

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from oste.domain import records as r
 from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES, QuotaDefaults, check_room
-from oste.storage.quotas import Granted, QuotaRoom
-from oste.storage.store import Store
+from oste.storage import Granted, QuotaRoom, Store
 
 
 class Quotas:

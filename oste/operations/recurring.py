@@ -17,8 +17,7 @@ from oste.domain.recurrence import Overlap, Recurrence
 from oste.domain.tenancy import MAX_RECURRING_ACTIVITIES, MAX_SCHEDULED_ACTIVITIES
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
-from oste.storage.changes import atomic, wake
-from oste.storage.occurrences import RecurrenceStore
+from oste.storage import RecurrenceStore
 
 
 class RecurringOperations:
@@ -52,7 +51,7 @@ class RecurringOperations:
             "planned_until": now,
             "expand_at": now,
         }
-        async with atomic():
+        async with self.context.storage.atomic():
             await self.context.quotas.take(company, MAX_RECURRING_ACTIVITIES)
             created = await self.store.create_recurring(kind, stored)
             await self._audit(actor, company, solution, "create", created.id)
@@ -74,7 +73,7 @@ class RecurringOperations:
         ``fields`` as the caller asked, for the audit."""
         actor.require(WRITE, "change recurring activities")
         occurrences = self.occurrences
-        async with atomic():
+        async with self.context.storage.atomic():
             if changes:
                 upcoming = recurrence.fire_times(self.store.clock.now(), 1)
                 await occurrences.replace_unfired(
@@ -88,7 +87,7 @@ class RecurringOperations:
                 await occurrences.resume(current)
             details = {"fields": sorted(fields)}
             await self._audit(actor, company, solution, "update", recurring.id, details)
-        await wake(cancelled)
+        await self.context.storage.wake(cancelled)
         return await self.planned(recurring.id)
 
     async def set_paused(
@@ -103,13 +102,13 @@ class RecurringOperations:
         actor.require(WRITE, "pause or resume recurring activities")
         occurrences = self.occurrences
         cancelled: list[uuid.UUID] = []
-        async with atomic():
+        async with self.context.storage.atomic():
             if paused:
                 cancelled = await occurrences.pause(recurring)
             else:
                 await occurrences.resume(recurring)
             await self._audit(actor, company, solution, "pause" if paused else "resume", recurring.id)
-        await wake(cancelled)
+        await self.context.storage.wake(cancelled)
         return await self.planned(recurring.id)
 
     async def delete(
@@ -117,10 +116,10 @@ class RecurringOperations:
     ) -> None:
         """Delete it; its scheduled occurrences are cancelled."""
         actor.require(WRITE, "delete recurring activities")
-        async with atomic():
+        async with self.context.storage.atomic():
             cancelled = await self.store.delete_recurring(recurring)
             await self._audit(actor, company, solution, "delete", recurring.id)
-        await wake(cancelled)
+        await self.context.storage.wake(cancelled)
 
     async def planned(self, recurring_id: uuid.UUID) -> r.RecurringActivity:
         """Create its next occurrence now (if it is due to have one) and wake the engine for it."""
@@ -142,7 +141,7 @@ class RecurringOperations:
         """One occurrence now, keyed by now; the schedule does not move. Within the company's quota of
         scheduled activities (a 429 otherwise, nothing stored)."""
         actor.require(WRITE, "run recurring activities now")
-        async with atomic():
+        async with self.context.storage.atomic():
             created = await self.occurrences.run_now(recurring, kind)
             await self._audit(actor, company, solution, "run_now", recurring.id)
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
@@ -167,7 +166,7 @@ class RecurringOperations:
         async def room(adding: int) -> None:  # in the backfill's transaction, after its insert
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, adding, written=True)
 
-        async with atomic():
+        async with self.context.storage.atomic():
             created, queued, skipped = await self.occurrences.backfill(recurring, kind, *span, overlap, room)
             details = {"created": len(created), "queued": queued}
             await self._audit(actor, company, solution, "backfill", recurring.id, details)

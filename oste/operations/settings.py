@@ -18,9 +18,7 @@ from oste.domain.tenancy import KEYS, MAX_ACTIVITY_TYPES, MAX_API_KEYS, MAX_SOLU
 from oste.errors import FieldError, Forbidden, InvalidInput
 from oste.operations.actors import API, WRITE, Actor
 from oste.operations.context import OperationContext
-from oste.storage.changes import atomic
-from oste.storage.store import Store
-from oste.storage.type_changes import Misfits
+from oste.storage import Misfits, Store
 
 
 def settings_action(changes: dict[str, Any]) -> str:
@@ -40,7 +38,7 @@ class SettingsOperations:
     async def create_company(self, actor: Actor, name: str, qos_level: int, paused: bool) -> r.Company:
         """Create a company (the operator only). Raises Conflict if the name is taken."""
         actor.require_admin("create companies")
-        async with atomic():
+        async with self.context.storage.atomic():
             company = await self.store.create_company(name, qos_level, paused)
             await self.context.record_audit(actor, company, None, "create", "company", company.name)
         return company
@@ -48,7 +46,7 @@ class SettingsOperations:
     async def delete_company(self, actor: Actor, company: r.Company, cascade: bool) -> None:
         """Delete a company (the operator only); with ``cascade`` everything it holds goes too."""
         actor.require_admin("delete companies")
-        async with atomic():
+        async with self.context.storage.atomic():
             await self.store.delete_company(company, cascade)
             await self.context.record_audit(
                 actor, company, None, "delete", "company", company.name, _cascade(cascade)
@@ -59,7 +57,7 @@ class SettingsOperations:
     ) -> r.Company:
         """Change a company (the operator only); ``fields`` as asked, for the audit (default: changed)."""
         actor.require_admin("change a company")
-        async with atomic():
+        async with self.context.storage.atomic():
             updated = await self.store.update_company(company, changes)
             await self._audit(actor, company, None, changes, fields, "company", company.name)
         self._resumed(changes)
@@ -74,7 +72,7 @@ class SettingsOperations:
         fields: Sequence[str] | None = None,
     ) -> r.Solution:
         actor.require(WRITE, "change a solution")
-        async with atomic():
+        async with self.context.storage.atomic():
             updated = await self.store.update_solution(solution, changes)
             await self._audit(actor, company, solution, changes, fields, "solution", solution.name)
         self._resumed(changes)
@@ -84,7 +82,7 @@ class SettingsOperations:
         """Create a solution (validated ``values``) with a new signing secret."""
         actor.reach(company)
         actor.require(WRITE, "create solutions")
-        async with atomic():
+        async with self.context.storage.atomic():
             await self.context.quotas.take(company, MAX_SOLUTIONS)
             solution = await self.store.create_solution(company, values)
             await self.context.record_audit(actor, company, solution, "create", "solution", solution.name)
@@ -97,7 +95,7 @@ class SettingsOperations:
         keeps signing requests beside it for ``grace`` seconds, so receivers can move over without
         refusing a request (rotating again ends an earlier grace at once)."""
         actor.require(WRITE, "rotate a signing secret")
-        async with atomic():
+        async with self.context.storage.atomic():
             updated = await self.store.rotate_signing_secret(solution, grace)
             await self.context.record_audit(
                 actor, company, solution, "rotate_signing_secret", "solution", solution.name, {"grace": grace}
@@ -109,7 +107,7 @@ class SettingsOperations:
     ) -> None:
         """Delete a solution; with ``cascade`` its types and activities go too."""
         actor.require(WRITE, "delete solutions")
-        async with atomic():
+        async with self.context.storage.atomic():
             await self.store.delete_solution(solution, cascade)
             await self.context.record_audit(
                 actor, company, solution, "delete", "solution", solution.name, _cascade(cascade)
@@ -120,7 +118,7 @@ class SettingsOperations:
     ) -> r.ActivityType:
         """Create an activity type (validated ``values``) within the company's quota of types."""
         actor.require(WRITE, "create activity types")
-        async with atomic():
+        async with self.context.storage.atomic():
             await self.context.quotas.take(company, MAX_ACTIVITY_TYPES)
             created = await self.store.create_activity_type(solution, values)
             await self.context.record_audit(actor, company, solution, "create", "activity_type", created.name)
@@ -154,7 +152,7 @@ class SettingsOperations:
             return updated
 
         if rules is None:  # nothing stored parameters depend on: no re-check
-            async with atomic():
+            async with self.context.storage.atomic():
                 return await write(), Misfits()
         return await self.context.storage.type_change().apply(kind, rules, force, write)
 
@@ -163,7 +161,7 @@ class SettingsOperations:
     ) -> None:
         """Delete a type; with ``cascade`` its activities and recurring activities go too."""
         actor.require(WRITE, "delete activity types")
-        async with atomic():
+        async with self.context.storage.atomic():
             await self.store.delete_activity_type(kind, cascade)
             await self.context.record_audit(
                 actor, company, solution, "delete", "activity_type", kind.name, _cascade(cascade)
@@ -178,7 +176,7 @@ class SettingsOperations:
         beyond = sorted(set(scopes) - actor.scopes)
         if beyond:
             raise Forbidden(f"this key cannot grant scopes it does not hold: {', '.join(beyond)}")
-        async with atomic():
+        async with self.context.storage.atomic():
             await self.context.quotas.take(company, MAX_API_KEYS)
             key, secret = await self.store.create_api_key(company, name, scopes)
             details = {"name": name, "scopes": list(scopes)}
@@ -190,7 +188,7 @@ class SettingsOperations:
         long-polls close within seconds (they ask ``Store.api_key_active`` as they go)."""
         actor.reach(company)
         actor.require(KEYS, "revoke API keys")
-        async with atomic():
+        async with self.context.storage.atomic():
             key = await self.store.revoke_api_key(company, key_id)
             await self.context.record_audit(actor, company, None, "revoke", "api_key", key.id)
         return key
@@ -200,7 +198,7 @@ class SettingsOperations:
     ) -> r.ActivityType:
         actor.require(WRITE, "pause or resume an activity type")
         changes = {"paused": paused}
-        async with atomic():
+        async with self.context.storage.atomic():
             updated = await self.store.update_activity_type(kind, changes)
             await self._audit(actor, company, solution, changes, None, "activity_type", kind.name)
         self._resumed(changes)

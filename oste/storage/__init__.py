@@ -1,7 +1,9 @@
 """Storage: the only room that knows Tortoise and SQL, behind one front door.
 
-``Storage(clock)`` is opened once by the composition root and handed down; each attribute is one part,
-documented in its own module:
+This module is the room's face: outside ``oste/storage`` only it and ``oste.storage.contract`` (what
+each part promises) may be imported; import-linter enforces it. ``Storage(clock)`` is opened once by
+the composition root and handed down; each attribute is one part, its promises written in
+``contract.py`` and its implementation in its own module:
 
 ============================  ===================================================================
 ``storage.store``             ``Store`` (``store.py``): companies, API keys, solutions, activity
@@ -20,56 +22,117 @@ documented in its own module:
 ``storage.stats``             ``StatsService`` (``stats.py``): outcomes, lag, queue depth
 ``storage.overview``          ``OverviewStore`` (``overview.py``): the dashboard's counts
 ``storage.audit``             ``AuditLog`` (``audit.py``): who changed what
+``storage.events``            ``EventLog`` (``events.py``): the activity event stream's reads, its
+                              subscriptions and pruning
 ``storage.destinations``      ``DestinationStore`` (``destinations.py``): circuit breakers, caps and
                               slot grants of the receivers' destinations
 ``storage.quotas``            ``QuotaRoom`` (``quotas.py``): room under the companies' quotas,
                               taken in the transaction of every create
+``storage.ui_sessions()``     a ``UiSessionStore`` (``ui_sessions.py``): the management UI's sessions
+``storage.notices``           this process's ``ChangeHub`` (``notices.py``): long-polls woken by changes
 ============================  ===================================================================
 
-The event stream (``events.py``), the change hub
-(``notices.py``) and UI sessions (``ui_sessions.py``) are reached through their modules. Operations
-change several parts in one transaction with ``changes.atomic``. Every part returns frozen records
-from ``oste.domain`` and raises ``NotFound``, ``Conflict``, ``InvalidInput`` or ``Unavailable``.
+Operations change several parts in one transaction with ``storage.atomic()``, record the events of
+what changed inside it (``storage.record_events``) and wake the long-polls after the commit
+(``storage.wake``). Every part returns frozen records from ``oste.domain`` and raises ``NotFound``,
+``Conflict``, ``InvalidInput`` or ``Unavailable``.
 """
 
 from __future__ import annotations
 
 import functools
+import uuid
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from oste.domain.clock import Clock
-    from oste.domain.tenancy import QuotaDefaults
-    from oste.storage.audit import AuditLog
-    from oste.storage.bulk import BulkChange
-    from oste.storage.destinations import DestinationStore
-    from oste.storage.dispatch import DispatchStore
-    from oste.storage.listing import ActivityListing
-    from oste.storage.log_shipping import RollerStore
-    from oste.storage.occurrences import RecurrenceStore
-    from oste.storage.overview import OverviewStore
-    from oste.storage.quotas import QuotaRoom
-    from oste.storage.stats import StatsService
-    from oste.storage.store import Store
-    from oste.storage.type_changes import TypeRulesChange
+from oste.domain.clock import Clock
+from oste.domain.tenancy import QuotaDefaults
+from oste.storage import changes as _changes
+from oste.storage.audit import AuditLog
+from oste.storage.backup import BackupRefused
+from oste.storage.backup import backup as take_backup
+from oste.storage.backup import restore as restore_backup
+from oste.storage.bulk import QUOTA_FULL, BulkChange
+from oste.storage.database import (
+    STORAGE_EXCEPTIONS,
+    close_database,
+    describe,
+    migrate,
+    open_database,
+    outage,
+    settle_after_bulk_load,
+)
+from oste.storage.destinations import Breaker, DestinationStore, HostObservation, Observation
+from oste.storage.dispatch import DispatchStore
+from oste.storage.events import EVENT_RETENTION, Change, Event, EventLog
+from oste.storage.listing import ActivityListing
+from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, RollerStore
+from oste.storage.notices import ChangeHub, hub_for, listen_through
+from oste.storage.occurrences import DEFAULT_LOOKAHEAD, ExpandResult, RecurrenceStore, recurrence_of
+from oste.storage.overview import Overview, OverviewStore
+from oste.storage.quotas import Granted, QuotaRoom
+from oste.storage.stats import COUNT_CAP, RETENTION_MINUTES, StatsService, StatsStore
+from oste.storage.store import MAX_PAGE, Store
+from oste.storage.type_changes import RULE_FIELDS, Misfits, TypeRulesChange, changes_rules
+from oste.storage.ui_sessions import SessionRecord, UiSessionStore
+
+__all__ = [
+    "COUNT_CAP",
+    "DEFAULT_LOOKAHEAD",
+    "DEFAULT_PURGE_CHUNK",
+    "EVENT_RETENTION",
+    "MAX_PAGE",
+    "QUOTA_FULL",
+    "RETENTION_MINUTES",
+    "RULE_FIELDS",
+    "STORAGE_EXCEPTIONS",
+    "ActivityListing",
+    "AuditLog",
+    "BackupRefused",
+    "Breaker",
+    "BulkChange",
+    "Change",
+    "ChangeHub",
+    "DestinationStore",
+    "DispatchStore",
+    "Event",
+    "EventLog",
+    "ExpandResult",
+    "Granted",
+    "HostObservation",
+    "Misfits",
+    "Observation",
+    "Overview",
+    "OverviewStore",
+    "QuotaRoom",
+    "RecurrenceStore",
+    "RollerStore",
+    "SessionRecord",
+    "StatsService",
+    "StatsStore",
+    "Storage",
+    "Store",
+    "TypeRulesChange",
+    "UiSessionStore",
+    "changes_rules",
+    "close_database",
+    "describe",
+    "migrate",
+    "open_database",
+    "outage",
+    "recurrence_of",
+    "restore_backup",
+    "settle_after_bulk_load",
+    "take_backup",
+]
 
 
 class Storage:
-    """Every part of storage, built once on one clock (see the module docstring)."""
+    """Every part of storage, built once on one clock (see the module docstring and ``contract.py``)."""
 
     def __init__(self, clock: Clock, quota_defaults: QuotaDefaults | None = None) -> None:
-        from oste.domain.tenancy import QuotaDefaults
-        from oste.storage.audit import AuditLog
-        from oste.storage.bulk import BulkChange
-        from oste.storage.destinations import DestinationStore
-        from oste.storage.listing import ActivityListing
-        from oste.storage.log_shipping import RollerStore
-        from oste.storage.occurrences import RecurrenceStore
-        from oste.storage.overview import OverviewStore
-        from oste.storage.quotas import QuotaRoom
-        from oste.storage.stats import StatsService
-        from oste.storage.store import Store
-
         self.clock = clock
         self.quotas: QuotaRoom = QuotaRoom(quota_defaults or QuotaDefaults())
         """The quotas in force (the deployment's defaults, ``OSTE_QUOTA_*``, under each company's own)."""
@@ -80,18 +143,59 @@ class Storage:
         self.stats: StatsService = StatsService(clock)
         self.overview: OverviewStore = OverviewStore(clock)
         self.audit: AuditLog = AuditLog(clock)
+        self.events: EventLog = EventLog(clock)
         self.destinations: DestinationStore = DestinationStore(clock)
         self.listing: ActivityListing = ActivityListing()
 
     @functools.cached_property
     def dispatch(self) -> DispatchStore:
-        """The engine's part (its strategy is the open database's dialect, hence built on first use)."""
-        from oste.storage.dispatch import DispatchStore
-
+        """The engine's part (its dialect is the open database's, hence built on first use)."""
         return DispatchStore(self.clock)
 
     def type_change(self) -> TypeRulesChange:
         """A change of an activity type's rules (one per change: it gathers what it dead-letters)."""
-        from oste.storage.type_changes import TypeRulesChange
-
         return TypeRulesChange(self.clock)
+
+    def ui_sessions(self, lifetime: timedelta, max_age: timedelta) -> UiSessionStore:
+        """The management UI's session store: sessions unused for ``lifetime`` or signed in longer than
+        ``max_age`` ago are gone."""
+        return UiSessionStore(self.clock, lifetime, max_age)
+
+    # --- the unit of work ---------------------------------------------------------------------------
+
+    def atomic(self) -> AbstractAsyncContextManager[None]:
+        """One transaction around what the block changes in any part (nested: a savepoint); an outage
+        inside it becomes ``Unavailable`` and rolls everything back."""
+        return _changes.atomic()
+
+    async def record_events(self, solution_id: uuid.UUID, changes: Iterable[Change], now: datetime) -> int:
+        """Record the events of one solution's changes in the current transaction (none unless the
+        solution is streamed); returns how many were written."""
+        return await _changes.record_events(solution_id, changes, now)
+
+    async def wake(self, activity_ids: Iterable[uuid.UUID]) -> None:
+        """After a commit: wake the long-polls waiting on these activities, in every process. Never
+        raises (a lost notice only makes a waiter wait until its deadline)."""
+        await _changes.wake(activity_ids)
+
+    @property
+    def notices(self) -> ChangeHub:
+        """This process's hub of waiters on activity changes (``notices.watching(activity_id)``)."""
+        return hub_for()
+
+    def listen_through(self, url: str) -> None:
+        """Hold this process's LISTEN connection at ``url`` (the database reached directly, not
+        through a transaction-pooling proxy); see ``oste.storage.notices``."""
+        listen_through(url)
+
+    async def prune_events(self, before: datetime | None = None) -> int:
+        """Delete stream events older than ``before`` (default: the event retention before now) and
+        the ended stream subscriptions; returns how many events. Runs on its own (autocommit)."""
+        return await self.events.prune(before)
+
+
+if TYPE_CHECKING:
+    from oste.storage import contract
+
+    def _implements_the_contract(storage: Storage) -> contract.Storage:
+        return storage  # mypy checks every part against its Protocol in contract.py

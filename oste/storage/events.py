@@ -265,3 +265,40 @@ def _event(strategy: ClaimStrategy, row: dict[str, Any]) -> Event:
         outcome=row["outcome"],
         at=strategy.time_of(row["at"]),
     )
+
+
+class EventLog:
+    """Storage's event log part (``storage.events``): what the stream endpoints read and what the
+    engine prunes. Writers record events through the operations' unit of work (``Storage.atomic`` and
+    ``Storage.record_events``) and the insert path, never through this face."""
+
+    retention = EVENT_RETENTION
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+
+    async def subscribe(self, solution_id: uuid.UUID, now: datetime) -> None:
+        """Record this solution's changes from ``now`` until ``EVENT_RETENTION`` after it."""
+        await subscribe(solution_id, now)
+
+    async def end_position(self, solution_id: uuid.UUID) -> tuple[int, int]:
+        """The position of the solution's last streamable event ((0, 0) when none)."""
+        return await end_position(solution_id)
+
+    async def read_after(
+        self,
+        solution_id: uuid.UUID,
+        after: tuple[int, int],
+        activity_type_id: uuid.UUID | None = None,
+        object_id: str | None = None,
+        limit: int = 500,
+    ) -> list[Event]:
+        """Up to ``limit`` events of a solution after ``after``, in stream order (see ``read_after``)."""
+        return await read_after(solution_id, after, activity_type_id, object_id, limit)
+
+    async def prune(self, before: datetime | None = None) -> int:
+        """Delete events older than ``before`` (default: the retention before now) and the
+        subscriptions that ended before it; returns how many events."""
+        if before is None:
+            before = self.clock.now() - timedelta(seconds=self.retention)
+        return await prune(before)

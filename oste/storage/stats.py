@@ -158,6 +158,22 @@ class StatsService:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
+    async def refresh_queue_depth(self) -> None:
+        """Set ``oste_queue_depth``, ``oste_log_shipping_waiting`` and ``oste_node_heartbeat_age_seconds``
+        from the database (before a scrape); an outage leaves them as they were."""
+        now = self.clock.now()
+        depth = await self.queue(Scope({}), now)
+        for state in ("due", "future", "running", "dead"):
+            QUEUE_DEPTH.labels(state=state).set(getattr(depth, state).value)
+        for kind, backlog in (await self.rollers()).items():
+            SHIPPING_WAITING.labels(kind=kind).set(backlog.waiting.value)
+        rows = await _Sql().rows("SELECT id, heartbeat_at FROM node")
+        HEARTBEAT_AGE.clear()
+        for row in rows:
+            HEARTBEAT_AGE.labels(node=row["id"]).set(
+                max((now - time_of(row["heartbeat_at"])).total_seconds(), 0.0)
+            )
+
     async def deployment(self) -> StatsReport:
         report, nodes, rollers = await _together(self._report(Scope({})), self.nodes(), self.rollers())
         return dataclasses.replace(report, nodes=nodes, rollers=rollers)
@@ -413,21 +429,3 @@ SHIPPING_WAITING = Gauge(
     f"{COUNT_CAP} per period. The same from every process: use max().",
     ["kind"],
 )
-
-
-async def refresh_queue_depth(clock: Clock) -> None:
-    """Set ``oste_queue_depth``, ``oste_log_shipping_waiting`` and ``oste_node_heartbeat_age_seconds``
-    from the database (before a scrape); an outage leaves them as they were."""
-    service = StatsService(clock)
-    now = clock.now()
-    depth = await service.queue(Scope({}), now)
-    for state in ("due", "future", "running", "dead"):
-        QUEUE_DEPTH.labels(state=state).set(getattr(depth, state).value)
-    for kind, backlog in (await service.rollers()).items():
-        SHIPPING_WAITING.labels(kind=kind).set(backlog.waiting.value)
-    rows = await _Sql().rows("SELECT id, heartbeat_at FROM node")
-    HEARTBEAT_AGE.clear()
-    for row in rows:
-        HEARTBEAT_AGE.labels(node=row["id"]).set(
-            max((now - time_of(row["heartbeat_at"])).total_seconds(), 0.0)
-        )

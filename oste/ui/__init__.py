@@ -120,7 +120,7 @@ def ui_app(
     app.state.ui = UiContext(
         storage=storage,
         admin_token=admin_token,
-        sessions=sessions or Sessions(storage.clock, cookie_key(admin_token), max_age=session_max_age),
+        sessions=sessions or Sessions(storage, cookie_key(admin_token), max_age=session_max_age),
         notify_due=notify_due or (lambda when: None),
         quota_defaults=quota_defaults or QuotaDefaults(),
         throttle=throttle or SignInThrottle(),

@@ -17,7 +17,7 @@ from oste.domain.log_shipping import RollerKind
 from oste.domain.request_preview import preview_request
 from oste.domain.search import VIEWS, parse_search, view_of
 from oste.errors import InvalidInput, OsteError
-from oste.storage.occurrences import recurrence_of
+from oste.storage import recurrence_of
 from oste.ui.context import (
     Viewer,
     company_in_path,

@@ -25,8 +25,7 @@ from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
 from oste.operations import UI, Actor, OperationContext, Operations
 from oste.operations.throttle import SignInThrottle
-from oste.storage import Storage
-from oste.storage.store import Store
+from oste.storage import Storage, Store
 from oste.ui.sessions import COOKIE, SESSION_SECONDS, Session, Sessions
 
 log = logging.getLogger(__name__)

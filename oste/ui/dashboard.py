@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from oste.domain.stats import OUTCOMES, Count, StatsReport
-from oste.storage.overview import Overview
+from oste.storage import Overview
 from oste.ui.charts import Series, lines, stacked_bars
 from oste.ui.context import Viewer, page, render, ui
 

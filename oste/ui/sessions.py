@@ -1,4 +1,4 @@
-"""Sign-in sessions of the management UI, kept in the database (``oste.storage.ui_sessions``).
+"""Sign-in sessions of the management UI, kept in the database (the session store of ``Storage.ui_sessions``).
 
 A session is a random id in a signed, ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` when the
 page was served over https). The database keeps, under the id's SHA-256, who signed in (the operator or
@@ -15,8 +15,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-from oste.domain.clock import Clock
-from oste.storage.ui_sessions import SessionRecord, UiSessionStore
+from oste.storage import SessionRecord, Storage
 
 COOKIE = "oste_ui"
 SESSION_SECONDS = 8 * 3600.0
@@ -57,11 +56,15 @@ class Sessions:
     so every process signs alike)."""
 
     def __init__(
-        self, clock: Clock, key: bytes, lifetime: float = SESSION_SECONDS, max_age: float = MAX_AGE_SECONDS
+        self,
+        storage: Storage,
+        key: bytes,
+        lifetime: float = SESSION_SECONDS,
+        max_age: float = MAX_AGE_SECONDS,
     ) -> None:
         self._key = key
-        self._clock = clock
-        self._store = UiSessionStore(clock, timedelta(seconds=lifetime), timedelta(seconds=max_age))
+        self._clock = storage.clock
+        self._store = storage.ui_sessions(timedelta(seconds=lifetime), timedelta(seconds=max_age))
 
     def signed_out(self) -> Session:
         """The sign-in form's session: nothing is stored (a signed-out visitor writes nothing); its id

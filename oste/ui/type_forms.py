@@ -29,7 +29,7 @@ from oste.domain.resource_values import type_values
 from oste.errors import Conflict, InvalidInput
 from oste.operations import WRITE
 from oste.operations.settings import check_chain_types
-from oste.storage.type_changes import RULE_FIELDS, changes_rules
+from oste.storage import RULE_FIELDS, changes_rules
 from oste.ui.browse import TYPES_SHOWN
 from oste.ui.context import (
     Refused,
