@@ -27,7 +27,7 @@ from oste.errors import ConfigurationError, OsteError
 from oste.metrics import set_up as set_up_metrics
 from oste.operations.throttle import SignInThrottle
 from oste.settings import Settings
-from oste.storage import Storage, Store, close_database, describe, open_database
+from oste.storage import Storage, Store, close_database, describe, dialect_for_url, open_database
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -114,7 +114,7 @@ def collecting_eagerly() -> Iterator[None]:
 def prepare_data_dir(settings: Settings) -> None:
     """Create the data directory (mode 0700: it holds the admin token and the database, with every
     tenant's secrets) when the database is a SQLite file in it."""
-    if settings.database_url.startswith("sqlite://"):
+    if dialect_for_url(settings.database_url).local_file:
         Path(settings.data_dir).mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
 
 
@@ -161,7 +161,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         with collecting_eagerly() if freeze_after_start else contextlib.nullcontext():
             await open_database(settings.database_url, apply_migrations)
-        if settings.is_postgres and settings.listen_database_url not in ("", settings.database_url):
+        if settings.scales_out and settings.listen_database_url not in ("", settings.database_url):
             storage.listen_through(settings.listen_database_url)
         stop_metrics_port = None
         try:

@@ -19,6 +19,7 @@ from typing import Any
 from oste.domain.durations import parse_duration_seconds
 from oste.domain.records import MAX_SIGNING_SECRET_GRACE
 from oste.errors import ConfigurationError
+from oste.storage import database_file_url, dialect_for_url
 
 ROLLER_RETRY_BASE = 60.0
 """Seconds a failed log shipment waits at most before its first retry (by default)."""
@@ -414,9 +415,10 @@ class Settings:
         return base, cap
 
     @property
-    def is_postgres(self) -> bool:
-        """True when the database is PostgreSQL (the scale-out engine)."""
-        return self.database_url.startswith(("postgres://", "postgresql://", "asyncpg://"))
+    def scales_out(self) -> bool:
+        """True when several processes share the database (the scale-out engine: ``oste api`` and
+        ``oste worker``), as its ``Dialect`` says."""
+        return dialect_for_url(self.database_url).shared_by_processes
 
     @classmethod
     def from_env(
@@ -468,12 +470,13 @@ class Settings:
                 raise ConfigurationError(f"{env} {exc}, got {value!r}") from None
         settings = cls(**values)
         if not settings.database_url:
-            db_path = (settings.data_dir / "oste.sqlite3").resolve()
-            settings = dataclasses.replace(settings, database_url=f"sqlite://{db_path}")
-        if not settings.database_url.startswith(("sqlite://", "postgres://", "postgresql://", "asyncpg://")):
+            settings = dataclasses.replace(settings, database_url=database_file_url(settings.data_dir))
+        try:
+            dialect_for_url(settings.database_url)
+        except ValueError:
             raise ConfigurationError(
                 f"OSTE_DATABASE_URL must start with sqlite:// or postgres://, got {settings.database_url!r}"
-            )
+            ) from None
         settings = _with_listen_url(settings)
         if not settings.node_name:
             settings = dataclasses.replace(settings, node_name=os.uname().nodename)
@@ -496,11 +499,15 @@ def _with_listen_url(settings: Settings) -> Settings:
     """The LISTEN connection's URL: OSTE_DATABASE_URL unless given; only ever a PostgreSQL URL."""
     if not settings.listen_database_url:
         return dataclasses.replace(settings, listen_database_url=settings.database_url)
-    if not settings.listen_database_url.startswith(("postgres://", "postgresql://", "asyncpg://")):
+    try:
+        listened = dialect_for_url(settings.listen_database_url).shared_by_processes
+    except ValueError:
+        listened = False
+    if not listened:
         raise ConfigurationError(
             f"OSTE_LISTEN_DATABASE_URL must start with postgres://, got {settings.listen_database_url!r}"
         )
-    if not settings.is_postgres:
+    if not settings.scales_out:
         raise ConfigurationError(
             "OSTE_LISTEN_DATABASE_URL is for PostgreSQL only (a direct connection beside a PgBouncer), "
             f"but OSTE_DATABASE_URL is {settings.database_url!r}"

@@ -55,8 +55,7 @@ class CompletionWriter:
         self._ready = asyncio.Event()
         self._enough = asyncio.Event()
         self.enough = min(ENOUGH, config.batch_size)
-        strategy = getattr(store, "strategy", None)
-        self.writes_at_once = WRITES_AT_ONCE if getattr(strategy, "name", "") == "postgres" else 1
+        self.writes_at_once = WRITES_AT_ONCE if getattr(store, "writes_concurrently", False) else 1
         self.totals = CompletionResult()
         self._writing = 0
 

@@ -47,6 +47,8 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from tortoise import connections
+
 from oste.domain.clock import Clock
 from oste.domain.tenancy import QuotaDefaults
 from oste.storage import changes as _changes
@@ -65,6 +67,7 @@ from oste.storage.database import (
     settle_after_bulk_load,
 )
 from oste.storage.destinations import Breaker, DestinationStore, HostObservation, Observation
+from oste.storage.dialects import Dialect, database_file_url, dialect_for_url, dialect_of
 from oste.storage.dispatch import DispatchStore
 from oste.storage.events import EVENT_RETENTION, Change, Event, EventLog
 from oste.storage.listing import ActivityListing
@@ -96,6 +99,7 @@ __all__ = [
     "Change",
     "ChangeHub",
     "DestinationStore",
+    "Dialect",
     "DispatchStore",
     "Event",
     "EventLog",
@@ -118,7 +122,9 @@ __all__ = [
     "UiSessionStore",
     "changes_rules",
     "close_database",
+    "database_file_url",
     "describe",
+    "dialect_for_url",
     "migrate",
     "open_database",
     "outage",
@@ -146,6 +152,11 @@ class Storage:
         self.events: EventLog = EventLog(clock)
         self.destinations: DestinationStore = DestinationStore(clock)
         self.listing: ActivityListing = ActivityListing()
+
+    @property
+    def dialect(self) -> Dialect:
+        """The open database's ``Dialect``, the one ``open_database`` built."""
+        return dialect_of(connections.get("default"))
 
     @functools.cached_property
     def dispatch(self) -> DispatchStore:

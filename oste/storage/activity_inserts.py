@@ -23,7 +23,7 @@ from oste.domain.ids import new_id
 from oste.errors import Conflict, Unavailable
 from oste.eventloop import pause
 from oste.storage import models as m
-from oste.storage.dialects import ClaimStrategy, strategy_for
+from oste.storage.dialects import dialect_of
 from oste.storage.events import record_created, wants_created
 
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -51,14 +51,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 
 YIELD_EVERY = 25
 """Rows ``insert_activities`` builds between two yields to the event loop."""
-
-_STRATEGIES: dict[str, ClaimStrategy] = {}
-
-
-def _strategy(dialect: str) -> ClaimStrategy:
-    if dialect not in _STRATEGIES:
-        _STRATEGIES[dialect] = strategy_for(dialect)
-    return _STRATEGIES[dialect]
 
 
 def _utc(value: datetime) -> datetime:
@@ -144,7 +136,7 @@ async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list
     rows: list[tuple[Any, ...]] = []
     # a big batch lets other requests run while its rows are built; on SQLite only a plain yield, as
     # the caller's transaction holds the one connection those requests would wait for
-    shared = m.Activity._meta.db.capabilities.dialect != "sqlite"
+    shared = dialect_of(m.Activity._meta.db).pooled
     for index, item in enumerate(new):
         if index and index % YIELD_EVERY == 0:
             await (pause() if shared else asyncio.sleep(0))
@@ -166,4 +158,4 @@ async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list
 
 async def _insert_rows(rows: list[tuple[Any, ...]]) -> None:
     conn = m.Activity._meta.db  # the current transaction's connection, if any
-    await _strategy(conn.capabilities.dialect).insert_rows(conn, "activity", COLUMNS, rows)
+    await dialect_of(conn).insert_rows(conn, "activity", COLUMNS, rows)

@@ -26,9 +26,10 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from oste.errors import OsteError
+from oste.storage.dialects import dialect_for_url, file_url
 from oste.storage.schema import read_version
 
 COPY_PAGES = 1024
@@ -73,8 +74,8 @@ class Snapshot:
 
 def sqlite_file(url: str, command: str) -> Path:
     """The SQLite file of ``url``; for a PostgreSQL URL, BackupRefused saying which tool to use."""
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite":
+    path = dialect_for_url(url).file_of(url)
+    if path is None:
         if command == "backup":
             advice = (
                 "take a PostgreSQL backup with `pg_dump -Fc DBNAME > oste.dump` (consistent while OSTE "
@@ -85,7 +86,7 @@ def sqlite_file(url: str, command: str) -> Path:
         raise BackupRefused(
             f"`oste {command}` copies the embedded SQLite database only; {advice}: see {GUIDE}"
         )
-    return Path(parts.netloc + parts.path) if parts.netloc else Path(parts.path)
+    return path
 
 
 async def backup(url: str, path: Path, force: bool = False) -> Snapshot:
@@ -214,7 +215,7 @@ async def _checked(copy: Path, what: str, seconds: float) -> Snapshot:
     problems = await asyncio.to_thread(_integrity, copy)
     if problems:
         raise BackupRefused(f"the {what} fails SQLite's integrity check: {'; '.join(problems[:5])}")
-    version = await read_version(f"sqlite://{copy}")
+    version = await read_version(file_url(copy))
     if not version.applied:
         raise BackupRefused(
             f"the {what} holds no OSTE schema (an empty file or another application's database); "

@@ -49,7 +49,7 @@ from oste.domain.receiver_auth import auth_from_document
 from oste.errors import InvalidInput
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import ClaimStrategy, Params, json_of, strategy_for, uuid_of
+from oste.storage.dialects import Dialect, Params, dialect_of, json_of, uuid_of
 from oste.storage.events import Change, record, subscribed_solutions
 from oste.storage.listing import activity_query, raw_rows
 from oste.storage.notices import publish
@@ -204,9 +204,7 @@ class BulkChange:
     async def _record(self, event: str, ids: Sequence[uuid.UUID]) -> None:
         """The chunk's events for the solution's stream, in the chunk's transaction."""
         conn = m.Activity._meta.db
-        await record(
-            conn, _strategy(conn.capabilities.dialect), [Change(i, event) for i in ids], self.clock.now()
-        )
+        await record(conn, dialect_of(conn), [Change(i, event) for i in ids], self.clock.now())
 
     async def _write(
         self,
@@ -263,7 +261,7 @@ class BulkChange:
         if not ids:
             return set()
         conn = m.Activity._meta.db  # the chunk's transaction
-        strategy = _strategy(conn.capabilities.dialect)
+        strategy = dialect_of(conn)
         p = Params(strategy)
         assign = [f"{column} = {_value(strategy, p, column, value)}" for column, value in values.items()]
         if requeue_at is not None:
@@ -289,7 +287,7 @@ class BulkChange:
         if not ids:
             return set()
         conn = m.Activity._meta.db  # the chunk's transaction
-        strategy = _strategy(conn.capabilities.dialect)
+        strategy = dialect_of(conn)
         states = tuple(str(s) for s in APPLIES_TO["delete"])
 
         def where(p: Params, column: str) -> str:
@@ -310,9 +308,9 @@ class BulkChange:
     async def _lock(self, ids: Sequence[uuid.UUID]) -> None:
         """Lock the rows in id order (PostgreSQL), as every multi-row writer of activities does."""
         conn = m.Activity._meta.db  # the chunk's transaction
-        if conn.capabilities.dialect != "postgres":
+        strategy = dialect_of(conn)
+        if not strategy.row_locks:
             return  # SQLite: the transaction is the one writer
-        strategy = _strategy("postgres")
         p = Params(strategy)
         where = strategy.in_list("id", list(ids), p, "uuid")
         sql = f"SELECT id FROM activity WHERE {where} ORDER BY id FOR UPDATE"
@@ -354,16 +352,7 @@ class BulkChange:
         }
 
 
-_STRATEGIES: dict[str, ClaimStrategy] = {}
-
-
-def _strategy(dialect: str) -> ClaimStrategy:
-    if dialect not in _STRATEGIES:
-        _STRATEGIES[dialect] = strategy_for(dialect)
-    return _STRATEGIES[dialect]
-
-
-def _value(strategy: ClaimStrategy, p: Params, column: str, value: Any) -> str:
+def _value(strategy: Dialect, p: Params, column: str, value: Any) -> str:
     """The SQL of one assigned value (a placeholder, NULL, or a JSON parameter)."""
     if value is None:
         return "NULL"

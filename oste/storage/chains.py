@@ -1,6 +1,6 @@
 """Follow-on activities written in the same transaction as the completion that causes them.
 
-``write_follow_ons`` runs inside the completion's transaction (``ClaimStrategy.record_completions``
+``write_follow_ons`` runs inside the completion's transaction (``Dialect.record_completions``
 calls it only when a batch holds completions whose type chains), so a follow-on exists exactly when
 its cause's completion was written: a completion retried after it committed finds its claim token
 stale and writes nothing, and a node dying before the commit loses both. The follow-on's idempotency
@@ -34,7 +34,7 @@ from oste.domain.ids import new_id
 from oste.domain.parameter_schema import BACKGROUND_STEPS
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput
-from oste.storage.dialects import ClaimStrategy, Params
+from oste.storage.dialects import Dialect, Params
 from oste.storage.events import Change, record, record_created
 
 _INSERTED = (
@@ -56,7 +56,7 @@ class Cause:
 
 async def write_follow_ons(
     conn: BaseDBAsyncClient,
-    strategy: ClaimStrategy,
+    strategy: Dialect,
     completions: Sequence[Completion],
     now: datetime,
     subscribed: frozenset[uuid.UUID] | None = None,
@@ -73,7 +73,7 @@ async def write_follow_ons(
 
 async def create_follow_ons(
     conn: BaseDBAsyncClient,
-    strategy: ClaimStrategy,
+    strategy: Dialect,
     wanted: dict[uuid.UUID, Cause],
     now: datetime,
     subscribed: frozenset[uuid.UUID] | None = None,
@@ -141,9 +141,7 @@ async def create_follow_ons(
     return created
 
 
-async def _origins(
-    conn: BaseDBAsyncClient, strategy: ClaimStrategy, ids: list[uuid.UUID]
-) -> list[dict[str, Any]]:
+async def _origins(conn: BaseDBAsyncClient, strategy: Dialect, ids: list[uuid.UUID]) -> list[dict[str, Any]]:
     p = Params(strategy)
     where = strategy.in_list("a.id", [strategy.encode_uuid(i) for i in ids], p, "uuid")
     sql = (
@@ -166,7 +164,7 @@ async def _origins(
 
 
 async def _types(
-    conn: BaseDBAsyncClient, strategy: ClaimStrategy, wanted: set[tuple[uuid.UUID, str]]
+    conn: BaseDBAsyncClient, strategy: Dialect, wanted: set[tuple[uuid.UUID, str]]
 ) -> dict[tuple[uuid.UUID, str], dict[str, Any]]:
     """The follow-on types by (solution id, name), with their parameter rules."""
     p = Params(strategy)
@@ -198,7 +196,7 @@ async def _types(
 
 
 async def _last_executions(
-    conn: BaseDBAsyncClient, strategy: ClaimStrategy, ids: list[uuid.UUID]
+    conn: BaseDBAsyncClient, strategy: Dialect, ids: list[uuid.UUID]
 ) -> dict[uuid.UUID, list[dict[str, Any]]]:
     """Each activity's executions, latest first."""
     p = Params(strategy)
@@ -247,7 +245,7 @@ def _row(
     )
 
 
-async def _insert(conn: BaseDBAsyncClient, strategy: ClaimStrategy, rows: list[tuple[Any, ...]]) -> int:
+async def _insert(conn: BaseDBAsyncClient, strategy: Dialect, rows: list[tuple[Any, ...]]) -> int:
     p = Params(strategy)
     uuids = (0, 1, 2, 3, 14)
     values = []

@@ -19,7 +19,7 @@ from tortoise.transactions import in_transaction
 from oste.domain.records import ActivityState
 from oste.storage import models as m
 from oste.storage.database import outages_unavailable
-from oste.storage.dialects import strategy_for
+from oste.storage.dialects import dialect_of
 from oste.storage.events import Change, record, subscribed_solutions
 from oste.storage.notices import publish
 
@@ -36,7 +36,7 @@ async def record_events(solution_id: uuid.UUID, changes: Iterable[Change], now: 
     if solution_id not in await subscribed_solutions(now):
         return 0
     conn = connections.get("default")
-    return await record(conn, strategy_for(conn.capabilities.dialect), list(changes), now)
+    return await record(conn, dialect_of(conn), list(changes), now)
 
 
 async def cancel_scheduled(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from tortoise.backends.base.config_generator import expand_db_url
 
-SQLITE_PRAGMAS = {"journal_mode": "WAL", "synchronous": "NORMAL", "busy_timeout": "5000"}
-POSTGRES_POOL = {"minsize": "1", "maxsize": "20"}
+from oste.storage.dialects import MIGRATION_URL, dialect_for_url
+
 POSTGRES_SESSION = {
     "idle_in_transaction_session_timeout": "15s",
     "tcp_keepalives_idle": "10",
@@ -25,17 +25,7 @@ like a crashed node's) and probes a silent client after 10 s, giving up after 3 
 
 def normalise_url(url: str) -> str:
     """Tortoise's spelling of a database URL, with OSTE's defaults (SQLite pragmas, PG pool size)."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    if parts.scheme == "sqlite":
-        defaults = SQLITE_PRAGMAS
-        scheme = "sqlite"
-    else:
-        defaults = POSTGRES_POOL
-        scheme = "postgres"
-    for key, value in defaults.items():
-        query.setdefault(key, value)
-    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
+    return dialect_for_url(url).normalise_url(url)
 
 
 async def keep_session(connection: Any) -> None:
@@ -49,9 +39,10 @@ def connection_config(url: str, command_timeout: float | None = None) -> str | d
     """Tortoise's connection entry for ``url``: the URL itself, or for PostgreSQL its expanded form
     with the pool's release hook (``keep_session``), the session settings (``POSTGRES_SESSION``) and,
     when given, a limit on how long any one statement's answer may take (``COMMAND_TIMEOUT``)."""
-    normal = normalise_url(url)
+    dialect = dialect_for_url(url)
+    normal = dialect.normalise_url(url)
     parts = urlsplit(normal)
-    if parts.scheme != "postgres":
+    if not dialect.shared_by_processes:  # a file: the URL is all Tortoise needs
         return normal
     credentials, _, hosts = parts.netloc.rpartition("@")
     if "," in hosts:  # a primary and its standbys: Tortoise's parser takes one host, ours keeps them all
@@ -94,7 +85,7 @@ def tortoise_config(url: str, command_timeout: float | None = None) -> dict[str,
 
 
 # For the `tortoise` CLI (`tortoise makemigrations`), configured in pyproject.toml.
-MIGRATION_CONFIG = tortoise_config("sqlite://./oste-makemigrations.sqlite3")
+MIGRATION_CONFIG = tortoise_config(MIGRATION_URL)
 
 
 def direct_connection_arguments(url: str) -> dict[str, Any]:

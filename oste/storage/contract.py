@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from oste.domain.recurrence import Overlap
     from oste.domain.stats import Count, NodeStats, QueueDepth, RollerBacklog, StatsReport, Throttled
     from oste.storage.circuits import Breaker, HostObservation, Observation
+    from oste.storage.dialects import Dialect
     from oste.storage.events import Change, Event
     from oste.storage.listing import Listing
     from oste.storage.occurrences import ExpandResult
@@ -479,6 +480,12 @@ class Dispatch(Protocol):
     transaction: claims and completions are never part of an operation's unit of work. A completion
     batch writes its executions, new states, events and follow-ons all-or-nothing. Raises
     ``Unavailable`` on an outage; nothing is lost (an unended claim is reaped after its lease)."""
+
+    @property
+    def writes_concurrently(self) -> bool:
+        """Whether several completion batches may be written at once (each on its own pooled
+        connection; the dialect's ``pooled``); False where one connection serves the process."""
+        ...
 
     async def register_node(self, name: str, role: str) -> NodeInfo:
         """Register a new node under an id unique in this store (``<name>-<random>``) and return it.
@@ -1109,6 +1116,12 @@ class Storage(Protocol):
     @property
     def quotas(self) -> Quotas:
         """Room under the companies' quotas."""
+        ...
+
+    @property
+    def dialect(self) -> Dialect:
+        """The open database's ``Dialect`` (built once by ``open_database``): where SQLite and
+        PostgreSQL differ, and nowhere else."""
         ...
 
     @property

@@ -24,6 +24,7 @@ from tortoise.migrations.api import migrate as run_migrations
 
 from oste.errors import OsteError, Unavailable
 from oste.storage.config import COMMAND_TIMEOUT, normalise_url, tortoise_config
+from oste.storage.dialects import DRIVER_LOGGERS, Dialect, dialect_for_url, dialect_of
 from oste.storage.schema import SchemaVersion, migration_lock, read_version
 from oste.storage.session_check import warn_without_session_settings
 from oste.storage.transactions import guard_transaction_entry
@@ -39,13 +40,7 @@ class MigrationFailed(OsteError):
 
 def describe(url: str) -> str:
     """The database URL without credentials, for logs and messages."""
-    parts = urlsplit(url)
-    if parts.scheme == "sqlite":
-        return f"SQLite file {parts.path}"
-    hosts = parts.netloc.rpartition("@")[2] or "localhost"
-    if "," not in hosts and ":" not in hosts.rpartition("]")[2]:
-        hosts += ":5432"
-    return f"PostgreSQL {hosts}{parts.path}"
+    return dialect_for_url(url).describe(url)
 
 
 PRIVATE_FILE = 0o600
@@ -58,11 +53,8 @@ def keep_sqlite_private(url: str) -> None:
     ``-shm`` and ``-journal`` files the database file's mode), or take the group's and others' access
     away from existing ones (a file an older OSTE created 0644), saying so once. No-op for PostgreSQL
     and an in-memory database."""
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite":
-        return
-    path = Path(parts.netloc + parts.path) if parts.netloc else Path(parts.path)
-    if not str(path) or str(path) == ":memory:" or not path.parent.is_dir():
+    path = dialect_for_url(url).file_of(url)
+    if path is None or not str(path) or str(path) == ":memory:" or not path.parent.is_dir():
         return  # nothing to protect, or a missing directory that opening reports better
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))  # an empty database
@@ -148,10 +140,13 @@ async def check_schema(url: str, require_current: bool = False) -> SchemaVersion
     return version
 
 
-async def open_database(url: str, apply_migrations: bool = True, require_current: bool = False) -> None:
-    """Migrate (unless told not to) and connect the ORM for this process. Without migrating, the schema
-    is checked: never one a newer OSTE wrote, and with ``require_current`` (``oste status``, ``oste
-    export``, ``oste import``: commands that never migrate) exactly this code's (``check_schema``)."""
+async def open_database(url: str, apply_migrations: bool = True, require_current: bool = False) -> Dialect:
+    """Migrate (unless told not to) and connect the ORM for this process; returns the database's
+    ``Dialect``, built here once (every part then finds it through ``dialect_of``). Without migrating,
+    the schema is checked: never one a newer OSTE wrote, and with ``require_current`` (``oste status``,
+    ``oste export``, ``oste import``: commands that never migrate) exactly this code's
+    (``check_schema``)."""
+    dialect = dialect_for_url(url)
     if apply_migrations and not require_current:
         await migrate(url)
     else:
@@ -168,6 +163,7 @@ async def open_database(url: str, apply_migrations: bool = True, require_current
     _quiet_driver_outages()
     await warn_without_session_settings(urlsplit(url).username)
     log.info("database ready: %s", describe(normalise_url(url)))
+    return dialect
 
 
 async def close_database() -> None:
@@ -186,10 +182,7 @@ async def settle_after_bulk_load() -> str:
     copies it into the database file, which the next writer would otherwise do. Returns what was run.
     """
     connection = Tortoise.get_connection("default")
-    if connection.capabilities.dialect == "postgres":
-        statement = "VACUUM (ANALYZE) activity"
-    else:
-        statement = "PRAGMA wal_checkpoint(TRUNCATE)"
+    statement = dialect_of(connection).settle_statement
     await connection.execute_script(statement)
     return statement
 
@@ -346,10 +339,6 @@ class _OneLineOutages(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
-
-
-DRIVER_LOGGERS = ("asyncpg", "asyncpg.pool", "tortoise", "tortoise.db_client")
-"""Loggers of the database drivers whose outage tracebacks are shortened to one line."""
 
 
 def _quiet_driver_outages() -> None:

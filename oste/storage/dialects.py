@@ -1,12 +1,13 @@
-"""The strategy per SQL dialect: the only place where SQLite and PostgreSQL differ.
+"""The ``Dialect``: the only place where SQLite and PostgreSQL differ.
 
-Every statement OSTE writes in SQL (claims, completions, the event stream, statistics, log shipping,
-the overview) takes its placeholders, casts, value encodings and dialect-specific functions from the
-strategy chosen once for the connection (``strategy_for``), or from a ``Query`` built on it.
-
-``DispatchStore`` picks one strategy when it is created (from the connection's dialect) and builds
-every dispatch statement through it: placeholders, row locking, list parameters, value encoding, and
-the two batch writes (completions, executions) whose fastest form differs per database.
+``open_database`` builds the database's Dialect once (``dialect_for_url``) and every part finds that
+same object through ``dialect_of(connection)`` (``Storage.dialect`` outside): every statement OSTE
+writes in SQL (claims, completions, batch inserts, the event stream, statistics, log shipping, bulk
+changes, the overview) takes its placeholders, casts, value encodings, row locking and
+dialect-specific functions from it, or from a ``Query`` built on it; so do the URL handling (schemes,
+defaults, descriptions, the database file), the notices (in-process or through the database), the
+session-settings check and the bulk-load settling. No other module branches on the database's name
+(``tests/unit/test_one_dialect.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import orjson
@@ -42,16 +45,14 @@ EXECUTION_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 """The execution table's columns with their PostgreSQL types, in ``_execution_values`` order."""
 
-FollowOnWriter = Callable[
-    [BaseDBAsyncClient, "ClaimStrategy", Sequence[Completion], datetime], Awaitable[int]
-]
+FollowOnWriter = Callable[[BaseDBAsyncClient, "Dialect", Sequence[Completion], datetime], Awaitable[int]]
 """Writes the follow-ons of just-written completions inside their transaction (``storage.chains``)."""
 
 
 class Params:
     """Collects query parameters and hands out the dialect's placeholders in order."""
 
-    def __init__(self, strategy: ClaimStrategy) -> None:
+    def __init__(self, strategy: Dialect) -> None:
         self.strategy = strategy
         self.values: list[Any] = []
 
@@ -69,8 +70,7 @@ class Query:
 
     def __init__(self, conn: Any = None) -> None:
         self.conn = conn if conn is not None else connections.get("default")
-        self.strategy = strategy_for(self.conn.capabilities.dialect)
-        self.sqlite = self.strategy.name == "sqlite"
+        self.strategy = dialect_of(self.conn)
         self.values: list[Any] = []
 
     def add(self, value: Any) -> str:
@@ -90,7 +90,7 @@ class Query:
         return list(await self.conn.execute_query_dict(sql, self.values))
 
 
-class ClaimStrategy:
+class Dialect:
     """Dialect hooks shared by both strategies; subclasses fill in the differences."""
 
     name = "generic"
@@ -105,6 +105,49 @@ class ClaimStrategy:
     """The function giving the larger of two values."""
     row_lock = " FOR UPDATE"
     """What locks the rows a SELECT reads until the transaction ends (SQLite: one writer, no clause)."""
+    schemes: tuple[str, ...] = ()
+    """The database URL schemes of this dialect (``dialect_for_url``)."""
+    row_locks = True
+    """True where writers lock rows (PostgreSQL: lock them in a fixed order, ``FOR KEY SHARE`` where a
+    read must not wait); False where the one writer holds the whole database (SQLite)."""
+    pooled = True
+    """True where a pool of connections lets other requests run while a transaction holds one (several
+    completion batches write at once, a big insert pauses for others); False where the process has one
+    connection and a transaction holds it (SQLite)."""
+    shared_by_processes = True
+    """True where several processes use the database (PostgreSQL: the scale-out engine), so notices
+    travel through it (LISTEN/NOTIFY); False where one process holds it (SQLite: API and engine share
+    it, and a notice is an in-process wake-up)."""
+    local_file = False
+    """True where the database is a file beside OSTE (SQLite, in the data directory by default)."""
+    session_settings = True
+    """True where OSTE asks the server for session settings a pooler may drop (PostgreSQL), so they are
+    checked at start-up."""
+    settle_statement = ""
+    """What ``settle_after_bulk_load`` runs: the work the database would have done in the background."""
+
+    url_defaults: dict[str, str] = {}
+    """Query parameters a database URL gets unless it sets them (SQLite pragmas, the pool's size)."""
+
+    def connection_identity(self, client: Any) -> tuple[Any, ...]:
+        """What tells one database from another for a Tortoise client (one notice hub per database)."""
+        raise NotImplementedError
+
+    def normalise_url(self, url: str) -> str:
+        """Tortoise's spelling of a database URL of this dialect, with OSTE's defaults."""
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        for key, value in self.url_defaults.items():
+            query.setdefault(key, value)
+        return urlunsplit((self.name, parts.netloc, parts.path, urlencode(query), parts.fragment))
+
+    def describe(self, url: str) -> str:
+        """The database URL without credentials, for logs and messages."""
+        raise NotImplementedError
+
+    def file_of(self, url: str) -> Path | None:
+        """The database file a URL names (None where the database is a server)."""
+        return None
 
     def cast(self, sql_type: str) -> str:
         """A parameter's cast to ``sql_type`` where the dialect needs it (``::uuid``), else nothing."""
@@ -217,6 +260,47 @@ class ClaimStrategy:
         and each row holds their values in that order (uuids as ``uuid.UUID``, JSON as text)."""
         raise NotImplementedError
 
+    async def insert_rows_skipping(
+        self,
+        conn: BaseDBAsyncClient,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> set[uuid.UUID]:
+        """``insert_rows``, leaving out each row whose unique key is taken already (a replayed
+        completion's follow-on, an occurrence planned twice); the ids written (each row's first
+        column). Statements of ``SKIPPING_CHUNK`` rows (bound parameters are limited), in the caller's
+        transaction when it has one."""
+        written: set[uuid.UUID] = set()
+        for start in range(0, len(rows), SKIPPING_CHUNK):
+            written |= await self._insert_skipping(conn, table, columns, rows[start : start + SKIPPING_CHUNK])
+        return written
+
+    async def _insert_skipping(
+        self,
+        conn: BaseDBAsyncClient,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> set[uuid.UUID]:
+        p = Params(self)
+        values = []
+        for row in rows:
+            marks = []
+            for (_, sql_type), value in zip(columns, row, strict=True):
+                if value is None:
+                    marks.append(p.add(None))
+                elif sql_type == "uuid":
+                    marks.append(p.uid(value))
+                elif sql_type == "jsonb":
+                    marks.append(self.json_param(p, value))
+                else:
+                    marks.append(p.add(value))
+            values.append(f"({', '.join(marks)})")
+        names = ", ".join(name for name, _ in columns)
+        sql = f"INSERT INTO {table} ({names}) VALUES {', '.join(values)} ON CONFLICT DO NOTHING RETURNING id"
+        return {self.uuid_of(row["id"]) for row in await conn.execute_query_dict(sql, p.values)}
+
 
 _SET_COMPLETED = (
     "state = v.state, retries = v.retries, attempts = v.attempts, last_outcome = v.outcome, "
@@ -248,7 +332,7 @@ their next state, and exactly those get their execution row. One array parameter
 and in a scale-out deployment the server is what every worker shares."""
 
 
-class PostgresClaimStrategy(ClaimStrategy):
+class PostgresDialect(Dialect):
     """PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, array parameters, completions in one statement,
     batch inserts by binary ``COPY``."""
 
@@ -256,6 +340,21 @@ class PostgresClaimStrategy(ClaimStrategy):
     now_sql = "SELECT clock_timestamp() AS now"
     txid_sql = "pg_current_xact_id()::text::bigint"
     streamable_sql = "txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+    schemes = ("postgres://", "postgresql://", "asyncpg://")
+    settle_statement = "VACUUM (ANALYZE) activity"
+
+    url_defaults = {"minsize": "1", "maxsize": "20"}
+
+    def describe(self, url: str) -> str:
+        parts = urlsplit(url)
+        hosts = parts.netloc.rpartition("@")[2] or "localhost"
+        if "," not in hosts and ":" not in hosts.rpartition("]")[2]:
+            hosts += ":5432"
+        return f"PostgreSQL {hosts}{parts.path}"
+
+    def connection_identity(self, client: Any) -> tuple[Any, ...]:
+        # str(): a client given a list of hosts (``oste.storage.pgclient``) holds lists
+        return (self.name, str(client.host), str(client.port), client.user, client.database, client.schema)
 
     def cast(self, sql_type: str) -> str:
         return f"::{sql_type}"
@@ -341,7 +440,7 @@ class PostgresClaimStrategy(ClaimStrategy):
             raise DBConnectionError(str(exc)) from exc
 
 
-class SqliteClaimStrategy(ClaimStrategy):
+class SqliteDialect(Dialect):
     """SQLite: one writer at a time, so a single ``UPDATE … WHERE id IN (SELECT … LIMIT n)`` claims
     atomically; list parameters are expanded, uuids are text, batch writes use ``VALUES`` lists."""
 
@@ -349,6 +448,25 @@ class SqliteClaimStrategy(ClaimStrategy):
     now_sql = "SELECT strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') AS now"
     greatest = "MAX"
     row_lock = ""
+    schemes = ("sqlite://",)
+    row_locks = False
+    pooled = False
+    shared_by_processes = False
+    local_file = True
+    session_settings = False
+    settle_statement = "PRAGMA wal_checkpoint(TRUNCATE)"
+
+    url_defaults = {"journal_mode": "WAL", "synchronous": "NORMAL", "busy_timeout": "5000"}
+
+    def connection_identity(self, client: Any) -> tuple[Any, ...]:
+        return (self.name, getattr(client, "filename", None))
+
+    def describe(self, url: str) -> str:
+        return f"SQLite file {urlsplit(url).path}"
+
+    def file_of(self, url: str) -> Path | None:
+        parts = urlsplit(url)
+        return Path(parts.netloc + parts.path) if parts.netloc else Path(parts.path)
 
     def encode_time(self, value: datetime) -> Any:
         return value.isoformat(" ")
@@ -494,23 +612,65 @@ def _execution_values(execution_id: uuid.UUID, c: Completion) -> tuple[Any, ...]
     )
 
 
-def strategy_for(dialect: str) -> ClaimStrategy:
-    """The strategy of a Tortoise connection dialect (``sqlite`` or ``postgres``)."""
-    strategies: dict[str, type[ClaimStrategy]] = {
-        "postgres": PostgresClaimStrategy,
-        "sqlite": SqliteClaimStrategy,
-    }
-    if dialect not in strategies:
-        raise ValueError(f"OSTE's dispatch supports SQLite and PostgreSQL, not {dialect!r}")
-    return strategies[dialect]()
+DRIVER_LOGGERS = ("asyncpg", "asyncpg.pool", "tortoise", "tortoise.db_client")
+"""Loggers of the database drivers whose outage tracebacks are shortened to one line."""
+
+SKIPPING_CHUNK = 500
+"""Rows of one ``insert_rows_skipping`` statement."""
+
+_KINDS: dict[str, type[Dialect]] = {"postgres": PostgresDialect, "sqlite": SqliteDialect}
+_BUILT: dict[str, Dialect] = {}
 
 
-# Decoders of raw statements' values, the same on both dialects (see ``ClaimStrategy``).
-uuid_of = ClaimStrategy.uuid_of
-optional_uuid_of = ClaimStrategy.optional_uuid_of
-time_of = ClaimStrategy.time_of
-optional_time_of = ClaimStrategy.optional_time_of
-json_of = ClaimStrategy.json_of
+def dialect_for_url(url: str) -> Dialect:
+    """The Dialect of a database URL (``sqlite://PATH``, ``postgres://…``, ``postgresql://…``,
+    ``asyncpg://…``), built once per process: ``open_database`` calls it, and every part then finds the
+    same object through ``dialect_of``. Raises ``ValueError`` for any other scheme."""
+    for dialect_type in _KINDS.values():
+        if url.startswith(dialect_type.schemes):
+            return _built(dialect_type)
+    raise ValueError(f"a database URL must start with sqlite:// or postgres://, got {url!r}")
+
+
+DATABASE_FILE = "oste.sqlite3"
+"""The database file's name in the data directory when no database URL is given."""
+
+
+MIGRATION_URL = "sqlite://./oste-makemigrations.sqlite3"
+"""The scratch database ``tortoise makemigrations`` compares the models with."""
+
+
+def database_file_url(directory: Path) -> str:
+    """The URL of the default database: a file named ``DATABASE_FILE`` in ``directory``."""
+    return file_url((directory / DATABASE_FILE).resolve())
+
+
+def file_url(path: Path) -> str:
+    """The URL of the database file at ``path``."""
+    return f"{SqliteDialect.schemes[0]}{path}"
+
+
+def dialect_of(conn: Any) -> Dialect:
+    """The Dialect of an open connection (or a transaction on it): the one ``open_database`` built."""
+    kind = conn.capabilities.dialect
+    if kind not in _KINDS:
+        raise ValueError(f"OSTE supports SQLite and PostgreSQL, not {kind!r}")
+    return _built(_KINDS[kind])
+
+
+def _built(dialect_type: type[Dialect]) -> Dialect:
+    found = _BUILT.get(dialect_type.name)
+    if found is None:
+        found = _BUILT[dialect_type.name] = dialect_type()
+    return found
+
+
+# Decoders of raw statements' values, the same on both dialects (see ``Dialect``).
+uuid_of = Dialect.uuid_of
+optional_uuid_of = Dialect.optional_uuid_of
+time_of = Dialect.time_of
+optional_time_of = Dialect.optional_time_of
+json_of = Dialect.json_of
 
 
 PACE = 100

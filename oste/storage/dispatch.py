@@ -9,7 +9,7 @@
   whose work was handed to another node) can never overwrite the newer claim's result;
 - raise ``Unavailable`` when the database cannot be reached; nothing else on purpose.
 
-SQL that differs per dialect lives in the claim strategy (``oste.storage.dialects``), picked once here.
+SQL that differs per dialect is a member of the ``Dialect`` (``oste.storage.dialects``), the open database's.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.chains import write_follow_ons
 from oste.storage.database import outages_unavailable
-from oste.storage.dialects import EXECUTION_COLUMNS, ClaimStrategy, FollowOnWriter, Params, strategy_for
+from oste.storage.dialects import EXECUTION_COLUMNS, Dialect, FollowOnWriter, Params, dialect_of
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
 from oste.storage.notices import publish
 
@@ -82,14 +82,20 @@ _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
 class DispatchStore:
     """The dispatch engine's storage contract over Tortoise (SQLite or PostgreSQL).
 
-    Create it after the database is open: it picks the claim strategy from the connection's dialect.
+    Create it after the database is open: it takes the open database's ``Dialect``.
     """
 
     def __init__(self, clock: Clock, connection: str = "default") -> None:
         self.clock = clock
         self.connection = connection
-        self.strategy: ClaimStrategy = strategy_for(connections.get(connection).capabilities.dialect)
+        self.strategy: Dialect = dialect_of(connections.get(connection))
         self._targets: dict[uuid.UUID, DispatchTarget] = {}
+
+    @property
+    def writes_concurrently(self) -> bool:
+        """Whether several completion batches may be written at once (each on its own pooled
+        connection); False where one connection serves the process."""
+        return self.strategy.pooled
 
     # --- nodes ----------------------------------------------------------------------------------
 
@@ -628,7 +634,7 @@ def _after_completions(
     if not chains and not streamed:
         return None
 
-    async def after(conn: Any, strategy: ClaimStrategy, written: Sequence[Completion], now: datetime) -> int:
+    async def after(conn: Any, strategy: Dialect, written: Sequence[Completion], now: datetime) -> int:
         created = await write_follow_ons(conn, strategy, written, now, subscribed) if chains else 0
         if streamed:
             await record(conn, strategy, completion_changes(written, subscribed), now)

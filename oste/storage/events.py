@@ -33,7 +33,7 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from oste.domain.claims import Completion
 from oste.domain.records import ActivityState
 from oste.storage import models as m
-from oste.storage.dialects import ClaimStrategy, Params, strategy_for
+from oste.storage.dialects import Dialect, Params, dialect_of
 from oste.storage.notices import publish
 
 log = logging.getLogger("oste.storage.events")
@@ -109,9 +109,7 @@ async def subscribe(solution_id: uuid.UUID, now: datetime) -> None:
     forget_subscriptions()
 
 
-async def record(
-    conn: BaseDBAsyncClient, strategy: ClaimStrategy, changes: Sequence[Change], now: datetime
-) -> int:
+async def record(conn: BaseDBAsyncClient, strategy: Dialect, changes: Sequence[Change], now: datetime) -> int:
     """Insert one event per change (their activity's solution, type and object id read in the same
     statement); returns how many. Runs in the caller's transaction when there is one."""
     if not changes:
@@ -153,7 +151,7 @@ async def record_created(
     if not wanted:
         return 0
     conn = conn or connections.get(connection)
-    return await record(conn, strategy_for(conn.capabilities.dialect), wanted, now)
+    return await record(conn, dialect_of(conn), wanted, now)
 
 
 async def wants_created(
@@ -179,7 +177,7 @@ async def record_changes(
         if not wanted:
             return 0
         conn = connections.get(connection)
-        return await record(conn, strategy_for(conn.capabilities.dialect), wanted, now)
+        return await record(conn, dialect_of(conn), wanted, now)
     except Exception as exc:
         log.warning("could not record activity events: %s", exc)
         return 0
@@ -212,7 +210,7 @@ async def read_after(
     """Up to ``limit`` events of a solution after position ``after`` (txid, seq), in stream order,
     only below the horizon no later row can appear behind."""
     conn = connections.get(connection)
-    strategy = strategy_for(conn.capabilities.dialect)
+    strategy = dialect_of(conn)
     p = Params(strategy)
     txid, seq = after
     where = (
@@ -236,7 +234,7 @@ async def read_after(
 async def end_position(solution_id: uuid.UUID, connection: str = "default") -> tuple[int, int]:
     """The position of the solution's last streamable event ((0, 0) when none)."""
     conn = connections.get(connection)
-    strategy = strategy_for(conn.capabilities.dialect)
+    strategy = dialect_of(conn)
     p = Params(strategy)
     where = f"solution_id = {p.uid(solution_id)}"
     if strategy.streamable_sql:
@@ -253,7 +251,7 @@ async def prune(before: datetime) -> int:
     return deleted
 
 
-def _event(strategy: ClaimStrategy, row: dict[str, Any]) -> Event:
+def _event(strategy: Dialect, row: dict[str, Any]) -> Event:
     return Event(
         txid=int(row["txid"]),
         seq=int(row["seq"]),

@@ -26,7 +26,7 @@ from oste.domain.search import ParameterMatch
 from oste.domain.stats import Count
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import Params, json_of, strategy_for, uuid_of
+from oste.storage.dialects import Params, dialect_of, json_of, uuid_of
 from oste.storage.store import activity_record, decode_cursor, encode_cursor, matching_activities
 
 SEARCH_SCAN = 5_000
@@ -169,7 +169,7 @@ async def candidates(newest: Any, match: ParameterMatch) -> tuple[list[dict[str,
     sql = newest.sql()
     _, values = newest.query.get_parameterized_sql()
     db = m.Activity._meta.db
-    params = Params(strategy_for(db.capabilities.dialect))
+    params = Params(dialect_of(db))
     params.values = list(values)
     maybe = (
         params.strategy.json_scalar_match("parameter", match.path, match.text, match.number_bounds(), params)

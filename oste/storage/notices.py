@@ -30,6 +30,7 @@ import asyncpg
 from tortoise import connections
 
 from oste.storage.config import POSTGRES_SESSION, direct_connection_arguments
+from oste.storage.dialects import dialect_of
 
 log = logging.getLogger("oste.storage.notices")
 
@@ -43,20 +44,14 @@ RECONNECT_PAUSE = 0.5
 _HUBS: dict[tuple[Any, ...], ChangeHub] = {}
 
 
-def _identity(connection: str) -> tuple[Any, ...]:
-    client = connections.get(connection)
-    if client.capabilities.dialect != "postgres":
-        return ("sqlite", getattr(client, "filename", connection))
-    # str(): a client given a list of hosts (``oste.storage.pgclient``) holds lists
-    return ("postgres", str(client.host), str(client.port), client.user, client.database, client.schema)
-
-
 def hub_for(connection: str = "default") -> ChangeHub:
     """This process's hub for the database behind a Tortoise connection (one per database)."""
-    key = _identity(connection)
+    client = connections.get(connection)
+    dialect = dialect_of(client)
+    key = dialect.connection_identity(client)
     hub = _HUBS.get(key)
     if hub is None:
-        hub = _HUBS[key] = ChangeHub(connection, key[0] == "postgres")
+        hub = _HUBS[key] = ChangeHub(connection, dialect.shared_by_processes)
     return hub
 
 
@@ -95,7 +90,7 @@ async def publish(connection: str, ids: Iterable[uuid.UUID]) -> None:
     if not changed:
         return
     hub = hub_for(connection)
-    if not hub.postgres:
+    if not hub.across_processes:
         hub.deliver(changed)
         return
     try:
@@ -111,9 +106,10 @@ async def publish(connection: str, ids: Iterable[uuid.UUID]) -> None:
 class ChangeHub:
     """Fans notices out to the waiters of one process, by activity id."""
 
-    def __init__(self, connection: str, postgres: bool) -> None:
+    def __init__(self, connection: str, across_processes: bool) -> None:
         self.connection = connection
-        self.postgres = postgres
+        self.across_processes = across_processes
+        """Notices travel through the database (LISTEN/NOTIFY) to other processes' waiters."""
         self.listen_url: str | None = None
         """Where the LISTEN connection goes (``listen_through``); None: where the pool connects."""
         self._waiters: dict[uuid.UUID, set[asyncio.Event]] = {}
@@ -148,7 +144,7 @@ class ChangeHub:
         self._waiters.setdefault(activity_id, set()).add(event)
         self._count += 1
         try:
-            if self.postgres:
+            if self.across_processes:
                 await self._ensure_listening(ready_within)
             yield event
         finally:

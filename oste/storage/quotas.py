@@ -114,7 +114,7 @@ async def reset_scheduled_bound(company_id: uuid.UUID) -> None:
     limited create counts. Call inside the change's transaction, before the change."""
     q = Query()
     where = q.add(company_id)
-    if not q.sqlite:
+    if q.strategy.row_locks:
         await q.rows(f"SELECT id FROM company WHERE id = {where} FOR UPDATE")
     await q.conn.execute_query(f"UPDATE company SET scheduled_bound = NULL WHERE id = {where}", q.values)
 
@@ -168,7 +168,7 @@ class QuotaRoom:
         self, company_id: uuid.UUID, adding: int, expect_limit: bool, partial: bool, written: int = 0
     ) -> Granted:
         q = Query()
-        if not expect_limit and not q.sqlite:
+        if not expect_limit and q.strategy.row_locks:
             shared = await q.rows(
                 f"SELECT quotas, scheduled_bound FROM company WHERE id = {q.add(company_id)} FOR KEY SHARE"
             )

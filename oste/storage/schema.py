@@ -25,12 +25,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 
 from oste.errors import ConfigurationError, OsteError
 from oste.storage.config import direct_connection_arguments
+from oste.storage.dialects import dialect_for_url
 
 log = logging.getLogger("oste.storage")
 
@@ -100,11 +100,6 @@ class SchemaVersion:
             )
 
 
-def _sqlite_path(url: str) -> Path:
-    parts = urlsplit(url)
-    return Path(parts.netloc + parts.path) if parts.netloc else Path(parts.path)
-
-
 def _postgres_credentials(url: str) -> dict[str, Any]:
     return direct_connection_arguments(url)
 
@@ -112,8 +107,9 @@ def _postgres_credentials(url: str) -> dict[str, Any]:
 async def read_version(url: str) -> SchemaVersion:
     """The migrations applied to the database at ``url``, read without changing anything (a SQLite
     file that does not exist is not created)."""
-    if urlsplit(url).scheme == "sqlite":
-        return await asyncio.to_thread(_sqlite_version, _sqlite_path(url))
+    path = dialect_for_url(url).file_of(url)
+    if path is not None:
+        return await asyncio.to_thread(_sqlite_version, path)
     # no statement cache: a named statement could land on another server connection behind PgBouncer
     connection = await asyncpg.connect(**_postgres_credentials(url), statement_cache_size=0)
     try:
@@ -149,8 +145,9 @@ async def _postgres_version(connection: asyncpg.Connection) -> SchemaVersion:
 async def migration_lock(url: str, where: str) -> AsyncIterator[None]:
     """Hold the database's migration lock for the block (waiting, with one log line, while another
     process holds it)."""
-    if urlsplit(url).scheme == "sqlite":
-        async with _file_lock(_sqlite_path(url), where):
+    path = dialect_for_url(url).file_of(url)
+    if path is not None:
+        async with _file_lock(path, where):
             yield
         return
     connection = await asyncpg.connect(**_postgres_credentials(url), statement_cache_size=0)

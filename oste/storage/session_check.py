@@ -15,6 +15,7 @@ import logging
 from tortoise import Tortoise
 
 from oste.storage.config import POSTGRES_SESSION
+from oste.storage.dialects import dialect_of
 
 log = logging.getLogger("oste.storage")
 
@@ -26,7 +27,7 @@ async def missing_session_settings(connection: str = "default") -> dict[str, str
     """The settings of ``POSTGRES_SESSION`` the server does not apply on a pooled connection, with the
     value it applies instead (empty: all applied, or not PostgreSQL)."""
     client = Tortoise.get_connection(connection)
-    if client.capabilities.dialect != "postgres":
+    if not dialect_of(client).session_settings:
         return {}
     names = list(POSTGRES_SESSION)
     columns = ", ".join(f"current_setting('{name}') AS {name}" for name in names)

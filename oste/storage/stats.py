@@ -43,7 +43,7 @@ from oste.domain.stats import (
     windows_of,
 )
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import Query, strategy_for, time_of, uuid_of
+from oste.storage.dialects import Query, dialect_of, time_of, uuid_of
 
 COUNT_CAP = 10_000
 """Counts stop here (reported with ``at_least``): a count over a huge backlog stays bounded (about
@@ -105,7 +105,7 @@ class StatsStore:
         """Add ``rollups`` to the stored ones (an upsert per key: counts add up, the max is kept)."""
         if not rollups:
             return
-        strategy = strategy_for(connections.get("default").capabilities.dialect)
+        strategy = dialect_of(connections.get("default"))
         marks = ", ".join(strategy.placeholder(i + 1) for i in range(len(_COLUMNS)))
         greatest = strategy.greatest
         adds = ", ".join(f"{c} = stats_minute.{c} + excluded.{c}" for c in (*OUTCOMES, *_BUCKET_COLUMNS))

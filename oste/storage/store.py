@@ -3,9 +3,9 @@ recurring activities) in domain verbs, returning frozen records.
 
 It is one of storage's parts: the engine's claims and completions are ``storage.dispatch``, occurrences
 ``storage.occurrences``, log shipping ``storage.log_shipping``, statistics ``storage.stats``, the event
-stream ``storage.events``, the audit ``storage.audit``, UI sessions ``storage.ui_sessions``; bulk and
+stream ``storage.events``, the audit ``storage.audit``, UI sessions ``storage.ui_sessions()``; bulk and
 type changes ``storage.bulk`` and ``storage.type_changes``. Operations (``oste.operations``) change
-them inside ``storage.changes.atomic``. Its methods:
+them inside ``Storage.atomic()``; what each method promises is written in ``contract.py``. Its methods:
 
 - return plain records from ``oste.domain.records`` (never ORM objects);
 - raise ``NotFound`` when a resource does not exist *in the given parent* (so another company's

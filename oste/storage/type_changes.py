@@ -46,7 +46,7 @@ from oste.errors import InvalidInput
 from oste.storage import models as m
 from oste.storage.chains import Cause, create_follow_ons
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import strategy_for
+from oste.storage.dialects import dialect_of
 from oste.storage.events import Change, record, subscribed_solutions
 from oste.storage.notices import publish
 from oste.storage.occurrences import RecurrenceStore
@@ -194,7 +194,7 @@ class TypeRulesChange:
         )
         self._dead.extend(ids)
         conn = m.Activity._meta.db  # the change's transaction
-        strategy = strategy_for(conn.capabilities.dialect)
+        strategy = dialect_of(conn)
         if activity_type.on_dead_letter:
             handler = FollowOn("dead_letter", activity_type.on_dead_letter)
             causes = {activity_id: Cause(handler, attempts + 1) for activity_id, attempts, _ in unfit}

@@ -18,7 +18,7 @@ def test_defaults() -> None:
     assert settings.port == 8080
     assert settings.data_dir == Path("./oste-data")
     assert settings.database_url == f"sqlite://{(Path('./oste-data') / 'oste.sqlite3').resolve()}"
-    assert not settings.is_postgres
+    assert not settings.scales_out
     assert settings.admin_token is None
     assert settings.allowed_targets == ()
     assert settings.roller_interval == 3600.0
@@ -137,7 +137,7 @@ def test_roller_interval_must_be_a_positive_finite_duration(value: str) -> None:
 def test_a_postgres_url_selects_postgresql(url: str) -> None:
     settings = Settings.from_env({"OSTE_DATABASE_URL": url})
     assert settings.database_url == url
-    assert settings.is_postgres
+    assert settings.scales_out
 
 
 def test_an_explicit_sqlite_url_is_kept() -> None:
@@ -145,7 +145,7 @@ def test_an_explicit_sqlite_url_is_kept() -> None:
         {"OSTE_DATABASE_URL": "sqlite:///var/lib/oste/db.sqlite3", "OSTE_DATA_DIR": "/x"}
     )
     assert settings.database_url == "sqlite:///var/lib/oste/db.sqlite3"
-    assert not settings.is_postgres
+    assert not settings.scales_out
 
 
 def test_settings_are_frozen() -> None:
