@@ -1,4 +1,12 @@
-"""Creating activities: one multi-row INSERT per batch, built from the records without ORM instances.
+"""The one writer of activity rows: every path that creates activities ends here.
+
+The API, the UI and ``oste import`` (``insert_activities``, from ``NewActivity`` items), a recurring
+activity's occurrences, backfills and run-now (``oste.storage.occurrences``), follow-ons and dead-letter
+handlers (``oste.storage.chains``) build each activity's record and hand the records to
+``write_activities``, which turns each record into one row (``_row``: a new column is added here once)
+and records each new activity's ``created`` event in the insert's transaction.
+
+One multi-row INSERT per batch, built from the records without ORM instances.
 
 Building a Tortoise model instance per activity for ``bulk_create`` cost more than validating it; here
 each activity becomes one tuple of column values and the dialect's ``insert_rows`` writes the batch in a
@@ -10,11 +18,13 @@ orjson text), so the rows read back through the models exactly as before.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import DBConnectionError, IntegrityError
 from tortoise.transactions import in_transaction
 
@@ -24,7 +34,7 @@ from oste.errors import Conflict, Unavailable
 from oste.eventloop import pause
 from oste.storage import models as m
 from oste.storage.dialects import dialect_of
-from oste.storage.events import record_created, wants_created
+from oste.storage.events import Change, record, subscribed_solutions
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "uuid"),
@@ -46,8 +56,13 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("request_hash", "text"),
     ("created_at", "timestamptz"),
     ("updated_at", "timestamptz"),
+    ("caused_by", "uuid"),
+    ("depth", "int"),
+    ("off_schedule", "bool"),
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
+
+CONFLICT = "an activity with the same idempotency key or occurrence already exists"
 
 YIELD_EVERY = 25
 """Rows ``insert_activities`` builds between two yields to the event loop."""
@@ -94,8 +109,9 @@ def new_activity_record(
     )
 
 
-def _row(a: r.Activity, request_hash: str | None) -> tuple[Any, ...]:
-    """The values of ``COLUMNS`` for one activity."""
+def _row(a: r.Activity, request_hash: str | None, off_schedule: bool = False) -> tuple[Any, ...]:
+    """The values of ``COLUMNS`` for one activity (``off_schedule``: an occurrence made by run-now, a
+    backfill or the backlog, not counted in its schedule's runs)."""
     return (
         a.id,
         a.company_id,
@@ -116,6 +132,9 @@ def _row(a: r.Activity, request_hash: str | None) -> tuple[Any, ...]:
         request_hash,
         a.created_at,
         a.updated_at,
+        a.caused_by,
+        a.depth,
+        True if off_schedule else None,
     )
 
 
@@ -142,20 +161,79 @@ async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list
             await (pause() if shared else asyncio.sleep(0))
         created.append(new_activity_record(item, now, partitions[item.activity_type.id]))
         rows.append(_row(created[-1], item.request_hash))
-    try:
-        if await wants_created({a.solution_id for a in created}, now):
-            async with in_transaction():  # the rows and their created events, or neither
-                await _insert_rows(rows)
-                await record_created([(a.solution_id, a.id) for a in created], now)
-        else:
-            await _insert_rows(rows)
-    except IntegrityError:
-        raise Conflict("an activity with the same idempotency key or occurrence already exists") from None
-    except DBConnectionError as exc:
-        raise Unavailable(f"the database is unreachable: {exc}") from None
+    await _write(created, rows, now, None, None, False, CONFLICT)
     return created
 
 
-async def _insert_rows(rows: list[tuple[Any, ...]]) -> None:
-    conn = m.Activity._meta.db  # the current transaction's connection, if any
-    await dialect_of(conn).insert_rows(conn, "activity", COLUMNS, rows)
+async def write_activities(
+    records: Sequence[r.Activity],
+    now: datetime,
+    *,
+    off_schedule: Sequence[bool] | None = None,
+    skip_existing: bool = False,
+    conn: BaseDBAsyncClient | None = None,
+    subscribed: frozenset[uuid.UUID] | None = None,
+    conflict: str = CONFLICT,
+) -> list[r.Activity]:
+    """Insert activities built by the caller (occurrences, follow-ons, handlers) as ``insert_activities``
+    inserts new ones; returns the records of the rows written.
+
+    ``skip_existing``: an activity whose idempotency key or occurrence exists already is left out (its
+    row is not written and it gets no event) instead of raising Conflict. ``conn``: the transaction to
+    write in (default: the current one, if any); ``subscribed``: the streamed solutions, when the caller
+    has read them already. Raises Conflict (``conflict``) for an existing key without
+    ``skip_existing``, and Unavailable when the database cannot be reached.
+    """
+    if not records:
+        return []
+    flags = off_schedule or [False] * len(records)
+    rows = [_row(a, None, flag) for a, flag in zip(records, flags, strict=True)]
+    return await _write(list(records), rows, _utc(now), conn, subscribed, skip_existing, conflict)
+
+
+async def _write(
+    created: list[r.Activity],
+    rows: list[tuple[Any, ...]],
+    now: datetime,
+    conn: BaseDBAsyncClient | None,
+    subscribed: frozenset[uuid.UUID] | None,
+    skip_existing: bool,
+    conflict: str,
+) -> list[r.Activity]:
+    """Write the rows and the created events of the streamed solutions' activities, all or nothing."""
+    streamed = subscribed if subscribed is not None else await subscribed_solutions(now)
+    wanted = [Change(a.id, "created") for a in created if a.solution_id in streamed]
+    try:
+        if wanted and conn is None:
+            async with in_transaction():  # the rows and their created events, or neither
+                written = await _insert_rows(m.Activity._meta.db, rows, skip_existing)
+                await _record_created(m.Activity._meta.db, wanted, written, now)
+        else:
+            db = conn if conn is not None else m.Activity._meta.db  # the current transaction's, if any
+            written = await _insert_rows(db, rows, skip_existing)
+            await _record_created(db, wanted, written, now)
+    except IntegrityError:
+        raise Conflict(conflict) from None
+    except DBConnectionError as exc:
+        raise Unavailable(f"the database is unreachable: {exc}") from None
+    return created if written is None else [a for a in created if a.id in written]
+
+
+async def _insert_rows(
+    conn: BaseDBAsyncClient, rows: list[tuple[Any, ...]], skip_existing: bool
+) -> set[uuid.UUID] | None:
+    """Insert the rows; with ``skip_existing`` the ids written (None: every row was)."""
+    dialect = dialect_of(conn)
+    if skip_existing:
+        return await dialect.insert_rows_skipping(conn, "activity", COLUMNS, rows)
+    await dialect.insert_rows(conn, "activity", COLUMNS, rows)
+    return None
+
+
+async def _record_created(
+    conn: BaseDBAsyncClient, wanted: list[Change], written: set[uuid.UUID] | None, now: datetime
+) -> None:
+    if written is not None:
+        wanted = [change for change in wanted if change.activity_id in written]
+    if wanted:
+        await record(conn, dialect_of(conn), wanted, now)

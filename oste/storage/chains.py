@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import orjson
 from tortoise.backends.base.client import BaseDBAsyncClient
 
 from oste.domain import records as r
@@ -34,14 +33,8 @@ from oste.domain.ids import new_id
 from oste.domain.parameter_schema import BACKGROUND_STEPS
 from oste.domain.parameters import ParameterRules
 from oste.errors import InvalidInput
+from oste.storage.activity_inserts import write_activities
 from oste.storage.dialects import Dialect, Params
-from oste.storage.events import Change, record, record_created
-
-_INSERTED = (
-    "id, company_id, solution_id, activity_type_id, partition, scheduled_for, next_attempt_at, "
-    "parameter, retries, priority, object_id, state, attempts, idempotency_key, caused_by, depth, "
-    "created_at, updated_at"
-)
 
 
 @dataclass(frozen=True)
@@ -92,7 +85,7 @@ async def create_follow_ons(
     )
     dead = [o["id"] for o in origins if follows[o["id"]].kind == "dead_letter"]
     executions = await _last_executions(conn, strategy, dead) if dead else {}
-    rows: list[tuple[Any, ...]] = []
+    records: list[r.Activity] = []
     notes: dict[uuid.UUID, str] = {}
     for origin in origins:
         cause = wanted[origin["id"]]
@@ -121,19 +114,9 @@ async def create_follow_ons(
         if why is not None:
             notes[origin["id"]] = why
         due = now + timedelta(seconds=follow.delay or 0.0)
-        rows.append(_row(origin, kind, parameter, object_id, due, cause.attempt, now))
-    created = await _insert(conn, strategy, rows) if rows else 0
-    if created:  # rows already there (a replayed completion) get no event: it joins the activity table
-        pairs = [(row[2], row[0]) for row in rows]
-        if subscribed is None:
-            await record_created(pairs, now, conn)
-        else:
-            changes = [
-                Change(activity_id, "created")
-                for solution_id, activity_id in pairs
-                if solution_id in subscribed
-            ]
-            await record(conn, strategy, changes, now)
+        records.append(_record(origin, kind, parameter, object_id, due, cause.attempt, now))
+    # one already there (a replayed completion) is left out, and gets no event
+    created = len(await write_activities(records, now, skip_existing=True, conn=conn, subscribed=subscribed))
     for activity_id, note in notes.items():
         p = Params(strategy)
         sql = f"UPDATE activity SET chain_note = {p.add(note[:1000])} WHERE id = {p.uid(activity_id)}"
@@ -187,6 +170,7 @@ async def _types(
         )
         found[(solution_id, row["name"])] = {
             "id": type_id,
+            "name": row["name"],
             "retries": int(row["retries"]),
             "rules": rules,
             "partition": r.partition_of(company_id, solution_id, type_id),
@@ -213,7 +197,7 @@ async def _last_executions(
     return found
 
 
-def _row(
+def _record(
     origin: dict[str, Any],
     kind: dict[str, Any],
     parameter: dict[str, Any],
@@ -221,43 +205,31 @@ def _row(
     due: datetime,
     attempt: int,
     now: datetime,
-) -> tuple[Any, ...]:
+) -> r.Activity:
+    """A follow-on's (or handler's) record: due at ``due``, one step deeper in its origin's chain."""
     activity_id = new_id()
-    return (
-        activity_id,
-        origin["company_id"],
-        origin["solution_id"],
-        kind["id"],
-        r.activity_partition(activity_id, kind["partition"], kind["limited"]),
-        due,
-        due,
-        orjson.dumps(parameter).decode(),
-        kind["retries"],
-        int(origin["priority"] or 0),
-        object_id,
-        r.ActivityState.SCHEDULED.value,
-        0,
-        follow_on_key(origin["id"], attempt),
-        origin["id"],
-        origin["depth"] + 1,
-        now,
-        now,
+    return r.Activity(
+        id=activity_id,
+        company_id=origin["company_id"],
+        solution_id=origin["solution_id"],
+        activity_type_id=kind["id"],
+        activity_type=kind["name"],
+        partition=r.activity_partition(activity_id, kind["partition"], kind["limited"]),
+        scheduled_for=due,
+        next_attempt_at=due,
+        parameter=parameter,
+        retries=kind["retries"],
+        priority=int(origin["priority"] or 0),
+        object_id=object_id,
+        state=r.ActivityState.SCHEDULED,
+        attempts=0,
+        last_outcome=None,
+        recurring_activity_id=None,
+        occurrence_at=None,
+        idempotency_key=follow_on_key(origin["id"], attempt),
+        created_at=now,
+        updated_at=now,
+        finished_at=None,
+        caused_by=origin["id"],
+        depth=origin["depth"] + 1,
     )
-
-
-async def _insert(conn: BaseDBAsyncClient, strategy: Dialect, rows: list[tuple[Any, ...]]) -> int:
-    p = Params(strategy)
-    uuids = (0, 1, 2, 3, 14)
-    values = []
-    for row in rows:
-        marks = []
-        for index, value in enumerate(row):
-            if index in uuids:
-                marks.append(p.uid(value))
-            elif index == 7:
-                marks.append(strategy.json_param(p, value))
-            else:
-                marks.append(p.add(value))
-        values.append(f"({', '.join(marks)})")
-    sql = f"INSERT INTO activity ({_INSERTED}) VALUES {', '.join(values)} ON CONFLICT DO NOTHING RETURNING id"
-    return len(await conn.execute_query_dict(sql, p.values))

@@ -38,7 +38,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import orjson
-from tortoise.exceptions import IntegrityError
 from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
 
@@ -60,11 +59,11 @@ from oste.domain.schedule import parse_schedule
 from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES, QuotaDefaults
 from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
+from oste.storage.activity_inserts import write_activities
 from oste.storage.changes import cancel_scheduled
 from oste.storage.database import outages_unavailable
-from oste.storage.events import record_created
 from oste.storage.quotas import QuotaRoom
-from oste.storage.store import activity_record, recurring_record
+from oste.storage.store import recurring_record
 
 DEFAULT_LOOKAHEAD = 30.0
 """Seconds ahead occurrences are created (overlap policies other than ``allow`` wait until due). Not a
@@ -271,7 +270,8 @@ class RecurrenceStore:
         now: datetime,
     ) -> ExpandResult:
         facts = await self._type_facts({ra.activity_type_id for ra, _ in plans})
-        rows: list[m.Activity] = []
+        rows: list[r.Activity] = []
+        off_schedule: list[bool] = []
         cancel: list[uuid.UUID] = []
         given_back: dict[uuid.UUID, int] = {}
         stale = skipped = 0
@@ -293,13 +293,11 @@ class RecurrenceStore:
                 given_back[ra.id] = sum(1 for activity_id in wanted[ra.id] if activity_id in gone)
                 retries, limited = facts.get(ra.activity_type_id, (0, False))
                 released = set(ra.backlog)  # a backlog occurrence released now is not the schedule's run
-                rows.extend(
-                    _occurrence_row(ra, f, retries, limited, now, f.occurrence_at in released) for f in p.fire
-                )
+                rows.extend(_occurrence_record(ra, f, retries, limited, now) for f in p.fire)
+                off_schedule.extend(f.occurrence_at in released for f in p.fire)
             await self._advance(fresh, now, given_back)
-            if rows:
-                await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
-                await record_created([(row.solution_id, row.id) for row in rows], now)
+            if rows:  # an occurrence planned already is left out
+                await write_activities(rows, now, off_schedule=off_schedule, skip_existing=True)
             cancelled = len(gone)
         return ExpandResult(len(plans), len(rows), cancelled, skipped, stale)
 
@@ -531,14 +529,15 @@ class RecurrenceStore:
     async def run_now(self, recurring: r.RecurringActivity, kind: r.ActivityType) -> r.Activity:
         """Create one occurrence due now, keyed by now, without moving the schedule or counting a run."""
         now = self.clock.now()
-        row = _occurrence_row(recurring, Fire(now, now), kind.retries, kind.limited, now, off_schedule=True)
-        try:
-            async with _db(), in_transaction():
-                await row.save(force_create=True)
-                await record_created([(row.solution_id, row.id)], now)
-        except IntegrityError:
-            raise Conflict("an occurrence at this very instant exists; try again") from None
-        return activity_record(row, kind.name)
+        record = _occurrence_record(recurring, Fire(now, now), kind.retries, kind.limited, now, kind.name)
+        async with _db():
+            await write_activities(
+                [record],
+                now,
+                off_schedule=[True],
+                conflict="an occurrence at this very instant exists; try again",
+            )
+        return record
 
     async def backfill(
         self,
@@ -606,18 +605,17 @@ class RecurrenceStore:
             return []
         now = self.clock.now()
         # due now, a microsecond apart: they are claimed oldest first
-        rows = [
-            _occurrence_row(
-                recurring, Fire(t, now + i * _TICK), kind.retries, kind.limited, now, off_schedule=True
+        records = [
+            _occurrence_record(
+                recurring, Fire(t, now + i * _TICK), kind.retries, kind.limited, now, kind.name
             )
             for i, t in enumerate(instants)
         ]
         async with _db(), in_transaction():
-            await m.Activity.bulk_create(rows, batch_size=500, ignore_conflicts=True)
-            await record_created([(row.solution_id, row.id) for row in rows], now)
+            await write_activities(records, now, off_schedule=[True] * len(records), skip_existing=True)
             if room is not None:  # none of them existed (the caller checked, under the row's lock)
-                await room(len(rows))
-        return [activity_record(row, kind.name) for row in rows]
+                await room(len(records))
+        return records
 
     async def _count_skipped(self, recurring_id: uuid.UUID, count: int) -> None:
         if count <= 0:
@@ -675,26 +673,26 @@ def _fired_anyway(p: Plan, wanted: list[uuid.UUID], gone: set[uuid.UUID]) -> Pla
     return replace(p, skipped=p.skipped - claimed) if claimed else p
 
 
-def _occurrence_row(
+def _occurrence_record(
     ra: r.RecurringActivity,
     fire: Fire,
     type_retries: int,
     limited: bool,
     now: datetime,
-    off_schedule: bool = False,
-) -> m.Activity:
-    """An occurrence as an activity row, keyed by (recurring activity, occurrence instant).
+    type_name: str = "",
+) -> r.Activity:
+    """An occurrence's activity record, keyed by (recurring activity, occurrence instant).
 
-    ``limited``: its type has limits, so the occurrence lives in the type's partition (else spread).
-    ``off_schedule``: made by run-now, a backfill or the backlog (not counted in ``runs``)."""
+    ``limited``: its type has limits, so the occurrence lives in the type's partition (else spread)."""
     activity_id = new_id()
     at = fire.occurrence_at.astimezone(UTC)
     type_partition = r.partition_of(ra.company_id, ra.solution_id, ra.activity_type_id)
-    return m.Activity(
+    return r.Activity(
         id=activity_id,
         company_id=ra.company_id,
         solution_id=ra.solution_id,
         activity_type_id=ra.activity_type_id,
+        activity_type=type_name,
         partition=r.activity_partition(activity_id, type_partition, limited),
         scheduled_for=fire.scheduled_for.astimezone(UTC),
         next_attempt_at=fire.scheduled_for.astimezone(UTC),
@@ -704,12 +702,13 @@ def _occurrence_row(
         object_id=ra.object_id,
         state=r.ActivityState.SCHEDULED,
         attempts=0,
+        last_outcome=None,
         recurring_activity_id=ra.id,
         occurrence_at=at,
         idempotency_key=idempotency_key(activity_id, ra.id, at),
         created_at=now,
         updated_at=now,
-        off_schedule=off_schedule or None,
+        finished_at=None,
     )
 
 
