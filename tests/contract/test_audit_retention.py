@@ -52,3 +52,21 @@ async def test_entries_past_their_retention_are_pruned_and_the_rest_kept(
     clock.advance(timedelta(hours=2).total_seconds())
     assert await audit.prune(3600.0, limit=2) == 2  # in chunks
     assert await AuditPruner(audit, 3600.0).run_once() == 3
+
+
+async def test_stream_events_past_their_retention_are_pruned_by_the_engine(
+    store: Store, clock: ManualClock
+) -> None:
+    from oste.engine.maintenance import EventPruner
+    from oste.storage import EVENT_RETENTION, Storage
+    from oste.storage import models as m
+
+    storage = Storage(clock)
+    now = clock.now()
+    ids = dict(solution_id=uuid.uuid4(), activity_id=uuid.uuid4(), activity_type_id=uuid.uuid4())
+    for age in (EVENT_RETENTION + 60, EVENT_RETENTION + 1, 60):
+        await m.ActivityEvent.create(**ids, event="created", at=now - timedelta(seconds=age))
+    await storage.events.subscribe(ids["solution_id"], now - timedelta(seconds=2 * EVENT_RETENTION + 1))
+    assert await EventPruner(storage).run_once() == 2
+    assert await m.ActivityEvent.all().count() == 1
+    assert await m.EventSubscription.all().count() == 0  # it ended before the cut-off
