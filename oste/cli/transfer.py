@@ -21,7 +21,6 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from oste.api.activities import activity_filter
 from oste.api.requests import iso
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
@@ -29,6 +28,7 @@ from oste.domain.tenancy import QuotaDefaults
 from oste.errors import Conflict, FieldError, InvalidInput, NotFound
 from oste.operations import SYSTEM, OperationContext, Operations
 from oste.operations.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
+from oste.operations.filters import activity_filter, type_ids
 from oste.storage import Storage
 from oste.storage.database import close_database, open_database
 from oste.storage.store import MAX_PAGE, Store
@@ -330,8 +330,7 @@ async def export_file(
     try:
         store = Store(SystemClock())
         target = await _solution(store, company, solution)
-        page = await store.list_activity_types(target, MAX_PAGE)
-        chosen = export_filter(filters, {t.name: t.id for t in page.items})
+        chosen = export_filter(filters, await type_ids(store, target))
         sink: BinaryIO = open(output, "wb") if output else sys.stdout.buffer  # noqa: ASYNC230, SIM115 - one-shot command; closed below
         try:
             count = await export_activities(store, target, chosen, sink.write)
