@@ -13,7 +13,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.context import body, ctx, key_alive, self_audited, solution_in_path, solution_scope
+from oste.api.auth import key_alive, solution_in_path, solution_scope
+from oste.api.context import body, ctx, self_audited
 from oste.api.requests import check_storable, paging, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, solution_path
 from oste.api.waiting import changed_activity, wait_params

@@ -10,7 +10,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.context import body, ctx, self_audited, solution_in_path, solution_scope
+from oste.api.auth import solution_in_path, solution_scope
+from oste.api.context import body, ctx, self_audited
 from oste.api.requests import paging, query_flag, slug_in_path
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r

@@ -13,8 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api.context import company_in_path, ctx, principal, solution_in_path
-from oste.api.requests import iso, require_admin, slug_in_path
+from oste.api.auth import company_in_path, principal, require_admin, solution_in_path
+from oste.api.context import ctx
+from oste.api.requests import iso, slug_in_path
 from oste.domain.stats import OUTCOMES, WINDOWS, StatsReport
 from oste.storage.stats import COUNT_CAP, StatsService
 

@@ -11,17 +11,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.context import (
+from oste.api.auth import (
     actor_of,
-    body,
     company_in_path,
-    ctx,
     principal,
-    self_audited,
+    require_admin,
     solution_in_path,
     solution_scope,
 )
-from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
+from oste.api.context import body, ctx, self_audited
+from oste.api.requests import paging, parse_duration, parse_uuid, query_flag
 from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.resource_values import solution_values
