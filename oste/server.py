@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import gc
 import logging
@@ -17,7 +18,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oste.domain.clock import Clock, SystemClock
 from oste.domain.tenancy import QuotaDefaults
@@ -25,6 +26,8 @@ from oste.domain.token_strength import weakness as token_weakness
 from oste.engine import Engine
 from oste.errors import ConfigurationError, OsteError
 from oste.metrics import set_up as set_up_metrics
+from oste.operations import OperationContext, Operations
+from oste.operations.faces import FaceContext
 from oste.operations.throttle import SignInThrottle
 from oste.settings import Settings
 from oste.storage import Storage
@@ -34,6 +37,10 @@ from oste.storage.store import Store
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
+
+    from oste.api import ApiContext
+    from oste.api.fairness import ApiShares
+    from oste.ui import UiContext
 
 log = logging.getLogger("oste")
 ADMIN_TOKEN_FILE = "admin-token"
@@ -49,6 +56,18 @@ MAKE_ADMIN_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))
 def quota_defaults_of(settings: Settings) -> QuotaDefaults:
     """The quotas of a company that sets none, from ``OSTE_QUOTA_*``."""
     return QuotaDefaults.of_settings(settings)
+
+
+def build_operations(
+    settings: Settings, clock: Clock, notify_due: Callable[[datetime], None] | None = None
+) -> Operations:
+    """The process's one ``Operations``, over its one ``Storage`` (``OSTE_QUOTA_*`` as quota defaults):
+    the app's faces share it, and ``oste import`` uses it alone (no engine there to wake)."""
+    quota_defaults = quota_defaults_of(settings)
+    context = OperationContext(Storage(clock, quota_defaults), quota_defaults=quota_defaults)
+    if notify_due is not None:
+        context = dataclasses.replace(context, notify_due=notify_due)
+    return Operations(context)
 
 
 def check_admin_token(token: str, source: str = "OSTE_ADMIN_TOKEN") -> str:
@@ -141,24 +160,22 @@ def create_app(
     """
     from starlette.applications import Starlette
 
-    from oste.api import EXCEPTION_HANDLERS, ApiContext, api_routes
-    from oste.api.fairness import ApiShares, Caps, LightRequests
-    from oste.api.metrics import RequestMetrics
-    from oste.api.proxies import TrustedProxies
-    from oste.api.ratelimit import RateLimit
-    from oste.api.transport import BodyDeadline, SafeHeaders
+    from oste.api import EXCEPTION_HANDLERS, api_routes
     from oste.ui import mount as ui_routes
 
     set_up_metrics()
     clock = clock or SystemClock()
     throttle = throttle or SignInThrottle()
-    storage = Storage(clock, quota_defaults_of(settings))
-    engine = Engine(settings, storage=storage) if run_engine else None
-    prepare_data_dir(settings)
+    engine: Engine | None = None
 
     def notify_due(when: datetime) -> None:
         if engine is not None and engine.running:
             engine.notify_due(when)
+
+    operations = build_operations(settings, clock, notify_due)  # the one of the process
+    if run_engine:
+        engine = Engine(settings, storage=operations.context.storage)
+    prepare_data_dir(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -182,41 +199,24 @@ def create_app(
                 await stop_metrics_port()
             await close_database()
 
-    quota_defaults = quota_defaults_of(settings)
-    ui = ui_routes(
-        storage,
-        admin_token,
-        notify_due,
-        quota_defaults,
-        settings.ui_session_max_age,
-        throttle,
-        settings.signing_secret_grace,
-        settings.destination_max_in_flight,
-    )
-    routes = [*api_routes(), *ui]
-    shares = ApiShares(
-        Caps(
-            max_streams_per_company=settings.max_streams_per_company,
-            max_long_polls_per_company=settings.max_long_polls_per_company,
-            max_heavy_requests_per_company=settings.max_heavy_requests_per_company,
-            max_heavy_requests=settings.max_heavy_requests,
-        )
-    )
+    api, ui = face_contexts(settings, operations, admin_token, throttle)
+    routes = [*api_routes(), *ui_routes(ui)]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
-    app.state.api = ApiContext(
-        storage=storage,
-        admin_token=admin_token,
-        max_body_bytes=settings.max_body_bytes,
-        max_parameter_bytes=settings.max_parameter_bytes,
-        notify_due=notify_due,
-        quota_defaults=quota_defaults,
-        throttle=throttle,
-        metrics_token=settings.metrics_token,
-        signing_secret_grace=settings.signing_secret_grace,
-        destination_max_in_flight=settings.destination_max_in_flight,
-        shares=shares,
-    )
+    app.state.api = api
     app.state.engine = engine
+    _add_middleware(app, settings, api.shares)
+    return app
+
+
+def _add_middleware(app: Starlette, settings: Settings, shares: ApiShares) -> None:
+    """The API's middleware, innermost first (what ``OSTE_API_RATE_LIMIT``, ``OSTE_BODY_TIMEOUT`` and
+    ``OSTE_FORWARDED_ALLOW_IPS`` ask for)."""
+    from oste.api.fairness import LightRequests
+    from oste.api.metrics import RequestMetrics
+    from oste.api.proxies import TrustedProxies
+    from oste.api.ratelimit import RateLimit
+    from oste.api.transport import BodyDeadline, SafeHeaders
+
     if settings.api_rate_limit > 0:
         app.add_middleware(RateLimit, rate=settings.api_rate_limit)
     app.add_middleware(BodyDeadline, seconds=settings.body_timeout)
@@ -225,7 +225,49 @@ def create_app(
     app.add_middleware(RequestMetrics)
     if settings.forwarded_allow_ips:  # outermost: everything inside sees the client's scheme and address
         app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
-    return app
+
+
+def face_contexts(
+    settings: Settings, operations: Operations, admin_token: str, throttle: SignInThrottle
+) -> tuple[ApiContext, UiContext]:
+    """The API's and the UI's contexts: one ``FaceContext`` (the one ``operations``, the shared
+    ``throttle``), each with what only that face needs."""
+    from oste.api import ApiContext
+    from oste.api.fairness import ApiShares, Caps
+    from oste.ui import Sessions, UiContext, cookie_key
+
+    face = FaceContext(
+        operations=operations,
+        admin_token=admin_token,
+        throttle=throttle,
+        signing_secret_grace=settings.signing_secret_grace,
+        destination_max_in_flight=settings.destination_max_in_flight,
+    )
+    clock = operations.context.store.clock
+    sessions = Sessions(clock, cookie_key(admin_token), max_age=settings.ui_session_max_age)
+    shares = ApiShares(
+        Caps(
+            max_streams_per_company=settings.max_streams_per_company,
+            max_long_polls_per_company=settings.max_long_polls_per_company,
+            max_heavy_requests_per_company=settings.max_heavy_requests_per_company,
+            max_heavy_requests=settings.max_heavy_requests,
+        )
+    )
+    api = ApiContext(
+        **face.parts(),
+        max_body_bytes=settings.max_body_bytes,
+        max_parameter_bytes=settings.max_parameter_bytes,
+        metrics_token=settings.metrics_token,
+        shares=shares,
+    )
+    return api, UiContext(**face.parts(), sessions=sessions)
+
+
+def openapi_document() -> dict[str, Any]:
+    """The API's OpenAPI document, as the app serves it at /openapi.json (`oste openapi` writes it)."""
+    from oste.api.openapi import build_spec
+
+    return build_spec()
 
 
 def bind_error(host: str, port: int, exc: OSError, setting: str = "OSTE_PORT") -> OsteError:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 
 from oste.api.problems import HttpProblem
+from oste.domain.fields import iso as iso
 from oste.domain.fields import parse_duration as parse_duration
 from oste.domain.fields import parse_time as parse_time
 from oste.domain.json_values import check_storable, refuse_duplicate_keys
@@ -132,13 +131,3 @@ def parse_uuid(value: str, field: str, what: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise NotFound(f"{what} {value!r} not found") from None
-
-
-def iso(value: datetime | None) -> str | None:
-    return _iso(value) if value else None
-
-
-@functools.lru_cache(maxsize=4096)
-def _iso(value: datetime) -> str:
-    """Cached: a batch's activities share their creation instant and often their due instant."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
