@@ -21,9 +21,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oste.domain.clock import Clock, SystemClock
+from oste.domain.destinations import BreakerPolicy
 from oste.domain.tenancy import QuotaDefaults
 from oste.domain.token_strength import weakness as token_weakness
-from oste.engine import Engine
+from oste.engine import Engine, EngineConfig
+from oste.engine.config import (
+    DEFAULT_NODE_NAME,
+    BalancerConfig,
+    ExecutorConfig,
+    PollerConfig,
+    RescuerConfig,
+)
+from oste.engine.log_shipping import RollerConfig
 from oste.errors import ConfigurationError, OsteError
 from oste.metrics import set_up as set_up_metrics
 from oste.operations import OperationContext, Operations
@@ -56,6 +65,43 @@ MAKE_ADMIN_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))
 def quota_defaults_of(settings: Settings) -> QuotaDefaults:
     """The quotas of a company that sets none, from ``OSTE_QUOTA_*``."""
     return QuotaDefaults.of_settings(settings)
+
+
+def engine_config_of(settings: Settings, **changes: Any) -> EngineConfig:
+    """The engine's frozen config from the settings (the engine reads no ``Settings``): the node's
+    name, in-flight cap, SSRF allowances, timings, breakers, log shipping and retention."""
+    retry_base, retry_max = settings.roller_retry
+    ca_file = str(settings.ca_file) if settings.ca_file else None
+    base = EngineConfig(
+        node_name=settings.node_name or DEFAULT_NODE_NAME,
+        lease_seconds=settings.claim_lease,
+        poller=PollerConfig(interval=settings.poll_interval),
+        executor=ExecutorConfig(
+            max_in_flight=settings.max_in_flight, allowed_targets=settings.allowed_targets, ca_file=ca_file
+        ),
+        rescuer=RescuerConfig(interval=settings.rescue_interval),
+        balancer=BalancerConfig(
+            interval=settings.heartbeat_interval,
+            node_ttl=settings.node_timeout,
+            partition_ttl=settings.node_timeout,
+        ),
+        breaker=BreakerPolicy(
+            settings.breaker_failures, settings.breaker_cooldown, settings.breaker_max_cooldown
+        ),
+        destination_max_in_flight=settings.destination_max_in_flight,
+        log_shipping=RollerConfig(
+            interval=settings.roller_interval,
+            max_records=settings.roller_batch_records,
+            max_bytes=settings.roller_batch_bytes,
+            retry_base=retry_base,
+            retry_max=retry_max,
+            allowed_targets=settings.allowed_targets,
+            ca_file=ca_file,
+        ),
+        audit_retention=settings.audit_retention,
+        quota_defaults=quota_defaults_of(settings),
+    )
+    return dataclasses.replace(base, **changes)
 
 
 def build_operations(
@@ -174,7 +220,7 @@ def create_app(
 
     operations = build_operations(settings, clock, notify_due)  # the one of the process
     if run_engine:
-        engine = Engine(settings, storage=operations.context.storage)
+        engine = Engine(engine_config_of(settings), storage=operations.context.storage)
     prepare_data_dir(settings)
 
     @contextlib.asynccontextmanager
@@ -345,7 +391,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     set_up_metrics()
     with collecting_eagerly():
         await open_database(settings.database_url)
-    engine = Engine(settings)
+    engine = Engine(engine_config_of(settings))
     stop_probes = None
     try:
         if settings.metrics_port is not None:

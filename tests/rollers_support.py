@@ -18,7 +18,7 @@ from oste.domain.clock import ManualClock, SystemClock
 from oste.engine import Engine
 from oste.engine.log_shipping import RollerConfig
 from oste.storage.store import Store
-from tests.engine_support import LOOPBACK, fast_config, test_settings
+from tests.engine_support import LOOPBACK, fast_config
 from tests.factories import make_activities
 
 
@@ -96,7 +96,7 @@ async def ended_activities(
 ) -> list[r.Activity]:
     """``count`` activities of ``kind`` due now, fired by a real engine until each has ended."""
     created = await make_activities(store, kind, SystemClock().now(), count=count, **options)
-    engine = Engine(test_settings(database_url), config=fast_config())
+    engine = Engine(config=fast_config())
     for _ in range(20):
         if (await engine.drain()).fired == 0:
             break

@@ -24,7 +24,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from datetime import timedelta
 
 from prometheus_client import Counter
 
@@ -36,7 +35,7 @@ log = logging.getLogger("oste.api.feeds")
 POLL_INTERVAL = 0.2
 """Seconds between reads of a solution's new events (one read per solution per process)."""
 RENEW_EVERY = 60.0
-"""Seconds between renewals of a streamed solution's subscription (and pruning of old events)."""
+"""Seconds between renewals of a streamed solution's subscription."""
 QUEUE_LIMIT = 5000
 """Events waiting for one listener at most; past it, the listener catches up from the store."""
 READ_LIMIT = 500
@@ -99,8 +98,7 @@ class SolutionFeed:
                         continue
                 if time.monotonic() - renewed >= RENEW_EVERY:
                     now = self.clock.now()
-                    await ev.subscribe(self.solution_id, now)
-                    await ev.prune(now - timedelta(seconds=ev.EVENT_RETENTION))
+                    await ev.subscribe(self.solution_id, now)  # old events: the engine's EventPruner
                     renewed = time.monotonic()
             except asyncio.CancelledError:
                 raise

@@ -278,7 +278,17 @@ async def rollers(harness: Harness) -> Result:
     rows = []
     async with _seeded(harness, count, 10 * count, mix, facts, target=target, **solution) as (app, db, *_):
         await harness.receiver.reset()
-        config = RollerConfig.from_settings(app.settings, max_batches=count)
+        settings = app.settings
+        retry_base, retry_max = settings.roller_retry
+        config = RollerConfig(  # as the engine's (``oste.server.engine_config_of``), unbounded batches
+            interval=settings.roller_interval,
+            max_records=settings.roller_batch_records,
+            max_bytes=settings.roller_batch_bytes,
+            retry_base=retry_base,
+            retry_max=retry_max,
+            allowed_targets=settings.allowed_targets,
+            max_batches=count,
+        )
         facts["rss_mb before the rollers"] = round(psutil.Process().memory_info().rss / 2**20, 1)
         clear_peak_rss()
         for roller_class in (SuccessRoller, DeadLetterRoller):

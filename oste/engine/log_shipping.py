@@ -33,7 +33,7 @@ from oste.domain.clock import Clock
 from oste.domain.ids import new_id
 from oste.domain.targets import TargetPolicy
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
-from oste.settings import Settings
+from oste.engine.metrics import shipped
 from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, RollerStore
 
 log = logging.getLogger("oste.engine.log_shipping")
@@ -56,7 +56,8 @@ ERROR_EXCERPT = 300
 
 @dataclass(frozen=True)
 class RollerConfig:
-    """What a log roller is tuned by. ``from_settings`` is what the engine uses."""
+    """What a log roller is tuned by (the engine's come from ``OSTE_ROLLER_*``, through
+    ``oste.server.engine_config_of``)."""
 
     interval: float = 3600.0
     max_records: int = DEFAULT_MAX_RECORDS
@@ -73,20 +74,6 @@ class RollerConfig:
     """An aiohttp resolver asked before the SSRF guard filters (tests inject fake DNS); None: threaded."""
     ca_file: str | None = None
     """Certificate authorities trusted besides the system's (``OSTE_CA_FILE``), as the executor does."""
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **changes: Any) -> RollerConfig:
-        retry_base, retry_max = settings.roller_retry
-        base = cls(
-            interval=settings.roller_interval,
-            max_records=settings.roller_batch_records,
-            max_bytes=settings.roller_batch_bytes,
-            retry_base=retry_base,
-            retry_max=retry_max,
-            allowed_targets=settings.allowed_targets,
-            ca_file=str(settings.ca_file) if settings.ca_file else None,
-        )
-        return dataclasses.replace(base, **changes)
 
 
 @dataclass(frozen=True)
@@ -153,6 +140,11 @@ class LogRoller:
     def name(self) -> str:
         return f"{self.kind.replace('_', '-')} roller"
 
+    @property
+    def interval(self) -> float:
+        """Seconds between two runs (``OSTE_ROLLER_INTERVAL``)."""
+        return self.config.interval
+
     async def run_once(self) -> RollResult:
         """Roll every solution once; a solution whose receiver fails does not stop the others."""
         total = RollResult()
@@ -161,6 +153,7 @@ class LogRoller:
                 total += await self.roll(target)
         finally:
             await self._close()
+        shipped(str(self.kind), total.batches_shipped, total.records_shipped, total.batches_failed)
         if total != RollResult():
             log.info("%s: %s", self.name, total.describe())
         return total

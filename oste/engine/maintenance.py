@@ -1,12 +1,14 @@
-"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims) and
-AuditPruner (deletes audit entries past their retention)."""
+"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims),
+AuditPruner (deletes audit entries past their retention) and EventPruner (deletes events and
+stream subscriptions past ``EVENT_RETENTION``)."""
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from oste.domain.clock import Clock
 from oste.engine import metrics
@@ -105,3 +107,20 @@ class AuditPruner:
             deleted += done
             if done < AUDIT_CHUNK:
                 return deleted
+
+
+EVENT_PRUNE_INTERVAL = 60.0
+"""Seconds between two runs of the event pruner."""
+
+
+class EventPruner:
+    """Deletes events older than ``retention`` seconds, and stream subscriptions that ended before
+    then (``prune``: the event log's, ``oste.storage.events``), for every solution at once."""
+
+    def __init__(self, clock: Clock, prune: Callable[[datetime], Awaitable[int]], retention: float) -> None:
+        self.clock = clock
+        self.prune = prune
+        self.retention = retention
+
+    async def run_once(self) -> int:
+        return await self.prune(self.clock.now() - timedelta(seconds=self.retention))

@@ -25,7 +25,7 @@ from oste.engine import Engine
 from oste.engine.log_shipping import DeadLetterRoller, SuccessRoller
 from oste.settings import Settings
 from tests.conftest import _template
-from tests.engine_support import Receiver, fast_config, test_settings
+from tests.engine_support import Receiver, fast_config
 from tests.integration.api.conftest import Api, Tenant, api_client, rejected
 from tests.rollers_support import LogReceiver, later_clock, roller_config
 from tests.served import OSTE, serve
@@ -149,7 +149,7 @@ def oauth(token_url: str) -> dict[str, Any]:
 
 async def fire_all(api: Api) -> None:
     """A real engine fires everything due (in this process, so its log lines are captured)."""
-    engine = Engine(test_settings(api.database_url), config=fast_config())
+    engine = Engine(config=fast_config())
     for _ in range(10):
         if (await engine.drain()).fired == 0:
             return

@@ -25,7 +25,6 @@ from tests.engine_support import (
     in_turn,
     respond,
     settled,
-    test_settings,
 )
 from tests.factories import make_activities, make_type
 from tests.integration.engine.test_log_rollers import PERIOD, set_uris
@@ -36,7 +35,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(test_settings(database_url), config=fast_config())
+    running = Engine(config=fast_config())
     await running.start()
     try:
         yield running

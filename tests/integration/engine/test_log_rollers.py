@@ -20,6 +20,7 @@ from oste.domain.clock import SystemClock
 from oste.domain.log_shipping import RollerKind
 from oste.engine import Engine
 from oste.engine.log_shipping import DeadLetterRoller, SuccessRoller
+from oste.server import engine_config_of
 from oste.storage.database import close_database, open_database
 from oste.storage.log_shipping import RollerStore
 from oste.storage.store import Store
@@ -337,7 +338,7 @@ async def test_a_running_engine_rolls_every_roller_interval(
     made = await make_activities(store, tiny, SystemClock().now(), count=20)
     kept = await make_activities(store, kind, SystemClock().now(), count=5)
     settings = dataclasses.replace(test_settings(database_url), roller_interval=0.3)
-    engine = Engine(settings, config=fast_config())
+    engine = Engine(fast_config(log_shipping=engine_config_of(settings).log_shipping))
     await engine.start()
     try:
         await eventually(
