@@ -32,7 +32,7 @@ from oste.engine.config import (
     PollerConfig,
     RescuerConfig,
 )
-from oste.engine.log_shipping import RollerConfig
+from oste.engine.log_shipping import LogShippingConfig
 from oste.errors import ConfigurationError, OsteError
 from oste.metrics import set_up as set_up_metrics
 from oste.operations import OperationContext, Operations
@@ -89,7 +89,7 @@ def engine_config_of(settings: Settings, **changes: Any) -> EngineConfig:
             settings.breaker_failures, settings.breaker_cooldown, settings.breaker_max_cooldown
         ),
         destination_max_in_flight=settings.destination_max_in_flight,
-        log_shipping=RollerConfig(
+        log_shipping=LogShippingConfig(
             interval=settings.roller_interval,
             max_records=settings.roller_batch_records,
             max_bytes=settings.roller_batch_bytes,

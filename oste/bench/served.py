@@ -30,7 +30,13 @@ from oste.bench.inprocess import COMPANY, SOLUTION, App, call, make_tenant, serv
 from oste.bench.processes import fresh_database
 from oste.domain.clock import SystemClock
 from oste.domain.log_shipping import RollerKind
-from oste.engine.log_shipping import DeadLetterRoller, LogRoller, RollerConfig, RollResult, SuccessRoller
+from oste.engine.log_shipping import (
+    DeadLetterShipper,
+    LogShipper,
+    LogShippingConfig,
+    ShipResult,
+    SuccessShipper,
+)
 from oste.storage.log_shipping import RollerStore
 
 Result = dict[str, Any]
@@ -280,7 +286,7 @@ async def rollers(harness: Harness) -> Result:
         await harness.receiver.reset()
         settings = app.settings
         retry_base, retry_max = settings.roller_retry
-        config = RollerConfig(  # as the engine's (``oste.server.engine_config_of``), unbounded batches
+        config = LogShippingConfig(  # as the engine's (``oste.server.engine_config_of``), unbounded batches
             interval=settings.roller_interval,
             max_records=settings.roller_batch_records,
             max_bytes=settings.roller_batch_bytes,
@@ -291,7 +297,7 @@ async def rollers(harness: Harness) -> Result:
         )
         facts["rss_mb before the rollers"] = round(psutil.Process().memory_info().rss / 2**20, 1)
         clear_peak_rss()
-        for roller_class in (SuccessRoller, DeadLetterRoller):
+        for roller_class in (SuccessShipper, DeadLetterShipper):
             rows.append(await _roll(harness, roller_class, config, mix.counts(count)))
         facts["peak_rss_mb (during the rollers)"] = peak_rss_mb()
         facts["left: activities"] = await db.count("activity")
@@ -304,14 +310,14 @@ async def rollers(harness: Harness) -> Result:
 
 
 async def _roll(
-    harness: Harness, roller_class: type[LogRoller], config: RollerConfig, counts: dict[str, int]
+    harness: Harness, roller_class: type[LogShipper], config: LogShippingConfig, counts: dict[str, int]
 ) -> dict[str, Any]:
     clock = SystemClock()
     store = _TimedStore(clock)
     roller = roller_class(config, clock, "bench-roller", store=store)
     expected = counts["succeeded" if roller.kind == RollerKind.SUCCESS else "dead"]
     bar = harness.view.phase(f"{roller.name}: records shipped", expected)
-    total = RollResult()
+    total = ShipResult()
     began = time.perf_counter()
     store.on_purged = bar.advance
     while True:

@@ -8,7 +8,7 @@ from typing import Any
 from oste.domain.destinations import BreakerPolicy
 from oste.domain.tenancy import QuotaDefaults
 from oste.engine.expander import ExpanderConfig
-from oste.engine.log_shipping import RollerConfig
+from oste.engine.log_shipping import LogShippingConfig
 
 DEFAULT_LOOKAHEAD = 1.0
 """Seconds ahead the poller claims: each claim then fires from a local timer at its exact instant."""
@@ -115,7 +115,7 @@ class EngineConfig:
     destination_max_in_flight: int | None = None
     """Requests in flight per destination across every node (None: no cap unless a destination has one)."""
     expander: ExpanderConfig = field(default_factory=ExpanderConfig)
-    log_shipping: RollerConfig = field(default_factory=RollerConfig)
+    log_shipping: LogShippingConfig = field(default_factory=LogShippingConfig)
     """The log shippers (``OSTE_ROLLER_*``)."""
     audit_retention: float = DEFAULT_AUDIT_RETENTION
     """``OSTE_AUDIT_RETENTION``: the audit pruner deletes older entries (0: never)."""

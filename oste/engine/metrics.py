@@ -112,7 +112,7 @@ def skipped(count: int) -> None:
 
 
 def shipped(kind: str, batches: int, records: int, failed: int) -> None:
-    """A log roller's run of ``kind`` shipped ``batches`` (``records`` in all); ``failed`` failed."""
+    """A log shipper's run of ``kind`` shipped ``batches`` (``records`` in all); ``failed`` failed."""
     if batches:
         LOG_BATCHES.labels(kind=kind, result="shipped").inc(batches)
         LOG_RECORDS_SHIPPED.labels(kind=kind).inc(records)

@@ -31,7 +31,7 @@ from oste.engine.deliveries import DeliveryRecorder
 from oste.engine.destinations import DestinationGate, DestinationKeeper
 from oste.engine.executor import Executor
 from oste.engine.expander import Expander
-from oste.engine.log_shipping import rollers_for
+from oste.engine.log_shipping import shippers_for
 from oste.engine.maintenance import (
     AUDIT_PRUNE_INTERVAL,
     EVENT_PRUNE_INTERVAL,
@@ -194,8 +194,8 @@ class Engine:
         ]
         if sync is not None:
             services.append(Service("clock sync", cfg.balancer.interval, sync.run_once))
-        shipping = rollers_for(cfg.log_shipping, self.clock, node.id, self.storage.log_shipping)
-        services += [Service(roller.name, roller.interval, roller.run_once) for roller in shipping]
+        shipping = shippers_for(cfg.log_shipping, self.clock, node.id, self.storage.log_shipping)
+        services += [Service(shipper.name, shipper.interval, shipper.run_once) for shipper in shipping]
         return services
 
     def _readings(self) -> Readings:
