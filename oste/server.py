@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import gc
 import logging
@@ -17,20 +18,35 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oste.domain.clock import Clock, SystemClock
+from oste.domain.destinations import BreakerPolicy
 from oste.domain.tenancy import QuotaDefaults
 from oste.domain.token_strength import weakness as token_weakness
-from oste.engine import Engine
+from oste.engine import Engine, EngineConfig
+from oste.engine.config import (
+    DEFAULT_NODE_NAME,
+    BalancerConfig,
+    ExecutorConfig,
+    PollerConfig,
+    RescuerConfig,
+)
+from oste.engine.log_shipping import LogShippingConfig
 from oste.errors import ConfigurationError, OsteError
 from oste.metrics import set_up as set_up_metrics
+from oste.operations import OperationContext, Operations
+from oste.operations.faces import FaceContext
 from oste.operations.throttle import SignInThrottle
 from oste.settings import Settings
 from oste.storage import Storage, Store, close_database, describe, dialect_for_url, open_database
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
+
+    from oste.api import ApiContext
+    from oste.api.fairness import ApiShares
+    from oste.ui import UiContext
 
 log = logging.getLogger("oste")
 ADMIN_TOKEN_FILE = "admin-token"
@@ -46,6 +62,55 @@ MAKE_ADMIN_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))
 def quota_defaults_of(settings: Settings) -> QuotaDefaults:
     """The quotas of a company that sets none, from ``OSTE_QUOTA_*``."""
     return QuotaDefaults.of_settings(settings)
+
+
+def engine_config_of(settings: Settings, **changes: Any) -> EngineConfig:
+    """The engine's frozen config from the settings (the engine reads no ``Settings``): the node's
+    name, in-flight cap, SSRF allowances, timings, breakers, log shipping and retention."""
+    retry_base, retry_max = settings.roller_retry
+    ca_file = str(settings.ca_file) if settings.ca_file else None
+    base = EngineConfig(
+        node_name=settings.node_name or DEFAULT_NODE_NAME,
+        lease_seconds=settings.claim_lease,
+        poller=PollerConfig(interval=settings.poll_interval),
+        executor=ExecutorConfig(
+            max_in_flight=settings.max_in_flight, allowed_targets=settings.allowed_targets, ca_file=ca_file
+        ),
+        rescuer=RescuerConfig(interval=settings.rescue_interval),
+        balancer=BalancerConfig(
+            interval=settings.heartbeat_interval,
+            node_ttl=settings.node_timeout,
+            partition_ttl=settings.node_timeout,
+        ),
+        breaker=BreakerPolicy(
+            settings.breaker_failures, settings.breaker_cooldown, settings.breaker_max_cooldown
+        ),
+        destination_max_in_flight=settings.destination_max_in_flight,
+        log_shipping=LogShippingConfig(
+            interval=settings.roller_interval,
+            max_records=settings.roller_batch_records,
+            max_bytes=settings.roller_batch_bytes,
+            retry_base=retry_base,
+            retry_max=retry_max,
+            allowed_targets=settings.allowed_targets,
+            ca_file=ca_file,
+        ),
+        audit_retention=settings.audit_retention,
+        quota_defaults=quota_defaults_of(settings),
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def build_operations(
+    settings: Settings, clock: Clock, notify_due: Callable[[datetime], None] | None = None
+) -> Operations:
+    """The process's one ``Operations``, over its one ``Storage`` (``OSTE_QUOTA_*`` as quota defaults):
+    the app's faces share it, and ``oste import`` uses it alone (no engine there to wake)."""
+    quota_defaults = quota_defaults_of(settings)
+    context = OperationContext(Storage(clock, quota_defaults), quota_defaults=quota_defaults)
+    if notify_due is not None:
+        context = dataclasses.replace(context, notify_due=notify_due)
+    return Operations(context)
 
 
 def check_admin_token(token: str, source: str = "OSTE_ADMIN_TOKEN") -> str:
@@ -138,31 +203,29 @@ def create_app(
     """
     from starlette.applications import Starlette
 
-    from oste.api import EXCEPTION_HANDLERS, ApiContext, api_routes
-    from oste.api.fairness import ApiShares, Caps, LightRequests
-    from oste.api.metrics import RequestMetrics
-    from oste.api.proxies import TrustedProxies
-    from oste.api.ratelimit import RateLimit
-    from oste.api.transport import BodyDeadline, SafeHeaders
+    from oste.api import EXCEPTION_HANDLERS, api_routes
     from oste.ui import mount as ui_routes
 
     set_up_metrics()
     clock = clock or SystemClock()
     throttle = throttle or SignInThrottle()
-    storage = Storage(clock, quota_defaults_of(settings))
-    engine = Engine(settings, storage=storage) if run_engine else None
-    prepare_data_dir(settings)
+    engine: Engine | None = None
 
     def notify_due(when: datetime) -> None:
         if engine is not None and engine.running:
             engine.notify_due(when)
+
+    operations = build_operations(settings, clock, notify_due)  # the one of the process
+    if run_engine:
+        engine = Engine(engine_config_of(settings), storage=operations.context.storage)
+    prepare_data_dir(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         with collecting_eagerly() if freeze_after_start else contextlib.nullcontext():
             await open_database(settings.database_url, apply_migrations)
         if settings.scales_out and settings.listen_database_url not in ("", settings.database_url):
-            storage.listen_through(settings.listen_database_url)
+            operations.context.storage.listen_through(settings.listen_database_url)
         stop_metrics_port = None
         try:
             if settings.metrics_port is not None:
@@ -179,41 +242,24 @@ def create_app(
                 await stop_metrics_port()
             await close_database()
 
-    quota_defaults = quota_defaults_of(settings)
-    ui = ui_routes(
-        storage,
-        admin_token,
-        notify_due,
-        quota_defaults,
-        settings.ui_session_max_age,
-        throttle,
-        settings.signing_secret_grace,
-        settings.destination_max_in_flight,
-    )
-    routes = [*api_routes(), *ui]
-    shares = ApiShares(
-        Caps(
-            max_streams_per_company=settings.max_streams_per_company,
-            max_long_polls_per_company=settings.max_long_polls_per_company,
-            max_heavy_requests_per_company=settings.max_heavy_requests_per_company,
-            max_heavy_requests=settings.max_heavy_requests,
-        )
-    )
+    api, ui = face_contexts(settings, operations, admin_token, throttle)
+    routes = [*api_routes(), *ui_routes(ui)]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
-    app.state.api = ApiContext(
-        storage=storage,
-        admin_token=admin_token,
-        max_body_bytes=settings.max_body_bytes,
-        max_parameter_bytes=settings.max_parameter_bytes,
-        notify_due=notify_due,
-        quota_defaults=quota_defaults,
-        throttle=throttle,
-        metrics_token=settings.metrics_token,
-        signing_secret_grace=settings.signing_secret_grace,
-        destination_max_in_flight=settings.destination_max_in_flight,
-        shares=shares,
-    )
+    app.state.api = api
     app.state.engine = engine
+    _add_middleware(app, settings, api.shares)
+    return app
+
+
+def _add_middleware(app: Starlette, settings: Settings, shares: ApiShares) -> None:
+    """The API's middleware, innermost first (what ``OSTE_API_RATE_LIMIT``, ``OSTE_BODY_TIMEOUT`` and
+    ``OSTE_FORWARDED_ALLOW_IPS`` ask for)."""
+    from oste.api.fairness import LightRequests
+    from oste.api.metrics import RequestMetrics
+    from oste.api.proxies import TrustedProxies
+    from oste.api.ratelimit import RateLimit
+    from oste.api.transport import BodyDeadline, SafeHeaders
+
     if settings.api_rate_limit > 0:
         app.add_middleware(RateLimit, rate=settings.api_rate_limit)
     app.add_middleware(BodyDeadline, seconds=settings.body_timeout)
@@ -222,7 +268,50 @@ def create_app(
     app.add_middleware(RequestMetrics)
     if settings.forwarded_allow_ips:  # outermost: everything inside sees the client's scheme and address
         app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
-    return app
+
+
+def face_contexts(
+    settings: Settings, operations: Operations, admin_token: str, throttle: SignInThrottle
+) -> tuple[ApiContext, UiContext]:
+    """The API's and the UI's contexts: one ``FaceContext`` (the one ``operations``, the shared
+    ``throttle``), each with what only that face needs."""
+    from oste.api import ApiContext
+    from oste.api.fairness import ApiShares, Caps
+    from oste.ui import Sessions, UiContext, cookie_key
+
+    face = FaceContext(
+        operations=operations,
+        admin_token=admin_token,
+        throttle=throttle,
+        signing_secret_grace=settings.signing_secret_grace,
+        destination_max_in_flight=settings.destination_max_in_flight,
+    )
+    sessions = Sessions(
+        operations.context.storage, cookie_key(admin_token), max_age=settings.ui_session_max_age
+    )
+    shares = ApiShares(
+        Caps(
+            max_streams_per_company=settings.max_streams_per_company,
+            max_long_polls_per_company=settings.max_long_polls_per_company,
+            max_heavy_requests_per_company=settings.max_heavy_requests_per_company,
+            max_heavy_requests=settings.max_heavy_requests,
+        )
+    )
+    api = ApiContext(
+        **face.parts(),
+        max_body_bytes=settings.max_body_bytes,
+        max_parameter_bytes=settings.max_parameter_bytes,
+        metrics_token=settings.metrics_token,
+        shares=shares,
+    )
+    return api, UiContext(**face.parts(), sessions=sessions)
+
+
+def openapi_document() -> dict[str, Any]:
+    """The API's OpenAPI document, as the app serves it at /openapi.json (`oste openapi` writes it)."""
+    from oste.api.openapi import build_spec
+
+    return build_spec()
 
 
 def bind_error(host: str, port: int, exc: OSError, setting: str = "OSTE_PORT") -> OsteError:
@@ -301,7 +390,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     set_up_metrics()
     with collecting_eagerly():
         await open_database(settings.database_url)
-    engine = Engine(settings)
+    engine = Engine(engine_config_of(settings))
     stop_probes = None
     try:
         if settings.metrics_port is not None:

@@ -28,6 +28,7 @@ from oste.engine.config import (
     PollerConfig,
     RescuerConfig,
 )
+from oste.server import engine_config_of
 from oste.settings import Settings
 from oste.storage.store import Store
 
@@ -151,8 +152,13 @@ def a_claim(secret: str, verb: str = "POST", parameter: dict[str, Any] | None = 
 
 
 def fast_config(allowed: tuple[str, ...] = LOOPBACK, **changes: Any) -> EngineConfig:
-    """Engine timings short enough for tests (leases of seconds, polls and heartbeats of 0.2 s)."""
+    """Engine timings short enough for tests (leases of seconds, polls and heartbeats of 0.2 s); the
+    rest (node name, log shipping, retention) as ``test_settings`` make them."""
+    from_settings = engine_config_of(test_settings("", allowed))
     config = EngineConfig(
+        node_name=from_settings.node_name,
+        log_shipping=from_settings.log_shipping,
+        audit_retention=from_settings.audit_retention,
         lease_seconds=5.0,
         executor=ExecutorConfig(max_in_flight=64, allowed_targets=allowed),
         poller=PollerConfig(interval=0.2),

@@ -16,9 +16,9 @@ from aiohttp import web
 from oste.domain import records as r
 from oste.domain.clock import ManualClock, SystemClock
 from oste.engine import Engine
-from oste.engine.log_shipping import RollerConfig
+from oste.engine.log_shipping import LogShippingConfig
 from oste.storage.store import Store
-from tests.engine_support import LOOPBACK, fast_config, test_settings
+from tests.engine_support import LOOPBACK, fast_config
 from tests.factories import make_activities
 
 
@@ -96,7 +96,7 @@ async def ended_activities(
 ) -> list[r.Activity]:
     """``count`` activities of ``kind`` due now, fired by a real engine until each has ended."""
     created = await make_activities(store, kind, SystemClock().now(), count=count, **options)
-    engine = Engine(test_settings(database_url), config=fast_config())
+    engine = Engine(config=fast_config())
     for _ in range(20):
         if (await engine.drain()).fired == 0:
             break
@@ -108,7 +108,7 @@ def later_clock(seconds: float) -> ManualClock:
     return ManualClock(SystemClock().now() + timedelta(seconds=seconds))
 
 
-def roller_config(**changes: Any) -> RollerConfig:
+def roller_config(**changes: Any) -> LogShippingConfig:
     """Roller settings for tests: loopback allowed, short timeouts and backoff."""
     values: dict[str, Any] = {
         "interval": 1.0,
@@ -118,7 +118,7 @@ def roller_config(**changes: Any) -> RollerConfig:
         "retry_max": 60.0,
         **changes,
     }
-    return RollerConfig(**values)
+    return LogShippingConfig(**values)
 
 
 async def remaining(store: Store, solution_name: str = "songs", company: str = "acme") -> list[r.Activity]:

@@ -4,8 +4,7 @@ run now, and bulk changes by filter."""
 from __future__ import annotations
 
 import contextlib
-import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -14,15 +13,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.context import body, ctx, key_alive, self_audited, solution_in_path, solution_scope
-from oste.api.requests import check_storable, paging, parse_time, parse_uuid
+from oste.api.auth import key_alive, solution_in_path, solution_scope
+from oste.api.context import body, ctx, self_audited
+from oste.api.requests import check_storable, paging, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, solution_path
 from oste.api.waiting import changed_activity, wait_params
 from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.bulk import BulkResult, UpdatePlan
 from oste.domain.fastschema import compile_check
-from oste.domain.parameters import ParameterRules, join_path
+from oste.domain.parameters import ParameterRules
 from oste.domain.uris import check_target_uri
 from oste.errors import InvalidInput
 from oste.operations.creation import (
@@ -34,7 +34,7 @@ from oste.operations.creation import (
     validate_each,
     when,
 )
-from oste.storage import MAX_PAGE, Store
+from oste.operations.filters import activity_filter, type_ids
 
 MAX_BATCH = schemas.ACTIVITY_BATCH["properties"]["activities"]["maxItems"]
 
@@ -113,53 +113,6 @@ async def activity_in_path(request: Request) -> tuple[r.Solution, r.Activity]:
 async def _activity_of(request: Request, solution: r.Solution) -> r.Activity:
     activity_id = parse_uuid(request.path_params["id"], "id", "activity")
     return await ctx(request).store.get_activity(solution, activity_id)
-
-
-def activity_filter(
-    source: Mapping[str, Any], types: dict[str, uuid.UUID], prefix: str = ""
-) -> r.ActivityFilter:
-    """Filters from query parameters or a bulk body's ``filter`` object (same names, string values)."""
-    state = source.get("state")
-    if state is not None and state not in r.ActivityState.__members__.values():
-        raise InvalidInput.field(
-            join_path(prefix, "state"), f"must be one of {', '.join(s.value for s in r.ActivityState)}"
-        )
-    type_name = source.get("activity_type")
-    if type_name is not None and type_name not in types:
-        raise InvalidInput.field(
-            join_path(prefix, "activity_type"), f"there is no activity type {type_name!r} in this solution"
-        )
-    recurring = source.get("recurring_activity")
-    try:
-        recurring_id = uuid.UUID(recurring) if recurring else None
-    except ValueError:
-        raise InvalidInput.field(
-            join_path(prefix, "recurring_activity"), "must be a recurring activity id"
-        ) from None
-
-    def time(name: str) -> datetime | None:
-        return parse_time(source[name], join_path(prefix, name)) if name in source else None
-
-    ids = source.get("ids")  # a bulk body's selection (the schema checked its shape)
-    try:
-        selection = tuple(uuid.UUID(i) for i in ids) if isinstance(ids, list) else None
-    except ValueError:
-        raise InvalidInput.field(join_path(prefix, "ids"), "must be activity ids") from None
-
-    return r.ActivityFilter(
-        state=r.ActivityState(state) if state else None,
-        activity_type_id=types[type_name] if type_name else None,
-        object_id=source.get("object_id"),
-        scheduled_after=time("scheduled_after"),
-        scheduled_before=time("scheduled_before"),
-        recurring_activity_id=recurring_id,
-        ids=selection,
-    )
-
-
-async def type_ids(store: Store, solution: r.Solution) -> dict[str, uuid.UUID]:
-    page = await store.list_activity_types(solution, MAX_PAGE)
-    return {t.name: t.id for t in page.items}
 
 
 async def list_activities(request: Request) -> Response:

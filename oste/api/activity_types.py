@@ -10,7 +10,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.context import body, ctx, self_audited, solution_in_path, solution_scope
+from oste.api.auth import solution_in_path, solution_scope
+from oste.api.context import body, ctx, self_audited
 from oste.api.requests import paging, query_flag, slug_in_path
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r
@@ -21,7 +22,7 @@ from oste.domain.resource_values import rules_of as rules_of
 from oste.domain.resource_values import type_values as type_values
 from oste.errors import Conflict
 from oste.operations import Actor
-from oste.operations.settings import check_chain_types
+from oste.operations.tenants import check_chain_types
 from oste.storage import RULE_FIELDS, Misfits, changes_rules
 
 
@@ -38,7 +39,7 @@ async def create_type(request: Request) -> Response:
     data = schemas.check_shape(schemas.ACTIVITY_TYPE_CREATE, await body(request))
     values = type_values(data)
     await check_chain_types(ctx(request).store, solution, values, values["name"])
-    kind = await ctx(request).operations.settings.create_type(actor, company, solution, values)
+    kind = await ctx(request).operations.tenants.create_type(actor, company, solution, values)
     rendered = render.activity_type(kind, solution.name)
     return created(rendered, *solution_path(company, solution), "activity-types", kind.name)
 
@@ -72,7 +73,7 @@ async def patch_type(request: Request) -> Response:
         if changes_rules(activity_type, values)
         else None
     )
-    changed, misfits = await ctx(request).operations.settings.update_type(
+    changed, misfits = await ctx(request).operations.tenants.update_type(
         actor, company, solution, activity_type, values, list(data), rules, force
     )
     if changed is None:
@@ -113,7 +114,7 @@ def misfit_extensions(misfits: Misfits) -> dict[str, Any]:
 async def delete_type(request: Request) -> Response:
     actor, company, solution, activity_type = await type_in_path(request)
     cascade = query_flag(request, "cascade")
-    await ctx(request).operations.settings.delete_type(actor, company, solution, activity_type, cascade)
+    await ctx(request).operations.tenants.delete_type(actor, company, solution, activity_type, cascade)
     return no_content()
 
 

@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from oste.api.context import company_in_path, ctx, solution_in_path
+from oste.api.auth import company_in_path, solution_in_path
+from oste.api.context import ctx
 from oste.api.requests import check_storable, iso, paging
 from oste.api.tenants import COMPANY, SOLUTION, json
 from oste.domain.audit import ADMIN, API_KEY, AuditEntry, AuditFilter

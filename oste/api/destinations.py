@@ -12,7 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api.context import actor_of, body, company_in_path, ctx, principal
+from oste.api.auth import actor_of, company_in_path, principal
+from oste.api.context import body, ctx
 from oste.api.requests import iso, paging
 from oste.api.tenants import json
 from oste.domain import schemas

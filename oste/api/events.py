@@ -22,7 +22,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from oste.api.context import ctx, key_alive, solution_in_path
+from oste.api.auth import key_alive, solution_in_path
+from oste.api.context import ctx
 from oste.api.feeds import READ_LIMIT
 from oste.api.tenants import SOLUTION
 from oste.domain import records as r

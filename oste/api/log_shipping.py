@@ -13,7 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api.context import ctx, solution_in_path
+from oste.api.auth import solution_in_path
+from oste.api.context import ctx
 from oste.api.requests import iso
 from oste.domain import schemas
 from oste.domain.durations import format_duration

@@ -14,7 +14,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.context import body, ctx, principal, self_audited, solution_in_path, solution_scope
+from oste.api.auth import principal, solution_in_path, solution_scope
+from oste.api.context import body, ctx, self_audited
 from oste.api.requests import paging, parse_duration, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from oste.api.requests import Principal, iso
+from oste.api.callers import Principal
+from oste.api.requests import iso
 from oste.domain import records as r
 from oste.domain.durations import format_duration
 from oste.domain.receiver_auth import shown_auth

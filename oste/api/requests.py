@@ -1,47 +1,26 @@
-"""Reading requests: JSON bodies (415/413/400 as problems), query parameters, auth, times."""
+"""Reading requests: JSON bodies (415/413/400 as problems), query parameters, names in the path, times."""
 
 from __future__ import annotations
 
-import functools
-import hmac
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 
 from oste.api.problems import HttpProblem
+from oste.domain.fields import iso as iso
 from oste.domain.fields import parse_duration as parse_duration
 from oste.domain.fields import parse_time as parse_time
 from oste.domain.json_values import check_storable, refuse_duplicate_keys
 from oste.domain.parameters import SLUG
-from oste.domain.records import Company
-from oste.errors import FieldError, Forbidden, InvalidInput, NotFound, TooMany, Unauthorized
-from oste.operations.throttle import SignInThrottle
+from oste.errors import FieldError, InvalidInput, NotFound
 from oste.operations.validation import INLINE_BYTES, body_problem, give_back, on_worker, take
-from oste.storage import MAX_PAGE, Store
+from oste.storage import MAX_PAGE
 
 DRAIN_LIMIT = 16 * 1024 * 1024
 """How much of an oversized body is read and dropped so that the 413 reaches the client."""
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the operator (admin token) or one company (its API key)."""
-
-    company: Company | None = None
-    api_key_id: uuid.UUID | None = None
-    """The key a company caller used (the audit names it)."""
-    api_key_name: str | None = None
-    scopes: tuple[str, ...] = ("read", "write", "keys")
-    last_used_at: datetime | None = None
-
-    @property
-    def is_admin(self) -> bool:
-        return self.company is None
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:
@@ -124,69 +103,12 @@ async def _discard(stream: AsyncIterator[bytes]) -> None:
             return
 
 
-async def authenticate(
-    request: Request, store: Store, admin_token: str, throttle: SignInThrottle | None = None
-) -> Principal:
-    """Resolve the bearer token to a Principal; 401 when missing or unknown, 429 (before the token is
-    checked) when the client's address sent too many wrong ones (``throttle`` counts them)."""
-    token = bearer_token(request)
-    if not token:
-        raise Unauthorized("send 'Authorization: Bearer <token>' with the admin token or a company API key")
-    address = client_address(request)
-    refuse_if_throttled(throttle, address)
-    if hmac.compare_digest(token.encode(), admin_token.encode()):
-        return Principal()
-    found = await store.api_key_of(token) if token.startswith("oste_") else None
-    if found is None:
-        if throttle is not None:
-            throttle.failed(address)
-        raise Unauthorized("the bearer token is not the admin token nor a valid (unrevoked) API key")
-    company, key = found
-    return Principal(company, key.id, key.name, key.scopes, key.last_used_at)
-
-
-def bearer_token(request: Request) -> str:
-    """The token of ``Authorization: Bearer <token>``; "" when there is none."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
-
-
-def client_address(request: Request) -> str | None:
-    """The caller's address, as the connection (or a trusted proxy's header, if configured) gives it."""
-    return request.client.host if request.client else None
-
-
-def refuse_if_throttled(throttle: SignInThrottle | None, address: str | None) -> None:
-    """429 with Retry-After while ``address`` has sent too many wrong tokens: checked before its token."""
-    seconds = throttle.retry_after(address) if throttle is not None else 0
-    if seconds and throttle is not None:
-        raise TooMany(
-            f"too many wrong tokens from {address or 'this address'} (it may send {throttle.burst}, then "
-            f"one every {throttle.refill_seconds:g} s): every token it sends, a valid one too, is refused "
-            f"without being checked for {seconds} s; retry after {seconds} s",
-            retry_after=seconds,
-        )
-
-
 def slug_in_path(request: Request, name: str, what: str) -> str:
     """A name from the path. One that is not a slug cannot exist: 404 without asking the database."""
     value = request.path_params[name]
     if not SLUG.fullmatch(value):
         raise NotFound(f"{what} {value!r} not found")
     return value
-
-
-def require_admin(principal: Principal) -> None:
-    if not principal.is_admin:
-        raise Forbidden(
-            "this operation is reserved to the operator (admin token); company API keys cannot do it"
-        )
-
-
-def check_company_access(principal: Principal, company: Company) -> None:
-    """A company key reaches its own company only; others answer 404 as if missing."""
-    if principal.company is not None and principal.company.id != company.id:
-        raise NotFound(f"company {company.name!r} not found")
 
 
 def paging(request: Request) -> tuple[int, str | None]:
@@ -209,13 +131,3 @@ def parse_uuid(value: str, field: str, what: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise NotFound(f"{what} {value!r} not found") from None
-
-
-def iso(value: datetime | None) -> str | None:
-    return _iso(value) if value else None
-
-
-@functools.lru_cache(maxsize=4096)
-def _iso(value: datetime) -> str:
-    """Cached: a batch's activities share their creation instant and often their due instant."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

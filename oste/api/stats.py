@@ -13,59 +13,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from oste.api.context import company_in_path, ctx, principal, solution_in_path
-from oste.api.requests import iso, require_admin, slug_in_path
-from oste.domain.stats import OUTCOMES, WINDOWS, StatsReport
+from oste.api.auth import company_in_path, principal, require_admin, solution_in_path
+from oste.api.context import ctx
+from oste.api.requests import slug_in_path
+from oste.domain.stats import OUTCOMES, WINDOWS, StatsReport, render_report
 from oste.storage import COUNT_CAP, StatsService
 
 COMPANY = "/v1/companies/{company}"
 SOLUTION = COMPANY + "/solutions/{solution}"
 TYPE = SOLUTION + "/activity-types/{type}"
-
-
-def render_report(report: StatsReport) -> dict[str, Any]:
-    """A report as the stats API's JSON (the ``Stats`` schema)."""
-    queue = report.queue
-    counts = {"due": queue.due, "future": queue.future, "running": queue.running, "dead": queue.dead}
-    body: dict[str, Any] = {
-        "scope": report.scope,
-        "at": iso(report.at),
-        "windows": {
-            name: {"outcomes": tally.outcome_counts(), "lag": tally.lag()}
-            for name, tally in report.windows.items()
-        },
-        "queue": {name: count.value for name, count in counts.items()},
-        "queue_at_least": sorted(name for name, count in counts.items() if count.at_least),
-        "throttled": {"paused": report.throttled.paused.value, "limited": report.throttled.limited.value},
-        "series": [
-            {"minute": iso(point.minute), "outcomes": point.outcomes, "lag_p95": point.lag_p95}
-            for point in report.series
-        ],
-    }
-    if report.nodes is not None:
-        body["nodes"] = [
-            {
-                "id": node.id,
-                "name": node.name,
-                "role": node.role,
-                "started_at": iso(node.started_at),
-                "heartbeat_at": iso(node.heartbeat_at),
-                "partitions": node.partitions,
-                "claims_held": node.claims_held,
-            }
-            for node in report.nodes
-        ]
-    if report.rollers is not None:
-        body["rollers"] = {
-            kind: {
-                "waiting": backlog.waiting.value,
-                "waiting_at_least": backlog.waiting.at_least,
-                "pending_batches": backlog.pending_batches,
-                "failed_attempts": backlog.failed_attempts,
-            }
-            for kind, backlog in report.rollers.items()
-        }
-    return body
 
 
 def _answer(report: StatsReport) -> Response:

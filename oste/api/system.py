@@ -13,10 +13,10 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from oste.api.auth import bearer_token, client_address, refuse_if_throttled
 from oste.api.context import ctx
 from oste.api.openapi import build_spec
 from oste.api.problems import problem
-from oste.api.requests import bearer_token, client_address, refuse_if_throttled
 from oste.errors import Unauthorized, Unavailable
 
 DOCS_PAGE = """<!doctype html>

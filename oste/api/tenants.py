@@ -11,17 +11,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.context import (
+from oste.api.auth import (
     actor_of,
-    body,
     company_in_path,
-    ctx,
     principal,
-    self_audited,
+    require_admin,
     solution_in_path,
     solution_scope,
 )
-from oste.api.requests import paging, parse_duration, parse_uuid, query_flag, require_admin
+from oste.api.context import body, ctx, self_audited
+from oste.api.requests import paging, parse_duration, parse_uuid, query_flag
 from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.resource_values import solution_values
@@ -70,7 +69,7 @@ async def create_company(request: Request) -> Response:
     who = await principal(request)
     require_admin(who)
     data = schemas.check_shape(schemas.COMPANY_CREATE, await body(request))
-    company = await ctx(request).operations.settings.create_company(
+    company = await ctx(request).operations.tenants.create_company(
         actor_of(who), data["name"], data.get("qos_level", 1), data.get("paused", False)
     )
     return created(await _company(request, company), *company_path(company))
@@ -94,7 +93,7 @@ async def patch_company(request: Request) -> Response:
     data = schemas.check_shape(schemas.COMPANY_PATCH, await body(request))
     if "quotas" in data:
         data["quotas"] = check_quotas(data["quotas"])
-    updated = await ctx(request).operations.settings.update_company(actor_of(who), company, data)
+    updated = await ctx(request).operations.tenants.update_company(actor_of(who), company, data)
     return json(await _company(request, updated))
 
 
@@ -103,7 +102,7 @@ async def delete_company(request: Request) -> Response:
     who, company = await company_in_path(request)
     require_admin(who)
     cascade = query_flag(request, "cascade")
-    await ctx(request).operations.settings.delete_company(actor_of(who), company, cascade)
+    await ctx(request).operations.tenants.delete_company(actor_of(who), company, cascade)
     return no_content()
 
 
@@ -121,7 +120,7 @@ async def create_api_key(request: Request) -> Response:
     who, company = await company_in_path(request)
     data = schemas.check_shape(schemas.API_KEY_CREATE, await body(request))
     scopes = check_scopes(data["scopes"]) if "scopes" in data else DEFAULT_SCOPES
-    key, secret = await ctx(request).operations.settings.create_api_key(
+    key, secret = await ctx(request).operations.tenants.create_api_key(
         actor_of(who), company, data.get("name", "default"), scopes
     )
     return created(render.api_key(key, secret), *company_path(company), "api-keys", key.id)
@@ -131,7 +130,7 @@ async def create_api_key(request: Request) -> Response:
 async def revoke_api_key(request: Request) -> Response:
     who, company = await company_in_path(request)
     key_id = parse_uuid(request.path_params["key_id"], "key_id", "API key")
-    await ctx(request).operations.settings.revoke_api_key(actor_of(who), company, key_id)
+    await ctx(request).operations.tenants.revoke_api_key(actor_of(who), company, key_id)
     return no_content()
 
 
@@ -150,7 +149,7 @@ async def create_solution(request: Request) -> Response:
     who, company = await company_in_path(request)
     data = schemas.check_shape(schemas.SOLUTION_CREATE, await body(request))
     values = solution_values(data, creating=True)
-    solution = await ctx(request).operations.settings.create_solution(actor_of(who), company, values)
+    solution = await ctx(request).operations.tenants.create_solution(actor_of(who), company, values)
     return created(render.solution(solution, company.name, who), *solution_path(company, solution))
 
 
@@ -164,7 +163,7 @@ async def patch_solution(request: Request) -> Response:
     who, solution = await solution_in_path(request)
     data = schemas.check_shape(schemas.SOLUTION_PATCH, await body(request))
     changes = solution_values(data, creating=False)
-    updated = await ctx(request).operations.settings.update_solution(
+    updated = await ctx(request).operations.tenants.update_solution(
         actor_of(who), request.state.company, solution, changes, list(data)
     )
     return json(render.solution(updated, request.path_params["company"], who))
@@ -177,7 +176,7 @@ async def rotate_signing_secret(request: Request) -> Response:
     grace = ctx(request).signing_secret_grace
     if "grace" in request.query_params:
         grace = parse_duration(request.query_params["grace"], "grace", r.MAX_SIGNING_SECRET_GRACE)
-    updated = await ctx(request).operations.settings.rotate_signing_secret(
+    updated = await ctx(request).operations.tenants.rotate_signing_secret(
         actor_of(who), company, solution, grace
     )
     return json(render.solution(updated, request.path_params["company"], who))
@@ -187,7 +186,7 @@ async def rotate_signing_secret(request: Request) -> Response:
 async def delete_solution(request: Request) -> Response:
     actor, company, solution = await solution_scope(request)
     cascade = query_flag(request, "cascade")
-    await ctx(request).operations.settings.delete_solution(actor, company, solution, cascade)
+    await ctx(request).operations.tenants.delete_solution(actor, company, solution, cascade)
     return no_content()
 
 

@@ -30,7 +30,13 @@ from oste.bench.inprocess import COMPANY, SOLUTION, App, call, make_tenant, serv
 from oste.bench.processes import fresh_database
 from oste.domain.clock import SystemClock
 from oste.domain.log_shipping import RollerKind
-from oste.engine.log_shipping import DeadLetterRoller, LogRoller, RollerConfig, RollResult, SuccessRoller
+from oste.engine.log_shipping import (
+    DeadLetterShipper,
+    LogShipper,
+    LogShippingConfig,
+    ShipResult,
+    SuccessShipper,
+)
 from oste.storage import RollerStore
 
 Result = dict[str, Any]
@@ -278,10 +284,20 @@ async def rollers(harness: Harness) -> Result:
     rows = []
     async with _seeded(harness, count, 10 * count, mix, facts, target=target, **solution) as (app, db, *_):
         await harness.receiver.reset()
-        config = RollerConfig.from_settings(app.settings, max_batches=count)
+        settings = app.settings
+        retry_base, retry_max = settings.roller_retry
+        config = LogShippingConfig(  # as the engine's (``oste.server.engine_config_of``), unbounded batches
+            interval=settings.roller_interval,
+            max_records=settings.roller_batch_records,
+            max_bytes=settings.roller_batch_bytes,
+            retry_base=retry_base,
+            retry_max=retry_max,
+            allowed_targets=settings.allowed_targets,
+            max_batches=count,
+        )
         facts["rss_mb before the rollers"] = round(psutil.Process().memory_info().rss / 2**20, 1)
         clear_peak_rss()
-        for roller_class in (SuccessRoller, DeadLetterRoller):
+        for roller_class in (SuccessShipper, DeadLetterShipper):
             rows.append(await _roll(harness, roller_class, config, mix.counts(count)))
         facts["peak_rss_mb (during the rollers)"] = peak_rss_mb()
         facts["left: activities"] = await db.count("activity")
@@ -294,14 +310,14 @@ async def rollers(harness: Harness) -> Result:
 
 
 async def _roll(
-    harness: Harness, roller_class: type[LogRoller], config: RollerConfig, counts: dict[str, int]
+    harness: Harness, roller_class: type[LogShipper], config: LogShippingConfig, counts: dict[str, int]
 ) -> dict[str, Any]:
     clock = SystemClock()
     store = _TimedStore(clock)
     roller = roller_class(config, clock, "bench-roller", store=store)
     expected = counts["succeeded" if roller.kind == RollerKind.SUCCESS else "dead"]
     bar = harness.view.phase(f"{roller.name}: records shipped", expected)
-    total = RollResult()
+    total = ShipResult()
     began = time.perf_counter()
     store.on_purged = bar.advance
     while True:

@@ -262,9 +262,9 @@ def spec_yaml() -> str:
     """The OpenAPI document as YAML, exactly as `openapi/openapi.yaml` holds it."""
     import yaml
 
-    from oste.api.openapi import build_spec
+    from oste.server import openapi_document
 
-    return yaml.safe_dump(build_spec(), sort_keys=False, allow_unicode=True, width=100)
+    return yaml.safe_dump(openapi_document(), sort_keys=False, allow_unicode=True, width=100)
 
 
 async def run_http(settings: Settings, engine: bool) -> None:
@@ -406,17 +406,18 @@ async def _migrate(settings: Settings) -> None:
 
 async def _import(settings: Settings, args: argparse.Namespace) -> int:
     """`oste import`: 0 when every line was stored, 3 when some were rejected (the rest are stored)."""
-    from oste.cli.transfer import import_file  # the API room's checks: loaded only by this command
-    from oste.domain.tenancy import QuotaDefaults
+    from oste.cli.transfer import import_file  # the create checks: loaded only by this command
+    from oste.domain.clock import SystemClock
+    from oste.server import build_operations
 
     result = await import_file(
         settings.database_url,
+        build_operations(settings, SystemClock()),  # OSTE_QUOTA_*, as the server applies them
         args.file,
         args.company,
         args.solution,
         rejects=args.rejects,
         progress=not args.no_progress,
-        quota_defaults=QuotaDefaults.of_settings(settings),  # OSTE_QUOTA_*, as the server applies them
     )
     return 3 if result.rejected else 0
 

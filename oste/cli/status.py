@@ -12,8 +12,8 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
-from oste.api.stats import render_report
 from oste.domain.clock import SystemClock
+from oste.domain.stats import render_report
 from oste.errors import OsteError, Unavailable
 from oste.storage import StatsService, close_database, open_database
 

@@ -21,15 +21,14 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from oste.api.activities import activity_filter
-from oste.api.requests import iso
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
-from oste.domain.tenancy import QuotaDefaults
+from oste.domain.fields import iso
 from oste.errors import Conflict, FieldError, InvalidInput, NotFound
-from oste.operations import SYSTEM, OperationContext, Operations
+from oste.operations import SYSTEM, Operations
 from oste.operations.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
-from oste.storage import MAX_PAGE, Storage, Store, close_database, open_database
+from oste.operations.filters import activity_filter, type_ids
+from oste.storage import MAX_PAGE, Store, close_database, open_database
 
 CHUNK_LINES = 1000
 """Lines read, validated and written together (one transaction per chunk for unkeyed lines)."""
@@ -76,26 +75,23 @@ class Importer:
     ``on_reject`` hears every rejected line, in line order, once its chunk is stored; ``on_progress`` hears
     how many bytes of input each chunk consumed. Database errors (Unavailable) propagate: every chunk
     before the failing one is stored, which ``result.lines`` tells. So does the quota's TooMany once a
-    chunk does not fit ``max_scheduled_activities`` (its lines are not stored); ``quota_defaults`` are
-    the deployment's (``OSTE_QUOTA_*``), under each company's own quotas.
+    chunk does not fit ``max_scheduled_activities`` (its lines are not stored); the quota defaults are
+    those of ``operations`` (the deployment's ``OSTE_QUOTA_*``), under each company's own quotas.
     """
 
     def __init__(
         self,
-        store: Store,
+        operations: Operations,
         solution: r.Solution,
         on_reject: Callable[[Rejected], None],
         on_progress: Callable[[int], None] = lambda consumed: None,
         chunk_lines: int = CHUNK_LINES,
-        quota_defaults: QuotaDefaults | None = None,
     ) -> None:
-        self.store = store
+        self.store = operations.context.store
         self.solution = solution
-        defaults = quota_defaults or QuotaDefaults()
-        context = OperationContext(Storage(store.clock, defaults), quota_defaults=defaults)
-        self.activities = Operations(context).activities
+        self.activities = operations.activities
         self._company: r.Company | None = None
-        self.cache = TypeCache(store, solution)
+        self.cache = TypeCache(self.store, solution)
         self.on_reject = on_reject
         self.on_progress = on_progress
         self.chunk_lines = chunk_lines
@@ -262,12 +258,12 @@ async def _solution(store: Store, company: str, solution: str) -> r.Solution:
 
 async def import_file(
     database_url: str,
+    operations: Operations,
     path: str,
     company: str,
     solution: str,
     rejects: str | None = None,
     progress: bool = True,
-    quota_defaults: QuotaDefaults | None = None,
 ) -> ImportResult:
     """`oste import`: stream ``path`` (``-`` = standard input) into a solution, with a progress bar
     and every rejected line on standard error (and as JSON lines in ``rejects``, if given)."""
@@ -298,11 +294,8 @@ async def import_file(
     started = time.monotonic()
     await open_database(database_url, require_current=True)
     try:
-        store = Store(SystemClock())
-        target = await _solution(store, company, solution)
-        importer = Importer(
-            store, target, reject, lambda n: bar.advance(task, n), quota_defaults=quota_defaults
-        )
+        target = await _solution(operations.context.store, company, solution)
+        importer = Importer(operations, target, reject, lambda n: bar.advance(task, n))
         with bar:
             result = await importer.run(source)
     finally:
@@ -328,8 +321,7 @@ async def export_file(
     try:
         store = Store(SystemClock())
         target = await _solution(store, company, solution)
-        page = await store.list_activity_types(target, MAX_PAGE)
-        chosen = export_filter(filters, {t.name: t.id for t in page.items})
+        chosen = export_filter(filters, await type_ids(store, target))
         sink: BinaryIO = open(output, "wb") if output else sys.stdout.buffer  # noqa: ASYNC230, SIM115 - one-shot command; closed below
         try:
             count = await export_activities(store, target, chosen, sink.write)

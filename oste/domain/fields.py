@@ -5,6 +5,7 @@ Each raises ``InvalidInput`` naming the field, with a reason the caller can act 
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,3 +64,13 @@ def parse_duration(value: Any, field: str, maximum: float | None = None) -> floa
     if maximum is not None and seconds > maximum:
         raise InvalidInput.field(field, f"must be at most {timedelta(seconds=maximum)}")
     return seconds
+
+
+def iso(value: datetime | None) -> str | None:
+    return _iso(value) if value else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso(value: datetime) -> str:
+    """Cached: a batch's activities share their creation instant and often their due instant."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -13,6 +13,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
+
+from oste.domain.fields import iso
 
 OUTCOMES: tuple[str, ...] = ("ok", "failed", "retry", "error")
 """Outcome names, in the order rollups and reports list them."""
@@ -205,3 +208,48 @@ def series_of(
             )
         )
     return points
+
+
+def render_report(report: StatsReport) -> dict[str, Any]:
+    """A report as the stats API's JSON (the ``Stats`` schema)."""
+    queue = report.queue
+    counts = {"due": queue.due, "future": queue.future, "running": queue.running, "dead": queue.dead}
+    body: dict[str, Any] = {
+        "scope": report.scope,
+        "at": iso(report.at),
+        "windows": {
+            name: {"outcomes": tally.outcome_counts(), "lag": tally.lag()}
+            for name, tally in report.windows.items()
+        },
+        "queue": {name: count.value for name, count in counts.items()},
+        "queue_at_least": sorted(name for name, count in counts.items() if count.at_least),
+        "throttled": {"paused": report.throttled.paused.value, "limited": report.throttled.limited.value},
+        "series": [
+            {"minute": iso(point.minute), "outcomes": point.outcomes, "lag_p95": point.lag_p95}
+            for point in report.series
+        ],
+    }
+    if report.nodes is not None:
+        body["nodes"] = [
+            {
+                "id": node.id,
+                "name": node.name,
+                "role": node.role,
+                "started_at": iso(node.started_at),
+                "heartbeat_at": iso(node.heartbeat_at),
+                "partitions": node.partitions,
+                "claims_held": node.claims_held,
+            }
+            for node in report.nodes
+        ]
+    if report.rollers is not None:
+        body["rollers"] = {
+            kind: {
+                "waiting": backlog.waiting.value,
+                "waiting_at_least": backlog.waiting.at_least,
+                "pending_batches": backlog.pending_batches,
+                "failed_attempts": backlog.failed_attempts,
+            }
+            for kind, backlog in report.rollers.items()
+        }
+    return body

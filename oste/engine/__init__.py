@@ -1,6 +1,6 @@
 """The dispatch engine: long-running services on the dispatch Store contract.
 
-``Engine`` is all a process needs: ``Engine(settings)``, ``await start()``, ``notify_due(when)``,
+``Engine`` is all a process needs: ``Engine(config)``, ``await start()``, ``notify_due(when)``,
 ``await stop(grace)``; ``await drain()`` fires everything due now (tests, scripts).
 """
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from oste.domain.claims import Claim, Completion, CompletionResult
 from oste.engine.config import CompletionConfig
-from oste.engine.metrics import DeliveryRecorder
+from oste.engine.deliveries import DeliveryRecorder
 from oste.errors import Unavailable
 from oste.storage import DispatchStore
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from oste.domain.destinations import BreakerPolicy
-from oste.settings import Settings
+from oste.domain.tenancy import QuotaDefaults
+from oste.engine.expander import ExpanderConfig
+from oste.engine.log_shipping import LogShippingConfig
 
 DEFAULT_LOOKAHEAD = 1.0
 """Seconds ahead the poller claims: each claim then fires from a local timer at its exact instant."""
@@ -47,6 +48,10 @@ DEFAULT_PARTITION_TTL = 10.0
 """How long a partition lease lasts unless renewed by its holder's heartbeat."""
 DEFAULT_PRUNE_AFTER = 3600.0
 """Dead nodes are deleted from the node table after this many seconds of silence."""
+DEFAULT_AUDIT_RETENTION = 90 * 86400.0
+"""Seconds audit entries are kept (``OSTE_AUDIT_RETENTION``; 0 keeps them for good)."""
+DEFAULT_NODE_NAME = "oste"
+"""The node's name in the node table unless ``OSTE_NODE_NAME`` (default: the host name) says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,11 @@ class BalancerConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Everything the engine's services are tuned by. ``from_settings`` is what the CLI uses."""
+    """Everything the engine's services are tuned by: the engine reads this, never ``Settings`` (the
+    composition root builds it from them: ``oste.server.engine_config_of``)."""
 
+    node_name: str = DEFAULT_NODE_NAME
+    """``OSTE_NODE_NAME``: how this node is named in the node table and ``oste status``."""
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     role: str = "worker"
     poller: PollerConfig = field(default_factory=PollerConfig)
@@ -106,30 +114,13 @@ class EngineConfig:
     """Destinations' circuit breakers (``OSTE_BREAKER_*``)."""
     destination_max_in_flight: int | None = None
     """Requests in flight per destination across every node (None: no cap unless a destination has one)."""
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **changes: Any) -> EngineConfig:
-        """Defaults, with the node's in-flight cap, SSRF allowances and timings from the settings."""
-        base = cls(
-            lease_seconds=settings.claim_lease,
-            poller=PollerConfig(interval=settings.poll_interval),
-            executor=ExecutorConfig(
-                max_in_flight=settings.max_in_flight,
-                allowed_targets=settings.allowed_targets,
-                ca_file=str(settings.ca_file) if settings.ca_file else None,
-            ),
-            rescuer=RescuerConfig(interval=settings.rescue_interval),
-            balancer=BalancerConfig(
-                interval=settings.heartbeat_interval,
-                node_ttl=settings.node_timeout,
-                partition_ttl=settings.node_timeout,
-            ),
-            breaker=BreakerPolicy(
-                settings.breaker_failures, settings.breaker_cooldown, settings.breaker_max_cooldown
-            ),
-            destination_max_in_flight=settings.destination_max_in_flight,
-        )
-        return dataclasses.replace(base, **changes)
+    expander: ExpanderConfig = field(default_factory=ExpanderConfig)
+    log_shipping: LogShippingConfig = field(default_factory=LogShippingConfig)
+    """The log shippers (``OSTE_ROLLER_*``)."""
+    audit_retention: float = DEFAULT_AUDIT_RETENTION
+    """``OSTE_AUDIT_RETENTION``: the audit pruner deletes older entries (0: never)."""
+    quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
+    """``OSTE_QUOTA_*``: the quotas of the storage an engine builds when it is handed none."""
 
     @property
     def lease_refresh_interval(self) -> float:

@@ -1,10 +1,10 @@
-"""SuccessRoller and DeadLetterRoller: ship each solution's old records in batches, then purge them.
+"""SuccessShipper and DeadLetterShipper: ship each solution's old records in batches, then purge them.
 
-Every ``OSTE_ROLLER_INTERVAL`` each roller goes through the solutions. For each, under a lease in the
+Every ``OSTE_ROLLER_INTERVAL`` each shipper goes through the solutions. For each, under a lease in the
 store (one node at a time per solution and kind), it
 
 1. purges without shipping what has no receiver: cancelled activities after the success period (the
-   success roller), and everything of its kind when the solution has no URI for it;
+   success shipper), and everything of its kind when the solution has no URI for it;
 2. ships batches to the URI: the oldest ended records by id, at most ``max_records`` of them and
    ``max_bytes`` of JSON; the batch (id and records) is written to the store before it is sent;
 3. purges a batch's records only after the receiver answered 2xx. A refused, failed or timed-out
@@ -33,7 +33,7 @@ from oste.domain.clock import Clock
 from oste.domain.ids import new_id
 from oste.domain.targets import TargetPolicy
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
-from oste.settings import Settings
+from oste.engine.metrics import shipped
 from oste.storage import DEFAULT_PURGE_CHUNK, RollerStore
 
 log = logging.getLogger("oste.engine.log_shipping")
@@ -41,7 +41,7 @@ log = logging.getLogger("oste.engine.log_shipping")
 DEFAULT_MAX_RECORDS = 1000
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 DEFAULT_LEASE_SECONDS = 300.0
-"""How long a roller holds a solution; renewed before every batch (a batch takes one request)."""
+"""How long a shipper holds a solution; renewed before every batch (a batch takes one request)."""
 DEFAULT_REQUEST_TIMEOUT = 60.0
 DEFAULT_RETRY_BASE = 60.0
 """Seconds before the first retry of a failed batch; doubled per failure up to ``DEFAULT_RETRY_MAX``
@@ -50,13 +50,14 @@ DEFAULT_RETRY_MAX = 6 * 3600.0
 DEFAULT_LOAD_CHUNK = 100
 """Records read per query while a batch is built (memory holds one chunk beyond the batch)."""
 DEFAULT_MAX_BATCHES = 1000
-"""Batches one run ships per solution at most, so one huge backlog cannot hold a roller forever."""
+"""Batches one run ships per solution at most, so one huge backlog cannot hold a shipper forever."""
 ERROR_EXCERPT = 300
 
 
 @dataclass(frozen=True)
-class RollerConfig:
-    """What a log roller is tuned by. ``from_settings`` is what the engine uses."""
+class LogShippingConfig:
+    """What a log shipper is tuned by (the engine's come from ``OSTE_ROLLER_*``, through
+    ``oste.server.engine_config_of``)."""
 
     interval: float = 3600.0
     max_records: int = DEFAULT_MAX_RECORDS
@@ -74,23 +75,9 @@ class RollerConfig:
     ca_file: str | None = None
     """Certificate authorities trusted besides the system's (``OSTE_CA_FILE``), as the executor does."""
 
-    @classmethod
-    def from_settings(cls, settings: Settings, **changes: Any) -> RollerConfig:
-        retry_base, retry_max = settings.roller_retry
-        base = cls(
-            interval=settings.roller_interval,
-            max_records=settings.roller_batch_records,
-            max_bytes=settings.roller_batch_bytes,
-            retry_base=retry_base,
-            retry_max=retry_max,
-            allowed_targets=settings.allowed_targets,
-            ca_file=str(settings.ca_file) if settings.ca_file else None,
-        )
-        return dataclasses.replace(base, **changes)
-
 
 @dataclass(frozen=True)
-class RollResult:
+class ShipResult:
     """What one run did, over every solution."""
 
     batches_shipped: int = 0
@@ -114,8 +101,8 @@ class RollResult:
             parts.append(f"skipped {self.solutions_busy:,} solutions another node is rolling")
         return ", ".join(parts) or "nothing to do"
 
-    def __add__(self, other: RollResult) -> RollResult:
-        return RollResult(
+    def __add__(self, other: ShipResult) -> ShipResult:
+        return ShipResult(
             *(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True))
         )
 
@@ -127,15 +114,15 @@ class _Batch:
     document: bytes
 
 
-class LogRoller:
-    """Ships and purges one kind of record (see the module docstring). Use ``SuccessRoller`` or
-    ``DeadLetterRoller``; ``owner`` is the node id the leases are taken in the name of."""
+class LogShipper:
+    """Ships and purges one kind of record (see the module docstring). Use ``SuccessShipper`` or
+    ``DeadLetterShipper``; ``owner`` is the node id the leases are taken in the name of."""
 
     kind: ClassVar[ls.RollerKind]
 
     def __init__(
         self,
-        config: RollerConfig,
+        config: LogShippingConfig,
         clock: Clock,
         owner: str,
         store: RollerStore | None = None,
@@ -151,31 +138,39 @@ class LogRoller:
 
     @property
     def name(self) -> str:
+        """As the logs name it (``success roller``, ``dead-letter roller``: the log lines keep the words
+        operators already search for)."""
         return f"{self.kind.replace('_', '-')} roller"
 
-    async def run_once(self) -> RollResult:
+    @property
+    def interval(self) -> float:
+        """Seconds between two runs (``OSTE_ROLLER_INTERVAL``)."""
+        return self.config.interval
+
+    async def run_once(self) -> ShipResult:
         """Roll every solution once; a solution whose receiver fails does not stop the others."""
-        total = RollResult()
+        total = ShipResult()
         try:
             for target in await self.store.roll_targets(self.kind):
                 total += await self.roll(target)
         finally:
             await self._close()
-        if total != RollResult():
+        shipped(str(self.kind), total.batches_shipped, total.records_shipped, total.batches_failed)
+        if total != ShipResult():
             log.info("%s: %s", self.name, total.describe())
         return total
 
-    async def roll(self, target: ls.RollTarget) -> RollResult:
+    async def roll(self, target: ls.RollTarget) -> ShipResult:
         """Roll one solution: purge what has no receiver, ship what has one (under the lease)."""
         state = await self.store.take_lease(target, self.owner, self.config.lease_seconds)
         if state is None:
-            return RollResult(solutions_busy=1)
+            return ShipResult(solutions_busy=1)
         try:
             purged = await self._purge_expired(target, ls.PURGED_STATES[self.kind])
             if target.uri is None:
                 purged += await self._purge_expired(target, ls.SHIPPED_STATES[self.kind])
-                return RollResult(records_purged=purged)
-            return await self._ship_all(target, state) + RollResult(records_purged=purged)
+                return ShipResult(records_purged=purged)
+            return await self._ship_all(target, state) + ShipResult(records_purged=purged)
         finally:
             await self.store.release_lease(target, self.owner)
 
@@ -194,8 +189,8 @@ class LogRoller:
                 break
         return purged
 
-    async def _ship_all(self, target: ls.RollTarget, state: ls.RollerState) -> RollResult:
-        result = RollResult()
+    async def _ship_all(self, target: ls.RollTarget, state: ls.RollerState) -> ShipResult:
+        result = ShipResult()
         states = ls.SHIPPED_STATES[self.kind]
         after = None  # within a run, each batch starts after the last one (ids only grow)
         for _ in range(self.config.max_batches):
@@ -231,10 +226,10 @@ class LogRoller:
                     self.kind,
                     extra={"solution": target.solution, "solution_id": str(target.solution_id)},
                 )
-                return result + RollResult(batches_failed=1)
+                return result + ShipResult(batches_failed=1)
             await self.store.purge(batch.ids, states, self.config.purge_chunk)
             await self.store.batch_shipped(target, batch.id, len(batch.ids))
-            result += RollResult(batches_shipped=1, records_shipped=len(batch.ids))
+            result += ShipResult(batches_shipped=1, records_shipped=len(batch.ids))
             after = max(batch.ids)
             renewed = await self.store.take_lease(target, self.owner, self.config.lease_seconds)
             if renewed is None:
@@ -315,7 +310,7 @@ class LogRoller:
                 return f"HTTP {response.status} {response.reason or ''}: {excerpt}".strip()
         except TimeoutError:
             return f"no answer within {self.config.request_timeout:g} s"
-        except Exception as exc:  # any failure to deliver is retried, never a crash of the roller
+        except Exception as exc:  # any failure to deliver is retried, never a crash of the shipper
             return refusal_in(exc) or f"{type(exc).__name__}: {exc}"
         finally:
             TARGET_HOST.reset(host)
@@ -340,20 +335,20 @@ class LogRoller:
             self._session = None
 
 
-class SuccessRoller(LogRoller):
+class SuccessShipper(LogShipper):
     """Ships succeeded activities to each solution's ``success_uri`` after its ``success_period``, then
     purges them; purges cancelled ones after that period too."""
 
     kind = ls.RollerKind.SUCCESS
 
 
-class DeadLetterRoller(LogRoller):
+class DeadLetterShipper(LogShipper):
     """Ships dead letters to each solution's ``dead_letter_uri`` after its ``dead_letter_period``, then
     purges them."""
 
     kind = ls.RollerKind.DEAD_LETTER
 
 
-def rollers_for(config: RollerConfig, clock: Clock, owner: str, store: RollerStore) -> list[LogRoller]:
-    """The two rollers of a node, on its storage's log-shipping part."""
-    return [SuccessRoller(config, clock, owner, store), DeadLetterRoller(config, clock, owner, store)]
+def shippers_for(config: LogShippingConfig, clock: Clock, owner: str, store: RollerStore) -> list[LogShipper]:
+    """The two log shippers of a node, on its storage's log-shipping part."""
+    return [SuccessShipper(config, clock, owner, store), DeadLetterShipper(config, clock, owner, store)]

@@ -1,6 +1,6 @@
 """Engine: runs the dispatch services of one node (an ``oste serve`` or ``oste worker`` process).
 
-    engine = Engine(settings)          # after open_database(settings.database_url)
+    engine = Engine(config, storage=storage)   # after open_database(...); config: EngineConfig
     await engine.start()               # register the node, take partitions, start firing
     engine.notify_due(when)            # the API created an activity due soon
     await engine.stop(grace=30)        # stop claiming, finish in flight, hand back the rest
@@ -14,25 +14,24 @@ import asyncio
 import logging
 import random
 import secrets
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
 
 from oste.domain.claims import Claim, Completion, NodeInfo
 from oste.domain.clock import Clock, CorrectedClock
 from oste.domain.partitions import ALL_PARTITIONS
-from oste.domain.tenancy import QuotaDefaults
 from oste.engine.balancer import PartitionBalancer
 from oste.engine.clocksync import ClockSync
 from oste.engine.completions import CompletionWriter
 from oste.engine.config import EngineConfig
 from oste.engine.deferrals import DeferralWriter
+from oste.engine.deliveries import DeliveryRecorder
 from oste.engine.destinations import DestinationGate, DestinationKeeper
 from oste.engine.executor import Executor
-from oste.engine.expander import Expander, ExpanderConfig
-from oste.engine.log_shipping import LogRoller, RollerConfig, RollResult, rollers_for
+from oste.engine.expander import Expander
+from oste.engine.log_shipping import shippers_for
 from oste.engine.maintenance import (
     AUDIT_PRUNE_INTERVAL,
     EVENT_PRUNE_INTERVAL,
@@ -41,11 +40,12 @@ from oste.engine.maintenance import (
     LeaseKeeper,
     Rescuer,
 )
-from oste.engine.metrics import DeliveryRecorder, shipped, watch
+from oste.engine.metrics import Readings, watch
 from oste.engine.poller import ClaimBook, Poller
+from oste.engine.rollups import RollupWriter
+from oste.engine.services import Service, run_periodically
 from oste.errors import Unavailable
-from oste.settings import Settings
-from oste.storage import DispatchStore, Storage
+from oste.storage import DispatchStore, StatsStore, Storage
 
 log = logging.getLogger("oste.engine")
 
@@ -65,21 +65,18 @@ class Engine:
 
     def __init__(
         self,
-        settings: Settings,
+        config: EngineConfig | None = None,
         clock: Clock | None = None,
         storage: Storage | None = None,
-        config: EngineConfig | None = None,
         rng: random.Random | None = None,
-        expander: ExpanderConfig | None = None,
     ) -> None:
-        self.settings = settings
-        self.expander_config = expander or ExpanderConfig()
+        self.config = config or EngineConfig()
+        """Everything the services are tuned by (the composition root builds it from the settings)."""
         self.expander: Expander | None = None
         self.clock = clock or (storage.clock if storage is not None else CorrectedClock())
         """The node's clock: by default its own, corrected to the database's time (``ClockSync``)."""
-        self.storage = storage or Storage(self.clock, QuotaDefaults.of_settings(settings))
+        self.storage = storage or Storage(self.clock, self.config.quota_defaults)
         """The parts of storage the engine uses: ``dispatch``, ``occurrences``, ``log_shipping``."""
-        self.config = config or EngineConfig.from_settings(settings)
         self.rng = rng or random.Random()
         self.node: NodeInfo | None = None
         self.book = ClaimBook()
@@ -92,8 +89,11 @@ class Engine:
         self.gate: DestinationGate | None = None
         self.keeper: DestinationKeeper | None = None
         self.deferrals: DeferralWriter | None = None
-        self.recorder = DeliveryRecorder()
-        """Metrics, delivery log lines and per-minute rollups of every written completion."""
+        stats = StatsStore()
+        self.rollups = RollupWriter(stats)
+        """The delivery statistics' per-minute rollups, written by their own service."""
+        self.recorder = DeliveryRecorder(stats, self.rollups)
+        """Metrics, delivery log lines and rollups of every written completion."""
 
     @property
     def store(self) -> DispatchStore:
@@ -109,21 +109,32 @@ class Engine:
         return self.balancer.partitions() if self.balancer is not None else ()
 
     async def start(self) -> None:
-        """Register the node, take its share of partitions and start every service loop."""
+        """Register the node, take its share of partitions, start the dispatch path and every periodic
+        service (``services``)."""
         if self.running:
             return
-        cfg = self.config
         self._loop = asyncio.get_running_loop()
         sync = ClockSync(self.clock, self.store) if isinstance(self.clock, CorrectedClock) else None
         if sync is not None:  # on the database's time before the first lease or claim
             await _guarded(sync.run_once(), "reading the database's clock")
-        self.node = await self.store.register_node(self.settings.node_name, cfg.role)
+        self.node = await self.store.register_node(self.config.node_name, self.config.role)
+        await self._start_dispatch()
+        for service in self.services(sync):
+            self._spawn(service.name, run_periodically(service))
+        watch(self._readings())
+        log.info("engine started: node %s with %d partitions", self.node.id, len(self.partitions()))
+
+    async def _start_dispatch(self) -> None:
+        """The dispatch path: executor, destination keeper, completion and deferral writers, partitions
+        (taken once), recurring activities caught up, then the poller."""
+        cfg, node = self.config, self.node
+        assert node is not None
         self.gate = DestinationGate(cfg.breaker, cfg.destination_max_in_flight, self.clock, self.rng)
-        self.deferrals = DeferralWriter(self.store, self.node.id, self._written, self.storage.destinations)
+        self.deferrals = DeferralWriter(self.store, node.id, self._written, self.storage.destinations)
         self.executor = Executor(
             cfg.executor,
             self.clock,
-            self.node.id,
+            node.id,
             self._completed,
             self.rng,
             on_room=self._room_to_claim,
@@ -132,22 +143,20 @@ class Engine:
             may_send=self._may_send,
             latest=self.store.latest_target,
         )
-        self.keeper = DestinationKeeper(
-            self.gate, self.storage.destinations, self.node.id, self.executor.pump
-        )
+        self.keeper = DestinationKeeper(self.gate, self.storage.destinations, node.id, self.executor.pump)
         self.gate.wake = self.keeper.wake
         await _guarded(self.keeper.run_once(), "reading the destinations' circuit breakers")
         await self.executor.open()
         self.writer = CompletionWriter(cfg.completions, self.store, self._written, self.recorder)
-        self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, self.node)
+        self.balancer = PartitionBalancer(cfg.balancer, self.clock, self.store, node)
         await self.balancer.run_once()
-        self.expander = Expander(self.expander_config, self.storage.occurrences, self.balancer.partitions)
+        self.expander = Expander(cfg.expander, self.storage.occurrences, self.balancer.partitions)
         await _guarded(self.expander.run_once(), "expanding recurring activities")  # catch up before firing
         self.poller = Poller(
             cfg.poller,
             self.clock,
             self.store,
-            self.node.id,
+            node.id,
             cfg.lease_seconds,
             self.balancer.partitions,
             self.book,
@@ -158,30 +167,44 @@ class Engine:
             lambda: self.executor.rate_held_types() if self.executor else (),
             lambda type_id: self.executor.waiting_of(type_id) if self.executor else 0,
         )
-        keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
-        rescuer = Rescuer(cfg.rescuer, self.store, self.rng)
         self._spawn("poller", self.poller.run())
         self._spawn("completions", self.writer.run())
         self._spawn("deferrals", self.deferrals.run())
         self._spawn("destinations", self.keeper.run())
-        self._spawn("lease-keeper", _every(cfg.lease_refresh_interval, keeper.run_once, "lease keeper"))
-        self._spawn("rescuer", _every(cfg.rescuer.interval, rescuer.run_once, "rescuer"))
-        # Rollups are written with the next batch once the interval has passed; this writes the last
-        # ones when no batch follows (the stats would otherwise wait for the next delivery).
-        self._spawn("rollups", _every(self.recorder.write_interval, self._write_rollups, "delivery rollups"))
-        pruner = AuditPruner(self.storage.audit, self.settings.audit_retention)
-        self._spawn("audit-pruner", _every(AUDIT_PRUNE_INTERVAL, pruner.run_once, "audit pruner"))
+
+    def services(self, sync: ClockSync | None = None) -> list[Service]:
+        """The periodic services of a started node, each run by ``run_periodically``."""
+        cfg, node = self.config, self.node
+        assert node is not None and self.expander is not None
+        keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
+        rescuer = Rescuer(cfg.rescuer, self.store, self.rng)
+        audit = AuditPruner(self.storage.audit, cfg.audit_retention)
         events = EventPruner(self.storage)
-        self._spawn("event-pruner", _every(EVENT_PRUNE_INTERVAL, events.run_once, "event pruner"))
-        self._spawn("balancer", _every(cfg.balancer.interval, self._rebalance, "partition balancer"))
+        services = [
+            Service("lease keeper", cfg.lease_refresh_interval, keeper.run_once),
+            Service("rescuer", cfg.rescuer.interval, rescuer.run_once),
+            Service("delivery rollups", self.rollups.interval, self.rollups.run_once),
+            Service("audit pruner", AUDIT_PRUNE_INTERVAL, audit.run_once),
+            Service("event pruner", EVENT_PRUNE_INTERVAL, events.run_once),
+            Service("partition balancer", cfg.balancer.interval, self._rebalance),
+            Service("expander", cfg.expander.interval, self.expander.run_once),
+        ]
         if sync is not None:
-            self._spawn("clock-sync", _every(cfg.balancer.interval, sync.run_once, "clock sync"))
-        self._spawn("expander", _every(self.expander_config.interval, self.expander.run_once, "expander"))
-        rollers = RollerConfig.from_settings(self.settings, resolver=cfg.executor.resolver)
-        for roller in rollers_for(rollers, self.clock, self.node.id, self.storage.log_shipping):
-            self._spawn(roller.name, _every(rollers.interval, _counted(roller), roller.name))
-        watch(self)
-        log.info("engine started: node %s with %d partitions", self.node.id, len(self.partitions()))
+            services.append(Service("clock sync", cfg.balancer.interval, sync.run_once))
+        shipping = shippers_for(cfg.log_shipping, self.clock, node.id, self.storage.log_shipping)
+        services += [Service(shipper.name, shipper.interval, shipper.run_once) for shipper in shipping]
+        return services
+
+    def _readings(self) -> Readings:
+        """This node's gauges, read when scraped (``oste.engine.metrics.watch``)."""
+        return Readings(
+            running=lambda: self.running,
+            in_flight=lambda: self.executor.stats.in_flight if self.executor else 0,
+            waiting=lambda: self.executor.stats.queued if self.executor else 0,
+            held=lambda: len(self.book),
+            pending=lambda: self.writer.pending if self.writer else 0,
+            partitions=lambda: len(self.partitions()),
+        )
 
     def _spawn(self, name: str, job: Awaitable[None]) -> None:
         self._tasks[name] = asyncio.ensure_future(job)
@@ -200,10 +223,6 @@ class Engine:
     def _completed(self, claim: Claim, completion: Completion) -> None:
         assert self.writer is not None
         self.writer.add(claim, completion)
-
-    async def _write_rollups(self) -> None:
-        if time.monotonic() - self.recorder.written_at >= self.recorder.write_interval:
-            await self.recorder.write()
 
     def _may_send(self) -> bool:
         """False while a whole batch of completions waits to be written (see ``Executor.may_send``)."""
@@ -241,7 +260,7 @@ class Engine:
         await _guarded(self.writer.flush(), "writing the last completions")
         if self.deferrals is not None:
             await _guarded(self.deferrals.flush(), "writing the last deferred activities")
-        await self.recorder.write()
+        await self.rollups.run_once()
         for name in list(self._tasks):
             await _cancel(self._tasks.pop(name))
         await _guarded(self.balancer.leave(), "leaving the partitions")
@@ -288,41 +307,10 @@ class Engine:
                 await self.recorder.record(list(zip(claims, completions, strict=True)), written.stale)
                 outcomes.update(str(c.report.outcome) for c in completions)
         finally:
-            await self.recorder.write()
+            await self.rollups.run_once()
             if own:
                 await executor.close()
         return DrainResult(sum(outcomes.values()), dict(outcomes), stale)
-
-
-def _counted(roller: LogRoller) -> Callable[[], Awaitable[RollResult]]:
-    """``roller.run_once`` whose batches are counted on /metrics (``oste_log_shipping_*``)."""
-
-    async def run_once() -> RollResult:
-        result = await roller.run_once()
-        shipped(str(roller.kind), result.batches_shipped, result.records_shipped, result.batches_failed)
-        return result
-
-    return run_once
-
-
-async def _every(interval: float, job: Callable[[], Awaitable[object]], name: str) -> None:
-    """Run ``job`` every ``interval`` seconds until cancelled; a failure is logged and retried on time
-    (the first of a streak with its traceback, the rest in one line)."""
-    failing = False
-    while True:
-        try:
-            await job()
-            failing = False
-        except Unavailable as exc:  # an outage: one line per attempt, never a traceback
-            log.warning("%s failed: %s; retrying every %.1f s", name, exc.detail, interval)
-            failing = True
-        except Exception as exc:
-            if failing:
-                log.warning("%s failed again: %s: %s", name, type(exc).__name__, exc)
-            else:
-                log.exception("%s failed; retrying every %.1f s", name, interval)
-            failing = True
-        await asyncio.sleep(interval)
 
 
 async def _cancel(task: asyncio.Task[None] | asyncio.Future[None]) -> None:

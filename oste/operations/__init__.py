@@ -17,7 +17,7 @@ from oste.operations.actors import ALL_SCOPES, API, CLI, KEYS, READ, SYSTEM, UI,
 from oste.operations.context import OperationContext
 from oste.operations.destinations import DestinationOperations
 from oste.operations.recurring import RecurringOperations
-from oste.operations.settings import SettingsOperations
+from oste.operations.tenants import TenantOperations
 
 
 class Operations:
@@ -26,7 +26,7 @@ class Operations:
     def __init__(self, context: OperationContext) -> None:
         self.context = context
         self.activities = ActivityOperations(context)
-        self.settings = SettingsOperations(context)
+        self.tenants = TenantOperations(context)
         self.recurring = RecurringOperations(context)
         self.destinations = DestinationOperations(context)
 

@@ -7,8 +7,6 @@ schedules as they are typed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -17,15 +15,12 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
-from oste.operations.throttle import SignInThrottle
-from oste.storage import Storage
 from oste.ui import actions, auth, browse, bulk, dashboard, destinations, editing, queues, schedules
 from oste.ui.context import Forbidden403, Refused, UiContext, render
-from oste.ui.sessions import MAX_AGE_SECONDS, Sessions, cookie_key
+from oste.ui.sessions import Sessions, cookie_key
 
-__all__ = ["UiContext", "ui_app"]
+__all__ = ["Sessions", "UiContext", "cookie_key", "mount", "ui_app"]
 
 STATIC = Path(__file__).parent / "static"
 COMPANY = "/companies/{company}"
@@ -93,17 +88,7 @@ async def _http(request: Request, exc: Exception) -> Response:
     return await render(request, "error.html", status, title=title, message=str(getattr(exc, "detail", "")))
 
 
-def ui_app(
-    storage: Storage,
-    admin_token: str,
-    notify_due: Callable[[datetime], None] | None = None,
-    sessions: Sessions | None = None,
-    quota_defaults: QuotaDefaults | None = None,
-    session_max_age: float = MAX_AGE_SECONDS,
-    throttle: SignInThrottle | None = None,
-    signing_secret_grace: float = 24 * 3600.0,
-    destination_max_in_flight: int | None = None,
-) -> Starlette:
+def ui_app(context: UiContext) -> Starlette:
     """The UI as an app of its own, to be mounted at ``/ui`` (its errors are pages, not problem+json)."""
     from starlette.exceptions import HTTPException
 
@@ -117,44 +102,14 @@ def ui_app(
             HTTPException: _http,
         },
     )
-    app.state.ui = UiContext(
-        storage=storage,
-        admin_token=admin_token,
-        sessions=sessions or Sessions(storage, cookie_key(admin_token), max_age=session_max_age),
-        notify_due=notify_due or (lambda when: None),
-        quota_defaults=quota_defaults or QuotaDefaults(),
-        throttle=throttle or SignInThrottle(),
-        signing_secret_grace=signing_secret_grace,
-        destination_max_in_flight=destination_max_in_flight,
-    )
+    app.state.ui = context
     return app
 
 
-def mount(
-    storage: Storage,
-    admin_token: str,
-    notify_due: Callable[[datetime], None] | None = None,
-    quota_defaults: QuotaDefaults | None = None,
-    session_max_age: float = MAX_AGE_SECONDS,
-    throttle: SignInThrottle | None = None,
-    signing_secret_grace: float = 24 * 3600.0,
-    destination_max_in_flight: int | None = None,
-) -> list[Route | Mount]:
+def mount(context: UiContext) -> list[Route | Mount]:
     """The routes the server adds beside the API's: ``/ui`` (redirecting to ``/ui/``) and the app."""
 
     async def to_slash(request: Request) -> Response:
         return RedirectResponse("/ui/", status_code=307)
 
-    grace = signing_secret_grace
-    app = ui_app(
-        storage,
-        admin_token,
-        notify_due,
-        None,
-        quota_defaults,
-        session_max_age,
-        throttle,
-        grace,
-        destination_max_in_flight,
-    )
-    return [Route("/ui", to_slash), Mount("/ui", app=app)]
+    return [Route("/ui", to_slash), Mount("/ui", app=ui_app(context))]

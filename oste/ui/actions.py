@@ -55,7 +55,7 @@ async def company_settings(request: Request, viewer: Viewer, form: dict[str, str
     found = await company_in_path(request, viewer)
     require_admin(viewer, "change a company")
     changes = checked(schemas.COMPANY_PATCH, _settings(form))
-    await ui(request).operations.settings.update_company(viewer.actor, found, changes)
+    await ui(request).operations.tenants.update_company(viewer.actor, found, changes)
     return await _settings_changed(request, viewer, form, changes, "Company", found.name)
 
 
@@ -63,7 +63,7 @@ async def company_settings(request: Request, viewer: Viewer, form: dict[str, str
 async def solution_settings(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     company_, found = await solution_in_path(request, viewer)
     changes = checked(schemas.SOLUTION_PATCH, _settings(form))
-    await ui(request).operations.settings.update_solution(viewer.actor, company_, found, changes)
+    await ui(request).operations.tenants.update_solution(viewer.actor, company_, found, changes)
     return await _settings_changed(request, viewer, form, changes, "Solution", found.name)
 
 
@@ -89,7 +89,7 @@ async def type_settings(request: Request, viewer: Viewer, form: dict[str, str]) 
     company_, found = await solution_in_path(request, viewer)
     kind = await ui(request).store.get_activity_type(found, slug(request, "type"))
     paused = _paused(form)
-    await ui(request).operations.settings.pause_type(viewer.actor, company_, found, kind, paused)
+    await ui(request).operations.tenants.pause_type(viewer.actor, company_, found, kind, paused)
     await flash(request, viewer.session, f"Activity type {kind.name} {_word(paused)}.")
     return back_to(request, form)
 

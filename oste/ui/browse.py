@@ -3,9 +3,8 @@ and cursor paging; one activity with its request and executions; one recurring a
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,8 +14,9 @@ from starlette.responses import RedirectResponse, Response
 from oste.domain import records as r
 from oste.domain.log_shipping import RollerKind
 from oste.domain.request_preview import preview_request
-from oste.domain.search import VIEWS, parse_search, view_of
-from oste.errors import InvalidInput, OsteError
+from oste.domain.search import VIEWS
+from oste.errors import OsteError
+from oste.operations.filters import FORM_FIELDS, activity_filter
 from oste.storage import recurrence_of
 from oste.ui.context import (
     Viewer,
@@ -89,22 +89,8 @@ async def solution(request: Request, viewer: Viewer) -> Response:
     )
 
 
-def parse_local_time(value: str, name: str) -> datetime | None:
-    """A time from a filter field: RFC 3339, or a ``datetime-local`` value read as UTC."""
-    value = value.strip()
-    if not value:
-        return None
-    if len(value) > 64:
-        raise FilterError(f"{name}: is not a time (use 2026-11-23T12:00, read as UTC)")
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise FilterError(f"{name}: {value!r} is not a time (use 2026-11-23T12:00, read as UTC)") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 class FilterError(ValueError):
-    """A filter field that cannot be used; shown above the list."""
+    """A bulk choice that cannot be used (no action, nothing ticked); shown above the list."""
 
 
 def filter_values(source: Mapping[str, str]) -> dict[str, str]:
@@ -115,40 +101,14 @@ def filter_values(source: Mapping[str, str]) -> dict[str, str]:
 async def filters_of(
     request: Request, solution_: r.Solution, values: dict[str, str]
 ) -> tuple[r.ActivityFilter, list[r.ActivityType]]:
-    """The activity filter a query string or form names (FilterError when a field cannot be used).
-
-    ``state`` is a list view (``oste.domain.search.VIEWS``: the states, ``due`` and ``retrying``);
-    ``q`` a search (an activity id, or ``parameter.SongId = 42``)."""
-    types = (await ui(request).store.list_activity_types(solution_, TYPES_SHOWN)).items
-    by_name = {t.name: t for t in types}
-    try:
-        view = view_of(values.get("state", ""), ui(request).store.clock.now())
-        search = parse_search(values.get("q", ""))
-    except InvalidInput as exc:
-        raise FilterError(str(exc)) from None
-    type_name = values.get("activity_type") or None
-    if type_name is not None and type_name not in by_name:
-        raise FilterError(f"activity type: there is no activity type {type_name!r} in this solution")
-    recurring = values.get("recurring_activity") or None
-    try:
-        recurring_id = uuid.UUID(recurring) if recurring else None
-    except ValueError:
-        raise FilterError(f"recurring activity: {recurring!r} is not an id") from None
-    return (
-        r.ActivityFilter(
-            recurring_activity_id=recurring_id,
-            state=r.ActivityState(view.state) if view.state else None,
-            activity_type_id=by_name[type_name].id if type_name else None,
-            object_id=values.get("object_id") or None,
-            scheduled_after=parse_local_time(values.get("after", ""), "after"),
-            scheduled_before=parse_local_time(values.get("before", ""), "before"),
-            retrying=view.retrying,
-            due_by=view.due_by,
-            ids=(search.activity_id,) if search and search.activity_id else None,
-            parameter=search.parameter if search else None,
-        ),
-        types,
-    )
+    """The activity filter a query string or form names, read by the API's parser in the form's
+    spelling (``oste.operations.filters.FORM_FIELDS``: InvalidInput naming the field that cannot be
+    used), and the solution's types."""
+    store = ui(request).store
+    types = (await store.list_activity_types(solution_, TYPES_SHOWN)).items
+    given = {name: value for name, value in values.items() if value}  # a blank field does not filter
+    by_name = {t.name: t.id for t in types}
+    return activity_filter(given, by_name, fields=FORM_FIELDS, now=store.clock.now()), types
 
 
 @page

@@ -77,7 +77,7 @@ async def create_company(request: Request, viewer: Viewer, form: dict[str, str])
         raise FormInvalid(errors)
     try:
         data = schemas.check_shape(schemas.COMPANY_CREATE, body)
-        created = await ui(request).operations.settings.create_company(
+        created = await ui(request).operations.tenants.create_company(
             viewer.actor, data["name"], data["qos_level"], False
         )
     except InvalidInput as exc:
@@ -163,7 +163,7 @@ async def update_company(request: Request, viewer: Viewer, form: dict[str, str])
             data["quotas"] = check_quotas(data["quotas"])
     except InvalidInput as exc:
         raise invalid(exc, _quota_field) from None
-    await ui(request).operations.settings.update_company(viewer.actor, company, data)
+    await ui(request).operations.tenants.update_company(viewer.actor, company, data)
     await flash(request, viewer.session, f"Company {company.name} saved.")
     return redirect(request, f"/companies/{company.name}")
 
@@ -215,7 +215,7 @@ async def pause(request: Request, viewer: Viewer, form: dict[str, str]) -> Respo
     if form.get("confirm") != "yes":
         raise Refused("confirm first: open the pause button's confirmation page")
     paused = _pausing(form.get("paused", "true"))
-    await ui(request).operations.settings.update_company(viewer.actor, company, {"paused": paused})
+    await ui(request).operations.tenants.update_company(viewer.actor, company, {"paused": paused})
     await flash(request, viewer.session, f"Company {company.name} {'paused' if paused else 'resumed'}.")
     return back_to(request, form) if form.get("back") else _to_company(request, company)
 
@@ -257,7 +257,7 @@ async def delete(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     require_operator(viewer, "delete companies")
     if form.get("confirm") != "yes":
         raise Refused("confirm first: open the delete button's confirmation page")
-    await ui(request).operations.settings.delete_company(viewer.actor, company, cascade=True)
+    await ui(request).operations.tenants.delete_company(viewer.actor, company, cascade=True)
     await flash(request, viewer.session, f"Company {company.name} deleted with everything it held.")
     return redirect(request, "/companies")
 
@@ -295,7 +295,7 @@ async def create_api_key(request: Request, viewer: Viewer, form: dict[str, str])
         raise invalid(
             exc, lambda path: "scopes" if path.startswith("scopes") else path.split("/")[0]
         ) from None
-    key, secret = await ui(request).operations.settings.create_api_key(
+    key, secret = await ui(request).operations.tenants.create_api_key(
         viewer.actor, company, data["name"], scopes
     )
     back = f"{root_of(request)}/companies/{company.name}/api-keys"
@@ -347,7 +347,7 @@ async def revoke(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     require_scope(viewer, KEYS, "revoke API keys")
     if form.get("confirm") != "yes":
         raise Refused("confirm first: open the revoke button's confirmation page")
-    key = await ui(request).operations.settings.revoke_api_key(
+    key = await ui(request).operations.tenants.revoke_api_key(
         viewer.actor, company, uuid_in_path(request, "key_id")
     )
     if viewer.session.record.api_key_id == key.id:

@@ -11,8 +11,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -21,11 +20,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from oste.domain import records as r
-from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
-from oste.operations import UI, Actor, OperationContext, Operations
-from oste.operations.throttle import SignInThrottle
-from oste.storage import Storage, Store
+from oste.operations import UI, Actor
+from oste.operations.faces import FaceContext
 from oste.ui.sessions import COOKIE, SESSION_SECONDS, Session, Sessions
 
 log = logging.getLogger(__name__)
@@ -35,30 +32,11 @@ CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 's
 SLUG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
-@dataclass(frozen=True)
-class UiContext:
-    """Dependencies of the UI, built once by the server."""
+@dataclass(frozen=True, kw_only=True)
+class UiContext(FaceContext):
+    """The UI's dependencies: the faces' shape (``FaceContext``, the API's too) and the sign-in sessions."""
 
-    storage: Storage
-    admin_token: str
     sessions: Sessions
-    notify_due: Callable[[datetime], None] = field(default=lambda when: None)
-    quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
-    throttle: SignInThrottle = field(default_factory=SignInThrottle)
-    """Wrong tokens per client address (shared with the API's bearer check)."""
-    signing_secret_grace: float = 24 * 3600.0
-    """How long a rotated signing secret keeps signing by default (``OSTE_SIGNING_SECRET_GRACE``)."""
-    destination_max_in_flight: int | None = None
-    """The cap of destinations without one of their own (``OSTE_DESTINATION_MAX_IN_FLIGHT``)."""
-
-    @functools.cached_property
-    def operations(self) -> Operations:
-        """The operations every action calls (the API's handlers call the same ones)."""
-        return Operations(OperationContext(self.storage, self.notify_due, self.quota_defaults))
-
-    @property
-    def store(self) -> Store:
-        return self.storage.store
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ async def type_limits(request: Request, viewer: Viewer, form: dict[str, str]) ->
     values = schemas.check_shape(schemas.ACTIVITY_TYPE_PATCH, body)  # the API's checks and messages
     if values["rate_limit"] is not None:
         check_rate_limit(values["rate_limit"])  # a NaN passes the schema's bounds
-    await ui(request).operations.settings.update_type(
+    await ui(request).operations.tenants.update_type(
         viewer.actor, company_, found, kind, values, sorted(values), None, False
     )
     concurrency = (

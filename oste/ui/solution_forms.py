@@ -114,7 +114,7 @@ async def create_solution(request: Request, viewer: Viewer, form: dict[str, str]
     require_scope(viewer, WRITE, "create solutions")
     _, values = _checked(form, creating=True)
     try:
-        created = await ui(request).operations.settings.create_solution(viewer.actor, company, values)
+        created = await ui(request).operations.tenants.create_solution(viewer.actor, company, values)
     except Conflict as exc:
         raise FormInvalid({"name": exc.detail}, status=409) from None
     where = _path(request, company, created)
@@ -185,7 +185,7 @@ async def update_solution(request: Request, viewer: Viewer, form: dict[str, str]
     _, values = _checked(form, creating=False)
     changes = {name: value for name, value in values.items() if getattr(solution, name) != value}
     if changes:
-        await ui(request).operations.settings.update_solution(viewer.actor, company, solution, changes)
+        await ui(request).operations.tenants.update_solution(viewer.actor, company, solution, changes)
     said = f"saved ({', '.join(sorted(changes))})" if changes else "unchanged: nothing was different"
     await flash(request, viewer.session, f"Solution {solution.name} {said}.")
     return redirect(request, _path(request, company, solution).removeprefix(root_of(request)))
@@ -231,7 +231,7 @@ async def rotate(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
         grace = parse_duration(text(form, "grace") or "PT0S", "grace", r.MAX_SIGNING_SECRET_GRACE)
     except InvalidInput as exc:
         raise invalid(exc) from None
-    rotated = await ui(request).operations.settings.rotate_signing_secret(
+    rotated = await ui(request).operations.tenants.rotate_signing_secret(
         viewer.actor, company, solution, grace
     )
     where = _path(request, company, solution)
@@ -278,6 +278,6 @@ async def delete(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     require_scope(viewer, WRITE, "delete solutions")
     if form.get("confirm") != "yes":
         raise Refused("confirm first: open the delete button's confirmation page")
-    await ui(request).operations.settings.delete_solution(viewer.actor, company, solution, cascade=True)
+    await ui(request).operations.tenants.delete_solution(viewer.actor, company, solution, cascade=True)
     await flash(request, viewer.session, f"Solution {solution.name} deleted with everything it held.")
     return redirect(request, f"/companies/{company.name}")

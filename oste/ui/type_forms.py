@@ -28,7 +28,7 @@ from oste.domain.records import VERBS
 from oste.domain.resource_values import type_values
 from oste.errors import Conflict, InvalidInput
 from oste.operations import WRITE
-from oste.operations.settings import check_chain_types
+from oste.operations.tenants import check_chain_types
 from oste.storage import RULE_FIELDS, changes_rules
 from oste.ui.browse import TYPES_SHOWN
 from oste.ui.context import (
@@ -321,7 +321,7 @@ async def create_type(request: Request, viewer: Viewer, form: dict[str, str]) ->
     require_scope(viewer, WRITE, "create activity types")
     values = await _checked(request, solution, form, None)
     try:
-        created = await ui(request).operations.settings.create_type(viewer.actor, company, solution, values)
+        created = await ui(request).operations.tenants.create_type(viewer.actor, company, solution, values)
     except Conflict as exc:
         raise FormInvalid({"name": exc.detail}, status=409) from None
     await flash(request, viewer.session, f"Activity type {created.name} created.")
@@ -343,7 +343,7 @@ async def update_type(request: Request, viewer: Viewer, form: dict[str, str]) ->
         fitted = dataclasses.replace(kind, **new_rules)
         rules = ParameterRules(fitted.uri_pattern, fitted.parameter_schema, fitted.object_id_ref)
     force = form.get("force") == "on"
-    changed, misfits = await ui(request).operations.settings.update_type(
+    changed, misfits = await ui(request).operations.tenants.update_type(
         viewer.actor, company, solution, kind, changes, sorted(changes), rules, force
     )
     if changed is None:
@@ -390,6 +390,6 @@ async def delete(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     require_scope(viewer, WRITE, "delete activity types")
     if form.get("confirm") != "yes":
         raise Refused("confirm first: open the delete button's confirmation page")
-    await ui(request).operations.settings.delete_type(viewer.actor, company, solution, kind, cascade=True)
+    await ui(request).operations.tenants.delete_type(viewer.actor, company, solution, kind, cascade=True)
     await flash(request, viewer.session, f"Activity type {kind.name} deleted with its activities.")
     return redirect(request, _solution_path(company, solution))

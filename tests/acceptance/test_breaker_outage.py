@@ -25,7 +25,7 @@ from oste.storage import models as m
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
 from tests.conftest import migrated
-from tests.engine_support import Receiver, fast_config, test_settings
+from tests.engine_support import Receiver, fast_config
 from tests.factories import make_activities, make_type
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -49,7 +49,7 @@ async def _scenario(database_url: str, breaker: bool) -> dict[str, Any]:
 
     receiver.behaviour = outage
     policy = BreakerPolicy(failures=5 if breaker else 0, cooldown=2.0, max_cooldown=8.0)
-    engine = Engine(test_settings(database_url), config=dataclasses.replace(fast_config(), breaker=policy))
+    engine = Engine(config=dataclasses.replace(fast_config(), breaker=policy))
     store = Store(SystemClock())
     try:
         kind = await make_type(store, receiver.url + "/s/{n}", retries=3, backoff_base=1.0, backoff_max=4.0)

@@ -21,7 +21,9 @@ import pytest
 from oste.cli.transfer import Importer
 from oste.domain.clock import SystemClock
 from oste.errors import TooMany
+from oste.operations import OperationContext, Operations
 from oste.settings import Settings
+from oste.storage import Storage
 from oste.storage.store import Store
 from tests.engine_support import Receiver
 from tests.integration.api.conftest import Api, Tenant, api_client, db_rows, dump
@@ -173,7 +175,11 @@ async def test_no_side_door_passes_a_full_quota_of_scheduled_activities(api: Api
 
     store = Store(SystemClock())
     company = await store.get_company(tenant.company)
-    importer = Importer(store, await store.get_solution(company, tenant.solution), lambda rejected: None)
+    importer = Importer(
+        Operations(OperationContext(Storage(store.clock))),
+        await store.get_solution(company, tenant.solution),
+        lambda rejected: None,
+    )
     line = b'{"activity_type": "%s", "parameter": {"SongId": 5}}' % tenant.activity_type.encode()
     with pytest.raises(TooMany) as refused:
         await importer.run([line, line])
@@ -213,7 +219,11 @@ async def test_concurrent_run_nows_requeues_and_imports_end_exactly_at_the_quota
 
     async def one_import() -> int:
         try:
-            return (await Importer(store, solution, lambda rejected: None).run([line])).created
+            return (
+                await Importer(
+                    Operations(OperationContext(Storage(store.clock))), solution, lambda rejected: None
+                ).run([line])
+            ).created
         except TooMany:
             return 0
 

@@ -22,10 +22,10 @@ import pytest
 from aiohttp import web
 
 from oste.engine import Engine
-from oste.engine.log_shipping import DeadLetterRoller, SuccessRoller
+from oste.engine.log_shipping import DeadLetterShipper, SuccessShipper
 from oste.settings import Settings
 from tests.conftest import _template
-from tests.engine_support import Receiver, fast_config, test_settings
+from tests.engine_support import Receiver, fast_config
 from tests.integration.api.conftest import Api, Tenant, api_client, rejected
 from tests.rollers_support import LogReceiver, later_clock, roller_config
 from tests.served import OSTE, serve
@@ -149,7 +149,7 @@ def oauth(token_url: str) -> dict[str, Any]:
 
 async def fire_all(api: Api) -> None:
     """A real engine fires everything due (in this process, so its log lines are captured)."""
-    engine = Engine(test_settings(api.database_url), config=fast_config())
+    engine = Engine(config=fast_config())
     for _ in range(10):
         if (await engine.drain()).fired == 0:
             return
@@ -195,7 +195,7 @@ async def test_echoed_credentials_are_redacted_in_every_form_wherever_recorded(
         await api.patch(
             tenant.path, {"dead_letter_uri": log_receiver.url, "dead_letter_period": f"PT{PERIOD}S"}
         )
-        shipped = await DeadLetterRoller(roller_config(), later_clock(PERIOD + 1), "n").run_once()
+        shipped = await DeadLetterShipper(roller_config(), later_clock(PERIOD + 1), "n").run_once()
         assert shipped.records_shipped == 3
     finally:
         await log_receiver.stop()
@@ -244,7 +244,7 @@ async def test_redaction_replaces_whole_secrets_only_and_short_secrets_are_refus
     try:
         await api.patch(tenant.path, {"success_uri": log_receiver.url, "success_period": f"PT{PERIOD}S"})
         assert (
-            await SuccessRoller(roller_config(), later_clock(PERIOD + 1), "n").run_once()
+            await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "n").run_once()
         ).records_shipped == 1
     finally:
         await log_receiver.stop()

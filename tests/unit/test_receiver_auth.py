@@ -26,9 +26,9 @@ from oste.domain.receiver_auth import (
 )
 from oste.domain.request_preview import MASK, preview_request
 from oste.domain.resource_values import type_values
-from oste.engine.config import EngineConfig
 from oste.engine.credentials import AuthFailure, token_from_answer
 from oste.errors import ConfigurationError, InvalidInput
+from oste.server import engine_config_of
 from oste.settings import Settings
 from tests.auth_support import TestPki, make_pki
 
@@ -333,8 +333,8 @@ def test_the_ca_file_setting_is_checked_at_start_and_reaches_the_executor(
 ) -> None:
     settings = Settings.from_env({"OSTE_CA_FILE": str(pki.ca.cert_path)})
     assert settings.ca_file == pki.ca.cert_path
-    assert EngineConfig.from_settings(settings).executor.ca_file == str(pki.ca.cert_path)
-    assert EngineConfig.from_settings(Settings.from_env({})).executor.ca_file is None
+    assert engine_config_of(settings).executor.ca_file == str(pki.ca.cert_path)
+    assert engine_config_of(Settings.from_env({})).executor.ca_file is None
     (tmp_path / "not.pem").write_text("hello")
     for path, says in ((tmp_path / "missing.pem", "no such file"), (tmp_path / "not.pem", "PEM file")):
         with pytest.raises(ConfigurationError, match=f"OSTE_CA_FILE must name a readable {says}|{says}"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from oste.engine.log_shipping import RollerConfig
 from oste.errors import ConfigurationError
+from oste.server import engine_config_of
 from oste.settings import Settings
 
 
@@ -23,7 +23,7 @@ from oste.settings import Settings
 def test_the_retry_follows_a_short_roller_interval(interval: str, base: float, cap: float) -> None:
     settings = Settings.from_env({"OSTE_ROLLER_INTERVAL": interval})
     assert settings.roller_retry == (base, cap)
-    config = RollerConfig.from_settings(settings)
+    config = engine_config_of(settings).log_shipping
     assert (config.retry_base, config.retry_max) == (base, cap)
 
 
@@ -31,7 +31,7 @@ def test_the_retry_base_and_cap_can_be_set() -> None:
     env = {"OSTE_ROLLER_INTERVAL": "1", "OSTE_ROLLER_RETRY_BASE": "PT5S", "OSTE_ROLLER_RETRY_MAX": "PT2M"}
     settings = Settings.from_env(env)
     assert (settings.roller_retry_base, settings.roller_retry_max) == (5.0, 120.0)
-    assert RollerConfig.from_settings(settings).retry_base == 5.0
+    assert engine_config_of(settings).log_shipping.retry_base == 5.0
 
 
 def test_a_base_alone_raises_the_derived_cap_to_it() -> None:

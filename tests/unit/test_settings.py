@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from oste.engine.config import EngineConfig
 from oste.errors import ConfigurationError
+from oste.server import engine_config_of
 from oste.settings import SETTINGS, Settings
 
 
@@ -195,7 +195,7 @@ def test_engine_timings_reach_the_engine_config() -> None:
             "OSTE_NODE_TIMEOUT": "1.5",
         }
     )
-    config = EngineConfig.from_settings(settings)
+    config = engine_config_of(settings)
     assert config.lease_seconds == 2.0 and config.poller.interval == 0.2
     assert config.rescuer.interval == 0.3 and config.balancer.interval == 0.25
     assert config.balancer.node_ttl == config.balancer.partition_ttl == 1.5

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from oste.engine import Engine
-from oste.engine.log_shipping import SuccessRoller
-from tests.engine_support import Receiver, fast_config, free_port, test_settings
+from oste.engine.log_shipping import SuccessShipper
+from tests.engine_support import Receiver, fast_config, free_port
 from tests.integration.api.conftest import Api, assert_problem
 from tests.rollers_support import LogReceiver, later_clock, roller_config
 
@@ -22,7 +22,7 @@ async def test_an_operator_sees_a_failing_receiver_then_the_shipment(api: Api, r
     await api.patch(tenant.path, {"success_uri": log_uri, "success_period": "PT2M"}, expect=200)
     for song in range(3):
         await api.post(tenant.activities, tenant.activity(song), expect=201)
-    assert (await Engine(test_settings(api.database_url), config=fast_config()).drain()).fired == 3
+    assert (await Engine(config=fast_config()).drain()).fired == 3
 
     status = (await api.get(tenant.path + "/log-shipping", expect=200)).json()
     assert status["solution"] == tenant.solution
@@ -32,7 +32,7 @@ async def test_an_operator_sees_a_failing_receiver_then_the_shipment(api: Api, r
     assert status["dead_letter"]["uri"] is None and status["dead_letter"]["retained"] == 0
 
     clock = later_clock(121)
-    roller = SuccessRoller(roller_config(), clock, "node-a")
+    roller = SuccessShipper(roller_config(), clock, "node-a")
     assert (await roller.run_once()).batches_failed == 1  # nobody listens on the port
     failing = (await api.get(tenant.path + "/log-shipping", expect=200)).json()["success"]
     assert failing["failed_attempts"] == 1 and failing["last_error"] and failing["last_error_at"]

@@ -20,7 +20,7 @@ from oste.engine import Engine
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.storage.occurrences import RecurrenceStore
 from oste.storage.store import Store
-from tests.engine_support import Receiver, fast_config, test_settings
+from tests.engine_support import Receiver, fast_config
 from tests.factories import make_type
 
 pytestmark = pytest.mark.timeout(90)
@@ -83,7 +83,7 @@ async def test_stored_occurrences_missed_while_down_follow_the_catchup_policy(
     _, created = await _stored(store, recurring)
     assert [a.occurrence_at for a in created] == INSTANTS
     clock.set(INSTANTS[-1] + timedelta(seconds=18))  # started again well after the last one was missed
-    engine = Engine(test_settings(database_url), clock=clock, config=fast_config())
+    engine = Engine(clock=clock, config=fast_config())
     result = await expander.run_once()  # what Engine.start does before its poller claims anything
     drained = await engine.drain()
     assert drained.fired == len(fired) == len(receiver.hits)
@@ -107,7 +107,7 @@ async def test_a_worker_that_fell_behind_coalesces_under_latest(
     kind = await make_type(store, receiver.url + "/tick")
     recurring = await _recurring(store, clock, kind)
     expander = Expander(ExpanderConfig(lookahead=60), RecurrenceStore(clock), lambda: ALL_PARTITIONS)
-    engine = Engine(test_settings(database_url), clock=clock, config=fast_config())
+    engine = Engine(clock=clock, config=fast_config())
     for second in range(0, 22):  # the expander ticks every second; the poller is stuck
         clock.set(T0 + timedelta(seconds=second))
         await expander.run_once()

@@ -15,7 +15,7 @@ from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.storage import models as m
 from oste.storage.store import Store
-from tests.engine_support import Receiver, eventually, fast_config, test_settings
+from tests.engine_support import Receiver, eventually, fast_config
 from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(test_settings(database_url), config=fast_config())
+    running = Engine(config=fast_config())
     await running.start()
     try:
         yield running

@@ -18,7 +18,7 @@ from oste.storage.database import close_database, open_database
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 from tests.conftest import migrated
-from tests.engine_support import Receiver, fast_config, settled, test_settings
+from tests.engine_support import Receiver, fast_config, settled
 from tests.factories import make_activities, make_type
 from tests.faults import FaultyProxy
 
@@ -39,9 +39,7 @@ class SkewedClock:
 async def skewed_engine(
     request: pytest.FixtureRequest, store: Store, database_url: str
 ) -> AsyncIterator[Engine]:
-    engine = Engine(
-        test_settings(database_url), clock=CorrectedClock(SkewedClock(request.param)), config=fast_config()
-    )
+    engine = Engine(clock=CorrectedClock(SkewedClock(request.param)), config=fast_config())
     await engine.start()
     try:
         yield engine

@@ -15,7 +15,7 @@ from oste.engine import Engine
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
 from tests.conftest import fresh_postgres_database
-from tests.engine_support import Receiver, fast_config, test_settings
+from tests.engine_support import Receiver, fast_config
 from tests.factories import make_activities, make_type
 from tests.faults import FaultyProxy
 
@@ -29,7 +29,7 @@ async def test_worker_engine_survives_a_cut_and_fires_what_fell_due(
     async with fresh_postgres_database() as url, FaultyProxy(5432) as proxy:
         proxied = proxy.url_for(url)
         await open_database(proxied)
-        engine = Engine(test_settings(proxied), config=fast_config())
+        engine = Engine(config=fast_config())
         try:
             store = Store(SystemClock())
             kind = await make_type(store, receiver.url + "/hit/{n}")

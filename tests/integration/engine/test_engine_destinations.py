@@ -25,7 +25,6 @@ from tests.engine_support import (
     fast_config,
     reload,
     settled,
-    test_settings,
 )
 from tests.factories import make_activities, make_type
 
@@ -35,7 +34,7 @@ POLICY = BreakerPolicy(failures=3, cooldown=0.3, max_cooldown=1.0)
 
 def _engine(database_url: str, **changes: object) -> Engine:
     config = dataclasses.replace(fast_config(), breaker=POLICY, **changes)  # type: ignore[arg-type]
-    return Engine(test_settings(database_url), config=config)
+    return Engine(config=config)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.engine.config import ExecutorConfig
 from oste.storage.store import Store
-from tests.engine_support import LOOPBACK, Receiver, eventually, fast_config, settled, stall, test_settings
+from tests.engine_support import LOOPBACK, Receiver, eventually, fast_config, settled, stall
 from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
@@ -24,7 +24,7 @@ SLOTS = 4
 @pytest.fixture
 async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
     config = fast_config(executor=ExecutorConfig(max_in_flight=SLOTS, allowed_targets=LOOPBACK))
-    running = Engine(test_settings(database_url), config=config)
+    running = Engine(config=config)
     await running.start()
     try:
         yield running

@@ -22,7 +22,6 @@ from tests.engine_support import (
     fast_config,
     reload,
     settled,
-    test_settings,
     verify_standard_webhook,
 )
 from tests.factories import make_activities, make_type
@@ -38,7 +37,7 @@ async def engines(store: Store, database_url: str) -> AsyncIterator[Callable[...
     started: list[Engine] = []
 
     async def start(config: EngineConfig | None = None) -> Engine:
-        engine = Engine(test_settings(database_url), config=config or fast_config())
+        engine = Engine(config=config or fast_config())
         await engine.start()
         started.append(engine)
         return engine
@@ -123,7 +122,7 @@ async def test_drain_fires_everything_due_now(store: Store, receiver: Receiver, 
     now = SystemClock().now()
     await make_activities(store, kind, now - timedelta(seconds=5), count=30)
     [later] = await make_activities(store, kind, now + timedelta(hours=1))
-    engine = Engine(test_settings(database_url), config=fast_config())
+    engine = Engine(config=fast_config())
     result = await engine.drain()
     assert result.fired == 30 and result.outcomes == {"ok": 30}
     assert len(receiver.hits) == 30
@@ -134,7 +133,7 @@ async def test_paused_types_do_not_fire(store: Store, receiver: Receiver, databa
     kind = await make_type(store, receiver.url + "/p")
     [activity] = await make_activities(store, kind, SystemClock().now())
     await store.update_activity_type(kind, {"paused": True})
-    engine = Engine(test_settings(database_url), config=fast_config())
+    engine = Engine(config=fast_config())
     assert (await engine.drain()).fired == 0
     await store.update_activity_type(kind, {"paused": False})
     assert (await engine.drain()).fired == 1

@@ -21,7 +21,6 @@ from tests.engine_support import (
     respond,
     settled,
     stall,
-    test_settings,
 )
 from tests.factories import make_activities, make_type
 
@@ -30,7 +29,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(test_settings(database_url), config=fast_config())
+    running = Engine(config=fast_config())
     await running.start()
     try:
         yield running
@@ -153,7 +152,7 @@ async def test_success_statuses_of_the_type(store: Store, receiver: Receiver, en
 
 async def test_retries_wait_for_the_backoff(store: Store, receiver: Receiver, database_url: str) -> None:
     config: EngineConfig = fast_config()
-    engine = Engine(test_settings(database_url), config=config)
+    engine = Engine(config=config)
     receiver.behaviour = respond(500)
     kind = await make_type(store, receiver.url + "/x", retries=1, backoff_base=3600.0, backoff_max=3600.0)
     [activity] = await make_activities(store, kind, SystemClock().now() - timedelta(seconds=1))

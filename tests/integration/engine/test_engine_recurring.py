@@ -19,7 +19,7 @@ from oste.engine import Engine
 from oste.engine.expander import Expander, ExpanderConfig
 from oste.storage.occurrences import RecurrenceStore
 from oste.storage.store import Store
-from tests.engine_support import Receiver, fast_config, in_turn, respond, test_settings
+from tests.engine_support import Receiver, fast_config, in_turn, respond
 from tests.factories import make_type
 
 pytestmark = pytest.mark.timeout(90)
@@ -35,7 +35,7 @@ class World:
         self.store = Store(clock)
         self.occurrences = RecurrenceStore(clock)
         self.expander = Expander(ExpanderConfig(lookahead=60), self.occurrences, lambda: ALL_PARTITIONS)
-        self.engine = Engine(test_settings(database_url), clock=clock, config=fast_config())
+        self.engine = Engine(clock=clock, config=fast_config())
 
     async def recurring(self, kind: r.ActivityType, **values: Any) -> r.RecurringActivity:
         now = self.clock.now()
@@ -176,9 +176,7 @@ async def test_a_running_engine_expands_and_fires_on_time(
             "expand_at": now,
         },
     )
-    engine = Engine(
-        test_settings(database_url), config=fast_config(), expander=ExpanderConfig(interval=0.2, lookahead=2)
-    )
+    engine = Engine(config=fast_config(expander=ExpanderConfig(interval=0.2, lookahead=2)))
     await engine.start()
     try:
         hits = await receiver.wait_for(3, within=20)

@@ -12,7 +12,7 @@ from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.engine.config import ExecutorConfig
 from oste.storage.store import Store
-from tests.engine_support import Receiver, executions_of, fast_config, reload, test_settings
+from tests.engine_support import Receiver, executions_of, fast_config, reload
 from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,7 +49,7 @@ async def drain_one(
     kind = await make_type(store, url, retries=3)
     [activity] = await make_activities(store, kind, SystemClock().now())
     executor = ExecutorConfig(allowed_targets=allowed, resolver=dns)
-    engine = Engine(test_settings(database_url, allowed), config=fast_config(allowed, executor=executor))
+    engine = Engine(config=fast_config(allowed, executor=executor))
     await engine.drain()
     done = await reload(store, activity)
     return done, await executions_of(store, done)
@@ -100,7 +100,7 @@ async def test_allowed_targets_by_cidr_and_by_host(
     config = fast_config(
         ("hooks.internal",), executor=ExecutorConfig(allowed_targets=("hooks.internal",), resolver=dns)
     )
-    await Engine(test_settings(database_url), config=config).drain()
+    await Engine(config=config).drain()
     assert (await reload(store, activity)).state == r.ActivityState.SUCCEEDED
     assert [hit.path for hit in receiver.hits] == ["/cidr", "/host"]
     assert receiver.hits[1].headers["Host"] == f"hooks.internal:{receiver.port}"

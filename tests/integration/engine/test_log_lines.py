@@ -14,7 +14,7 @@ import pytest
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.engine import Engine
-from oste.engine.log_shipping import SuccessRoller
+from oste.engine.log_shipping import SuccessShipper
 from oste.logs import JsonFormatter
 from oste.storage.store import Store
 from tests.engine_support import (
@@ -25,7 +25,6 @@ from tests.engine_support import (
     in_turn,
     respond,
     settled,
-    test_settings,
 )
 from tests.factories import make_activities, make_type
 from tests.integration.engine.test_log_rollers import PERIOD, set_uris
@@ -36,7 +35,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(test_settings(database_url), config=fast_config())
+    running = Engine(config=fast_config())
     await running.start()
     try:
         yield running
@@ -166,7 +165,7 @@ async def test_log_shipping_lines_are_sentences_and_a_failed_shipment_is_a_warni
     port = free_port()
     solution = await set_uris(store, success=f"http://127.0.0.1:{port}/logs")
     clock = later_clock(PERIOD + 1)
-    roller = SuccessRoller(roller_config(retry_base=10.0), clock, "node-a")
+    roller = SuccessShipper(roller_config(retry_base=10.0), clock, "node-a")
 
     assert (await roller.run_once()).batches_failed == 1  # nobody listens on the port
     [failed] = [record for record in caplog.records if record.levelno == logging.WARNING]
@@ -184,4 +183,4 @@ async def test_log_shipping_lines_are_sentences_and_a_failed_shipment_is_a_warni
         await log_receiver.stop()
     [summary] = [record.getMessage() for record in caplog.records]
     assert summary == "success roller: shipped 1 batches (3 records)"
-    assert "RollResult" not in summary
+    assert "ShipResult" not in summary

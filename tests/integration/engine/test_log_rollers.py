@@ -19,7 +19,8 @@ from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.domain.log_shipping import RollerKind
 from oste.engine import Engine
-from oste.engine.log_shipping import DeadLetterRoller, SuccessRoller
+from oste.engine.log_shipping import DeadLetterShipper, SuccessShipper
+from oste.server import engine_config_of
 from oste.storage.database import close_database, open_database
 from oste.storage.log_shipping import RollerStore
 from oste.storage.store import Store
@@ -78,10 +79,10 @@ async def test_2500_succeeded_activities_ship_in_3_batches_once_each_then_are_go
     await set_uris(store, success=log_receiver.url)
     assert {a.state for a in await remaining(store)} == {r.ActivityState.SUCCEEDED}
 
-    early = await SuccessRoller(roller_config(), SystemClock(), "node-a").run_once()
+    early = await SuccessShipper(roller_config(), SystemClock(), "node-a").run_once()
     assert (early.batches_shipped, log_receiver.batches) == (0, []), "shipped before the period passed"
 
-    result = await SuccessRoller(roller_config(), later_clock(PERIOD + 1), "node-a").run_once()
+    result = await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "node-a").run_once()
 
     assert (result.batches_shipped, result.records_shipped, result.batches_failed) == (3, 2500, 0)
     assert [len(b.ids) for b in log_receiver.batches] == [1000, 1000, 500]
@@ -108,8 +109,8 @@ async def test_2500_dead_letters_ship_to_the_dead_letter_uri_in_3_batches(
     try:
         await set_uris(store, success=other.url, dead=log_receiver.url)
         clock = later_clock(PERIOD + 1)
-        assert (await SuccessRoller(roller_config(), clock, "n").run_once()).batches_shipped == 0
-        result = await DeadLetterRoller(roller_config(), clock, "n").run_once()
+        assert (await SuccessShipper(roller_config(), clock, "n").run_once()).batches_shipped == 0
+        result = await DeadLetterShipper(roller_config(), clock, "n").run_once()
     finally:
         await other.stop()
     assert other.batches == []
@@ -130,7 +131,7 @@ async def test_refused_then_500_then_200_same_batch_id_and_nothing_purged_before
     port = free_port()
     await set_uris(store, success=f"http://127.0.0.1:{port}/logs")
     clock = later_clock(PERIOD + 1)
-    roller = SuccessRoller(roller_config(retry_base=10.0), clock, "node-a")
+    roller = SuccessShipper(roller_config(retry_base=10.0), clock, "node-a")
 
     refused = await roller.run_once()  # nobody listens on the port
     assert (refused.batches_failed, refused.batches_shipped) == (1, 0)
@@ -180,7 +181,7 @@ async def test_the_signature_verifies_after_gzip_decoding_and_no_secret_is_shipp
     await ended_activities(store, database_url, kind, 5)
     solution = await set_uris(store, success=log_receiver.url)
     assert (
-        await SuccessRoller(roller_config(), later_clock(PERIOD + 1), "n").run_once()
+        await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "n").run_once()
     ).records_shipped == 5
 
     [batch] = log_receiver.batches
@@ -206,7 +207,7 @@ async def test_the_byte_cap_holds_with_large_parameters(
     )
     await set_uris(store, success=log_receiver.url)
     config = roller_config(max_bytes=cap)
-    result = await SuccessRoller(config, later_clock(PERIOD + 1), "n").run_once()
+    result = await SuccessShipper(config, later_clock(PERIOD + 1), "n").run_once()
 
     sizes = [len(b.json_bytes) for b in log_receiver.batches]
     assert all(size <= cap for size in sizes), sizes
@@ -231,12 +232,12 @@ async def test_a_solution_without_uris_purges_after_its_period_without_shipping(
     hits_before = len(receiver.hits)
 
     early = SystemClock()
-    assert (await SuccessRoller(roller_config(), early, "n").run_once()).records_purged == 0
+    assert (await SuccessShipper(roller_config(), early, "n").run_once()).records_purged == 0
     assert len(await remaining(store)) == 52
 
     clock = later_clock(PERIOD + 1)
-    success = await SuccessRoller(roller_config(), clock, "n").run_once()
-    dead = await DeadLetterRoller(roller_config(), clock, "n").run_once()
+    success = await SuccessShipper(roller_config(), clock, "n").run_once()
+    dead = await DeadLetterShipper(roller_config(), clock, "n").run_once()
 
     assert (success.records_purged, dead.records_purged) == (40 + 1, 10)  # succeeded + cancelled; dead
     assert success.batches_shipped == dead.batches_shipped == 0
@@ -254,7 +255,7 @@ async def test_the_ssrf_guard_and_no_redirects_apply_to_log_uris(
     await set_uris(store, success=log_receiver.url)
     clock = later_clock(PERIOD + 1)
 
-    guarded = await SuccessRoller(roller_config(allowed_targets=()), clock, "n").run_once()
+    guarded = await SuccessShipper(roller_config(allowed_targets=()), clock, "n").run_once()
     assert guarded.batches_failed == 1 and log_receiver.batches == []
     assert "SSRF guard" in ((await status(store, RollerKind.SUCCESS)).state.last_error or "")
 
@@ -262,7 +263,7 @@ async def test_the_ssrf_guard_and_no_redirects_apply_to_log_uris(
     try:
         await set_uris(store, success=redirect.url + "/logs")
         clock.advance(3600)
-        result = await SuccessRoller(roller_config(), clock, "n").run_once()
+        result = await SuccessShipper(roller_config(), clock, "n").run_once()
     finally:
         await redirect.stop()
     assert result.batches_failed == 1 and len(redirect.hits) == 1 and log_receiver.batches == []
@@ -280,11 +281,11 @@ async def test_a_solution_leased_by_another_node_is_left_alone(
     target = rollers.roll_target(solution, RollerKind.SUCCESS)
     assert await rollers.take_lease(target, "node-b", 30.0) is not None
 
-    busy = await SuccessRoller(roller_config(), clock, "node-a").run_once()
+    busy = await SuccessShipper(roller_config(), clock, "node-a").run_once()
     assert (busy.solutions_busy, log_receiver.batches) == (1, [])
 
     clock.advance(31.0)  # node-b's lease expired: node-a takes over
-    assert (await SuccessRoller(roller_config(), clock, "node-a").run_once()).records_shipped == 3
+    assert (await SuccessShipper(roller_config(), clock, "node-a").run_once()).records_shipped == 3
 
 
 async def test_two_postgres_workers_never_ship_the_same_record_twice(
@@ -303,7 +304,7 @@ async def test_two_postgres_workers_never_ship_the_same_record_twice(
             await store.update_solution(solution, changes)
         clock = later_clock(PERIOD + 1)
         config = roller_config(max_records=50)
-        workers = [SuccessRoller(config, clock, f"worker-{n}") for n in (1, 2)]
+        workers = [SuccessShipper(config, clock, f"worker-{n}") for n in (1, 2)]
         totals = [0, 0]
         for _ in range(10):
             results = await asyncio.gather(*(w.run_once() for w in workers))
@@ -337,7 +338,7 @@ async def test_a_running_engine_rolls_every_roller_interval(
     made = await make_activities(store, tiny, SystemClock().now(), count=20)
     kept = await make_activities(store, kind, SystemClock().now(), count=5)
     settings = dataclasses.replace(test_settings(database_url), roller_interval=0.3)
-    engine = Engine(settings, config=fast_config())
+    engine = Engine(fast_config(log_shipping=engine_config_of(settings).log_shipping))
     await engine.start()
     try:
         await eventually(

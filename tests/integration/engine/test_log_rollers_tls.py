@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from oste.engine.log_shipping import SuccessRoller
+from oste.engine.log_shipping import SuccessShipper
 from oste.storage.store import Store
 from tests.auth_support import TlsReceiver, make_pki
 from tests.engine_support import Receiver
@@ -28,10 +28,10 @@ async def test_the_ca_file_is_trusted_by_the_log_rollers(
         await ended_activities(store, database_url, kind, 3)
         solution = await store.get_solution(await store.get_company("acme"), "songs")
         await store.update_solution(solution, {"success_uri": logs.url + "/logs", "success_period": PERIOD})
-        plain = await SuccessRoller(roller_config(), later_clock(PERIOD + 1), "node-a").run_once()
+        plain = await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "node-a").run_once()
         assert (plain.batches_shipped, plain.batches_failed) == (0, 1) and len(await remaining(store)) == 3
         config = roller_config(ca_file=str(pki.ca.cert_path), retry_base=0.0, retry_max=0.0)
-        trusting = await SuccessRoller(config, later_clock(PERIOD + 3600), "node-a").run_once()
+        trusting = await SuccessShipper(config, later_clock(PERIOD + 3600), "node-a").run_once()
         assert (trusting.batches_shipped, trusting.records_shipped) == (1, 3)
         assert await remaining(store) == [] and len(logs.hits) == 1
     finally:

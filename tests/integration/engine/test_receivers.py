@@ -24,7 +24,7 @@ from oste.domain.ids import new_signing_secret
 from oste.engine import Engine
 from oste.receiving import WebhookVerificationError, verify
 from oste.storage.store import Store
-from tests.engine_support import Hit, Receiver, fast_config, settled, test_settings
+from tests.engine_support import Hit, Receiver, fast_config, settled
 from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
@@ -41,7 +41,7 @@ async def database_url(sqlite_url: str) -> str:
 async def fire(store: Store, database_url: str) -> AsyncIterator[Callable[[str], Awaitable[r.Activity]]]:
     """Fire one activity (parameter ``{"SongId": "a1"}``) at a URL with a real engine; wait until it
     succeeded. The engine is stopped at the end."""
-    engine = Engine(test_settings(database_url), config=fast_config())
+    engine = Engine(config=fast_config())
     await engine.start()
 
     async def fire_at(url: str) -> r.Activity:

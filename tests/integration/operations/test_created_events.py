@@ -12,7 +12,9 @@ import pytest
 
 from oste.cli.transfer import Importer
 from oste.domain.clock import SystemClock
+from oste.operations import OperationContext, Operations
 from oste.settings import Settings
+from oste.storage import Storage
 from oste.storage.store import Store
 from tests.engine_support import Receiver
 from tests.integration.api.conftest import Api, api_client, db_rows
@@ -50,7 +52,11 @@ async def test_imports_occurrences_run_now_and_backfills_record_created(api: Api
     ).json()["created"]
     store = Store(SystemClock())
     company = await store.get_company(tenant.company)
-    importer = Importer(store, await store.get_solution(company, tenant.solution), lambda rejected: None)
+    importer = Importer(
+        Operations(OperationContext(Storage(store.clock))),
+        await store.get_solution(company, tenant.solution),
+        lambda rejected: None,
+    )
     line = (
         b'{"activity_type": "%s", "parameter": {"SongId": 5}, "delay": "PT1H"}'
         % tenant.activity_type.encode()

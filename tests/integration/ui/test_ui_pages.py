@@ -293,10 +293,16 @@ async def test_a_session_is_known_to_every_process_serving_the_ui(world: UiWorld
     """Sessions live in the database: another app over the same database (another `oste api` process
     behind a load balancer, or this one restarted) accepts the cookie, until sign-out ends it there too."""
     from oste.domain.clock import SystemClock
+    from oste.operations import OperationContext, Operations
     from oste.storage import Storage
-    from oste.ui import ui_app
+    from oste.ui import Sessions, UiContext, cookie_key, ui_app
 
-    another = ui_app(Storage(SystemClock()), world.api.admin_token)
+    clock, token = SystemClock(), world.api.admin_token
+    storage = Storage(clock)
+    operations = Operations(OperationContext(storage))
+    another = ui_app(
+        UiContext(operations=operations, admin_token=token, sessions=Sessions(storage, cookie_key(token)))
+    )
     cookie = admin.http.cookies.get("oste_ui")
     transport = httpx.ASGITransport(app=another)
     async with httpx.AsyncClient(

@@ -28,7 +28,7 @@ def settings_action(changes: dict[str, Any]) -> str:
     return "update"
 
 
-class SettingsOperations:
+class TenantOperations:
     """Changing what a company, a solution or an activity type is allowed to send."""
 
     def __init__(self, context: OperationContext) -> None:
