@@ -9,10 +9,10 @@ import asyncio
 from tortoise.transactions import in_transaction
 
 from oste.storage import models as m
-from oste.storage.config import POSTGRES_POOL
+from oste.storage.dialects import PostgresDialect
 from oste.storage.store import Store
 
-ENTRIES = int(POSTGRES_POOL["maxsize"]) + 5
+ENTRIES = int(PostgresDialect.url_defaults["maxsize"]) + 5
 """More cancelled entries than the pool has connections, so a leak per entry would empty it."""
 
 
