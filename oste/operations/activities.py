@@ -62,11 +62,18 @@ class ActivityOperations:
         actor.require(WRITE, "create activities")
         if not items:
             return []
-        async with atomic():
-            created = await self.store.create_activities(list(items))
-            if audit:
-                await self._audit(actor, company, solution, "create", None, {"count": len(created)})
+        entry = None
+        if audit:  # built now: the insert's transaction holds only the statements
+            details = {"count": len(items)}
+            entry = self.context.audit_entry(actor, company, solution, "create", "activity", None, details)
+
+        async def written(created: list[r.Activity]) -> None:  # in the insert's transaction
+            if entry is not None:
+                await self.context.audit.record(entry)
+            # last, the company's row (see Quotas.take): a refusal rolls the rows back
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, len(items), written=True)
+
+        created = await self.store.create_activities(list(items), written)
         self.context.notify_due(min(a.next_attempt_at for a in created))
         return created
 

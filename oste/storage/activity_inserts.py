@@ -1,20 +1,26 @@
-"""Creating activities: one multi-row INSERT per batch, built from the records without ORM instances.
+"""Creating activities: multi-row INSERTs built from the records without ORM instances.
 
 Building a Tortoise model instance per activity for ``bulk_create`` cost more than validating it; here
-each activity becomes one tuple of column values and the dialect's ``insert_rows`` writes the batch in a
-single statement (PostgreSQL: ``INSERT … SELECT * FROM unnest(…)``; SQLite: ``executemany``), which is
-atomic on its own. Values are encoded as Tortoise encodes them (uuids, aware UTC datetimes, JSON as
+each activity becomes one tuple of column values, and the dialect writes the batch in as few statements
+as it can (``ClaimStrategy.prepare_rows``; PostgreSQL: one binary COPY; SQLite: one multi-row INSERT
+per thousand rows). Values are encoded as Tortoise encodes them (uuids, aware UTC datetimes, JSON as
 orjson text), so the rows read back through the models exactly as before.
+
+Everything is built before the insert's transaction opens — the records, the rows' encoded values and
+statements, the ``created`` events' statement — so the transaction holds only those statements, what
+the caller adds (its audit row, its quota) and the commit: on SQLite, a thousand-item batch's turn on
+the one connection every other request shares.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from tortoise.backends.base.client import TransactionalDBClient
 from tortoise.exceptions import DBConnectionError, IntegrityError
 from tortoise.transactions import in_transaction
 
@@ -24,7 +30,7 @@ from oste.errors import Conflict, Unavailable
 from oste.eventloop import pause
 from oste.storage import models as m
 from oste.storage.dialects import ClaimStrategy, strategy_for
-from oste.storage.events import record_created, wants_created
+from oste.storage.events import Change, record_statement, subscribed_solutions
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "uuid"),
@@ -127,43 +133,69 @@ def _row(a: r.Activity, request_hash: str | None) -> tuple[Any, ...]:
     )
 
 
-async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list[r.Activity]:
-    """Insert validated activities all-or-nothing in one statement, in the order given; their records.
+async def insert_activities(
+    new: Sequence[r.NewActivity],
+    now: datetime,
+    then: Callable[[list[r.Activity]], Awaitable[None]] | None = None,
+) -> list[r.Activity]:
+    """Insert validated activities all-or-nothing, in the order given, with their ``created`` events
+    (when their solution is streamed); their records. ``then`` runs in the same transaction once the
+    rows are in (an operation's audit row and quota): what it raises writes nothing.
 
-    Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is written
-    then) and Unavailable when the database cannot be reached.
+    Every row, its event and their statements are built before the transaction opens, so the
+    transaction holds only the statements and the commit (on SQLite it holds the one connection every
+    other request waits for). Raises Conflict if an idempotency key or a recurring occurrence already
+    exists (nothing is written then) and Unavailable when the database cannot be reached.
     """
     if not new:
         return []
     now = _utc(now)
+    db = m.Activity._meta.db  # the caller's transaction's connection, if it holds one
+    strategy = _strategy(db.capabilities.dialect)
+    # build in chunks that let other requests run meanwhile; on SQLite, with only a plain yield when
+    # the caller's transaction holds the one connection those requests would wait for
+    shared = strategy.name != "sqlite" or not isinstance(db, TransactionalDBClient)
+    created, rows = await _built(new, now, pause if shared else _yield)
+    prepared = strategy.prepare_rows("activity", COLUMNS, rows)
+    subscribed = await subscribed_solutions(now)
+    changes = [Change(a.id, "created") for a in created if a.solution_id in subscribed]
+    events = record_statement(strategy, changes, now) if changes else None
+    if shared and len(new) > YIELD_EVERY:
+        await pause()  # the light requests that came meanwhile take the database before this batch
+    try:
+        async with in_transaction() as conn:  # the rows, their events and ``then``, or nothing
+            try:
+                await strategy.insert_prepared(conn, prepared)
+                if events is not None:
+                    await conn.execute_query(*events)
+            except IntegrityError:
+                raise Conflict(
+                    "an activity with the same idempotency key or occurrence already exists"
+                ) from None
+            if then is not None:
+                await then(created)
+    except DBConnectionError as exc:
+        raise Unavailable(f"the database is unreachable: {exc}") from None
+    return created
+
+
+async def _yield() -> None:
+    await asyncio.sleep(0)
+
+
+async def _built(
+    new: Sequence[r.NewActivity], now: datetime, between: Callable[[], Awaitable[None]]
+) -> tuple[list[r.Activity], list[tuple[Any, ...]]]:
+    """The records of ``new`` and their rows' values, with ``between`` awaited every ``YIELD_EVERY``."""
     partitions = {
         kind.id: (kind.partition, kind.limited)
         for kind in {item.activity_type.id: item.activity_type for item in new}.values()
     }
     created: list[r.Activity] = []
     rows: list[tuple[Any, ...]] = []
-    # a big batch lets other requests run while its rows are built; on SQLite only a plain yield, as
-    # the caller's transaction holds the one connection those requests would wait for
-    shared = m.Activity._meta.db.capabilities.dialect != "sqlite"
     for index, item in enumerate(new):
         if index and index % YIELD_EVERY == 0:
-            await (pause() if shared else asyncio.sleep(0))
+            await between()
         created.append(new_activity_record(item, now, partitions[item.activity_type.id]))
         rows.append(_row(created[-1], item.request_hash))
-    try:
-        if await wants_created({a.solution_id for a in created}, now):
-            async with in_transaction():  # the rows and their created events, or neither
-                await _insert_rows(rows)
-                await record_created([(a.solution_id, a.id) for a in created], now)
-        else:
-            await _insert_rows(rows)
-    except IntegrityError:
-        raise Conflict("an activity with the same idempotency key or occurrence already exists") from None
-    except DBConnectionError as exc:
-        raise Unavailable(f"the database is unreachable: {exc}") from None
-    return created
-
-
-async def _insert_rows(rows: list[tuple[Any, ...]]) -> None:
-    conn = m.Activity._meta.db  # the current transaction's connection, if any
-    await _strategy(conn.capabilities.dialect).insert_rows(conn, "activity", COLUMNS, rows)
+    return created, rows

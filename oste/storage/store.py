@@ -472,13 +472,19 @@ class Store:
 
     # --- activities --------------------------------------------------------------------------------
 
-    async def create_activities(self, new: list[r.NewActivity]) -> list[r.Activity]:
+    async def create_activities(
+        self,
+        new: list[r.NewActivity],
+        then: Callable[[list[r.Activity]], Awaitable[None]] | None = None,
+    ) -> list[r.Activity]:
         """Insert validated activities all-or-nothing, in one transaction, in the order given.
 
-        Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is
-        written then).
+        ``then`` runs in that transaction once the rows are in (an operation's audit row and quota);
+        what it raises rolls the rows back. The rows are built before the transaction opens, so it
+        holds only their statements, ``then`` and the commit. Raises Conflict if an idempotency key
+        or a recurring occurrence already exists (nothing is written then).
         """
-        return await insert_activities(new, self.clock.now())
+        return await insert_activities(new, self.clock.now(), then)
 
     async def create_activity_once(
         self,
@@ -520,13 +526,14 @@ class Store:
         then: Callable[[r.Activity], Awaitable[None]] | None,
         room: Callable[[], Awaitable[None]] | None = None,
     ) -> r.Activity:
-        async with in_transaction():
-            created = (await self.create_activities([new]))[0]
+
+        async def written(made: list[r.Activity]) -> None:  # in the insert's transaction
             if then is not None:
-                await then(created)
+                await then(made[0])
             if room is not None:
                 await room()
-        return created
+
+        return (await self.create_activities([new], written))[0]
 
     async def get_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> r.Activity:
         row = await self._one(
