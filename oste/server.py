@@ -183,6 +183,14 @@ def create_app(
             await close_database()
 
     quota_defaults = quota_defaults_of(settings)
+    shares = ApiShares(
+        Caps(
+            max_streams_per_company=settings.max_streams_per_company,
+            max_long_polls_per_company=settings.max_long_polls_per_company,
+            max_heavy_requests_per_company=settings.max_heavy_requests_per_company,
+            max_heavy_requests=settings.max_heavy_requests,
+        )
+    )
     ui = ui_routes(
         storage,
         admin_token,
@@ -192,16 +200,10 @@ def create_app(
         throttle,
         settings.signing_secret_grace,
         settings.destination_max_in_flight,
+        settings.max_parameter_bytes,
+        shares.heavy,  # the UI's bulk actions take their turn with the API's heavy requests
     )
     routes = [*api_routes(), *ui]
-    shares = ApiShares(
-        Caps(
-            max_streams_per_company=settings.max_streams_per_company,
-            max_long_polls_per_company=settings.max_long_polls_per_company,
-            max_heavy_requests_per_company=settings.max_heavy_requests_per_company,
-            max_heavy_requests=settings.max_heavy_requests,
-        )
-    )
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     app.state.api = ApiContext(
         storage=storage,

@@ -20,9 +20,10 @@ from starlette.staticfiles import StaticFiles
 from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
 from oste.operations.throttle import SignInThrottle
+from oste.operations.validation import DEFAULT_MAX_PARAMETER_BYTES
 from oste.storage import Storage
 from oste.ui import actions, auth, browse, bulk, dashboard, destinations, editing, queues, schedules
-from oste.ui.context import Forbidden403, Refused, UiContext, render
+from oste.ui.context import Forbidden403, HeavyGate, Refused, UiContext, render
 from oste.ui.sessions import MAX_AGE_SECONDS, Sessions, cookie_key
 
 __all__ = ["UiContext", "ui_app"]
@@ -103,6 +104,8 @@ def ui_app(
     throttle: SignInThrottle | None = None,
     signing_secret_grace: float = 24 * 3600.0,
     destination_max_in_flight: int | None = None,
+    max_parameter_bytes: int = DEFAULT_MAX_PARAMETER_BYTES,
+    heavy: HeavyGate | None = None,
 ) -> Starlette:
     """The UI as an app of its own, to be mounted at ``/ui`` (its errors are pages, not problem+json)."""
     from starlette.exceptions import HTTPException
@@ -126,6 +129,8 @@ def ui_app(
         throttle=throttle or SignInThrottle(),
         signing_secret_grace=signing_secret_grace,
         destination_max_in_flight=destination_max_in_flight,
+        max_parameter_bytes=max_parameter_bytes,
+        **({"heavy": heavy} if heavy is not None else {}),
     )
     return app
 
@@ -139,8 +144,11 @@ def mount(
     throttle: SignInThrottle | None = None,
     signing_secret_grace: float = 24 * 3600.0,
     destination_max_in_flight: int | None = None,
+    max_parameter_bytes: int = DEFAULT_MAX_PARAMETER_BYTES,
+    heavy: HeavyGate | None = None,
 ) -> list[Route | Mount]:
-    """The routes the server adds beside the API's: ``/ui`` (redirecting to ``/ui/``) and the app."""
+    """The routes the server adds beside the API's: ``/ui`` (redirecting to ``/ui/``) and the app.
+    ``heavy``: the API's gate of heavy requests, which the UI's bulk actions pass too."""
 
     async def to_slash(request: Request) -> Response:
         return RedirectResponse("/ui/", status_code=307)
@@ -156,5 +164,7 @@ def mount(
         throttle,
         grace,
         destination_max_in_flight,
+        max_parameter_bytes,
+        heavy,
     )
     return [Route("/ui", to_slash), Mount("/ui", app=app)]

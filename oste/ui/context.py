@@ -6,6 +6,7 @@ Pages are wrapped with :func:`page` (GET: signed in, else sent to the sign-in fo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hmac
 import logging
@@ -25,6 +26,7 @@ from oste.domain.tenancy import QuotaDefaults
 from oste.errors import NotFound, OsteError
 from oste.operations import UI, Actor, OperationContext, Operations
 from oste.operations.throttle import SignInThrottle
+from oste.operations.validation import DEFAULT_MAX_PARAMETER_BYTES
 from oste.storage import Storage
 from oste.storage.store import Store
 from oste.ui.sessions import COOKIE, SESSION_SECONDS, Session, Sessions
@@ -34,6 +36,15 @@ log = logging.getLogger(__name__)
 MAX_FORM_BYTES = 256 * 1024
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
 SLUG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+HeavyGate = Callable[[Request, r.Company], contextlib.AbstractAsyncContextManager[None]]
+"""Runs one of a company's heavy requests when its turn comes, or raises ``TooMany``: the server
+passes the API's (``oste.api.fairness.ApiShares.heavy``), so both faces share one set of caps."""
+
+
+def _ungated(request: Request, company: r.Company) -> contextlib.AbstractAsyncContextManager[None]:
+    """No gate (a UI app on its own, in tests)."""
+    return contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,10 @@ class UiContext:
     """How long a rotated signing secret keeps signing by default (``OSTE_SIGNING_SECRET_GRACE``)."""
     destination_max_in_flight: int | None = None
     """The cap of destinations without one of their own (``OSTE_DESTINATION_MAX_IN_FLIGHT``)."""
+    max_parameter_bytes: int = DEFAULT_MAX_PARAMETER_BYTES
+    """The largest parameter a form may store (``OSTE_MAX_PARAMETER_BYTES``), as in the API."""
+    heavy: HeavyGate = field(default=_ungated)
+    """The gate of heavy requests (bulk changes), shared with the API's in this process."""
 
     @functools.cached_property
     def operations(self) -> Operations:
