@@ -304,7 +304,13 @@ def face_contexts(
         metrics_token=settings.metrics_token,
         shares=shares,
     )
-    return api, UiContext(**face.parts(), sessions=sessions)
+    ui = UiContext(
+        **face.parts(),
+        sessions=sessions,
+        max_parameter_bytes=settings.max_parameter_bytes,
+        heavy=shares.heavy,  # the UI's bulk actions take their turn with the API's heavy requests
+    )
+    return api, ui
 
 
 def openapi_document() -> dict[str, Any]:

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from oste.domain import records as r
+from oste.domain.audit import AuditEntry
 from oste.domain.tenancy import QuotaDefaults
 from oste.operations.actors import Actor
 from oste.operations.quotas import Quotas
@@ -46,7 +47,23 @@ class OperationContext:
         details: Mapping[str, Any] | None = None,
     ) -> None:
         """Write the audit row of a change ``actor`` made (in the caller's transaction, if any)."""
-        entry = actor.entry(
+        await self.audit.record(
+            self.audit_entry(actor, company, solution, action, resource, resource_id, details)
+        )
+
+    def audit_entry(
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution | None,
+        action: str,
+        resource: str,
+        resource_id: object,
+        details: Mapping[str, Any] | None = None,
+    ) -> AuditEntry:
+        """The audit row ``record_audit`` writes, built now (write it with ``audit.record``): an
+        operation builds it before its transaction opens."""
+        return actor.entry(
             company,
             solution,
             action,
@@ -55,7 +72,6 @@ class OperationContext:
             dict(details) if details else None,
             self.store.clock.now(),
         )
-        await self.audit.record(entry)
 
     @functools.cached_property
     def quotas(self) -> Quotas:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,19 @@ EXECUTION_COLUMNS: tuple[tuple[str, str], ...] = (
 
 FollowOnWriter = Callable[[BaseDBAsyncClient, "Dialect", Sequence[Completion], datetime], Awaitable[int]]
 """Writes the follow-ons of just-written completions inside their transaction (``storage.chains``)."""
+
+
+@dataclass(frozen=True)
+class PreparedRows:
+    """Rows made ready for ``Dialect.insert_prepared`` before a transaction opens: every value
+    encoded and every statement built (SQLite), or the records of one COPY (PostgreSQL)."""
+
+    table: str
+    names: tuple[str, ...]
+    records: Sequence[Sequence[Any]] = ()
+    """PostgreSQL: the rows, as given."""
+    statements: tuple[tuple[str, list[Any]], ...] = ()
+    """SQLite: multi-row INSERTs with their values, in order."""
 
 
 class Params:
@@ -256,8 +270,19 @@ class Dialect:
         columns: Sequence[tuple[str, str]],
         rows: Sequence[Sequence[Any]],
     ) -> None:
-        """Insert many rows in one statement, atomically; ``columns`` are (name, PostgreSQL type) pairs
-        and each row holds their values in that order (uuids as ``uuid.UUID``, JSON as text)."""
+        """Insert many rows atomically; ``columns`` are (name, PostgreSQL type) pairs and each row
+        holds their values in that order (uuids as ``uuid.UUID``, JSON as text)."""
+        await self.insert_prepared(conn, self.prepare_rows(table, columns, rows))
+
+    def prepare_rows(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> PreparedRows:
+        """``insert_rows``' work that needs no connection, done now: call it before the transaction
+        that inserts them opens, so the transaction holds only the statements."""
+        return PreparedRows(table, tuple(name for name, _ in columns), records=rows)
+
+    async def insert_prepared(self, conn: BaseDBAsyncClient, prepared: PreparedRows) -> None:
+        """Insert rows ``prepare_rows`` made ready, atomically."""
         raise NotImplementedError
 
     async def insert_rows_skipping(
@@ -419,21 +444,15 @@ class PostgresDialect(Dialect):
     def json_param(self, params: Params, text: str) -> str:
         return f"{params.add(text)}::text::jsonb"
 
-    async def insert_rows(
-        self,
-        conn: BaseDBAsyncClient,
-        table: str,
-        columns: Sequence[tuple[str, str]],
-        rows: Sequence[Sequence[Any]],
-    ) -> None:
+    async def insert_prepared(self, conn: BaseDBAsyncClient, prepared: PreparedRows) -> None:
         # Binary COPY: one statement, all rows or none, and the driver encodes each row's values
         # straight into the stream (an array parameter per column costs it an abstract-base-class
         # check per element, which made it most of the API process's time in a batch create).
-        names = [name for name, _ in columns]
+        rows = prepared.records
         records = _paced(rows) if len(rows) > PACE else rows
         try:
             async with conn.acquire_connection() as raw:
-                await raw.copy_records_to_table(table, records=records, columns=names)
+                await raw.copy_records_to_table(prepared.table, records=records, columns=prepared.names)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise IntegrityError(str(exc)) from exc
         except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
@@ -524,25 +543,43 @@ class SqliteDialect(Dialect):
         found = await conn.execute_query_dict(sql, [_sqlite_completion_batch(completions), now])
         return {self.uuid_of(row["id"]) for row in found}
 
-    async def insert_rows(
-        self,
-        conn: BaseDBAsyncClient,
-        table: str,
-        columns: Sequence[tuple[str, str]],
-        rows: Sequence[Sequence[Any]],
-    ) -> None:
-        # executemany runs in one transaction of its own (or the caller's): all rows or none.
-        names = ", ".join(name for name, _ in columns)
-        sql = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+    def prepare_rows(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> PreparedRows:
+        # One multi-row INSERT per ROWS_PER_STATEMENT rows: SQLite writes each in one step with the
+        # GIL released, where executemany took it back for every row from the event loop's thread.
+        names = tuple(name for name, _ in columns)
         uuids = [i for i, (_, sql_type) in enumerate(columns) if sql_type == "uuid"]
-        values = []
-        for row in rows:
-            item = list(row)
-            for i in uuids:
-                if item[i] is not None:
-                    item[i] = str(item[i])
-            values.append(item)
-        await conn.execute_many(sql, values)
+        one = f"({', '.join('?' * len(columns))})"
+        size = max(1, min(ROWS_PER_STATEMENT, SQLITE_VARIABLES // len(columns)))
+        head = f"INSERT INTO {table} ({', '.join(names)}) VALUES "
+        statements = []
+        for start in range(0, len(rows), size):
+            part = rows[start : start + size]
+            values: list[Any] = []
+            for row in part:
+                item = list(row)
+                for i in uuids:
+                    if item[i] is not None:
+                        item[i] = str(item[i])
+                values.extend(item)
+            statements.append((head + ", ".join([one] * len(part)), values))
+        return PreparedRows(table, names, statements=tuple(statements))
+
+    async def insert_prepared(self, conn: BaseDBAsyncClient, prepared: PreparedRows) -> None:
+        if len(prepared.statements) == 1:  # one statement is atomic on its own
+            await conn.execute_query(*prepared.statements[0])
+            return
+        async with in_transaction(conn.connection_name) as tx:  # the caller's, or one of its own
+            for sql, values in prepared.statements:
+                await tx.execute_query(sql, values)
+
+
+ROWS_PER_STATEMENT = 1000
+"""Rows of one multi-row INSERT on SQLite (a 1,000-item batch is one statement; full statements of a
+bigger one share their compiled form in the driver's statement cache)."""
+SQLITE_VARIABLES = 32766
+"""Parameters one SQLite statement may take (SQLite's default limit since 3.32)."""
 
 
 def _pg_completion_columns(completions: Sequence[Completion], now: datetime) -> list[Any]:

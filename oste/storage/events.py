@@ -114,6 +114,14 @@ async def record(conn: BaseDBAsyncClient, strategy: Dialect, changes: Sequence[C
     statement); returns how many. Runs in the caller's transaction when there is one."""
     if not changes:
         return 0
+    await conn.execute_query(*record_statement(strategy, changes, now))
+    return len(changes)
+
+
+def record_statement(strategy: Dialect, changes: Sequence[Change], now: datetime) -> tuple[str, list[Any]]:
+    """``record``'s statement and its values, built without a connection: a writer that knows its
+    changes before its transaction opens builds them first, so the transaction holds only the
+    statement."""
     p = Params(strategy)
     at = p.add(now)  # placeholders are numbered in the order they appear in the statement
     cast, int_cast, text_cast = strategy.cast("uuid"), strategy.cast("int"), strategy.cast("text")
@@ -128,8 +136,7 @@ async def record(conn: BaseDBAsyncClient, strategy: Dialect, changes: Sequence[C
         f"a.object_id, v.column2, v.column3, v.column4, {at} FROM (VALUES {values}) AS v "
         "JOIN activity a ON a.id = v.column1"
     )
-    await conn.execute_query(sql, p.values)
-    return len(changes)
+    return sql, p.values
 
 
 async def record_created(

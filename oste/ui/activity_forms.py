@@ -116,7 +116,8 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     store = ui(request).store
     try:
         data = check_item(body)
-        item = await new_activity(data, TypeCache(store, solution), store.clock.now())
+        cache = TypeCache(store, solution, ui(request).max_parameter_bytes)
+        item = await new_activity(data, cache, store.clock.now())
     except InvalidInput as exc:
         raise invalid(exc, known=FIELDS) from None
     activity, _ = await ui(request).operations.activities.create(viewer.actor, company, solution, item)

@@ -9,8 +9,9 @@ list's filter, walked in chunks with no cap, exactly as ``POST …/activities/bu
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -20,7 +21,7 @@ from starlette.responses import Response
 from oste.domain import records as r
 from oste.domain.bulk import WHAT_CHANGES, BulkResult
 from oste.domain.search import MAX_SELECTED
-from oste.errors import OsteError
+from oste.errors import OsteError, TooMany
 from oste.ui.browse import BULK_ACTIONS, FilterError, filter_values, filters_of
 from oste.ui.context import Refused, Viewer, action, flash, page, redirect, render, solution_in_path, ui
 
@@ -73,6 +74,33 @@ class Choice:
         return urlencode({k: v for k, v in self.values.items() if v})
 
 
+@contextlib.asynccontextmanager
+async def _heavy(request: Request, company: r.Company) -> AsyncIterator[None]:
+    """Run the bulk action as one of the company's heavy requests: the API's gate (its caps, its
+    turns), so a bulk action from the UI cannot take the process from other companies either. A
+    refusal says so in the UI's words (the ``TooMany`` of the work itself, a full quota, passes)."""
+    async with contextlib.AsyncExitStack() as held:
+        try:
+            await held.enter_async_context(ui(request).heavy(request, company))
+        except TooMany as exc:
+            raise Refused(_busy(exc)) from None
+        yield
+
+
+def _busy(exc: TooMany) -> str:
+    """The message of a bulk action the heavy gate refused: nothing changed, why, and when to retry."""
+    cap, limit = exc.extensions.get("cap"), exc.extensions.get("limit")
+    if cap == "OSTE_MAX_HEAVY_REQUESTS":
+        why = f"the server runs {limit} bulk change or batch at a time ({cap}={limit}); the wait was too long"
+    else:
+        why = (
+            f"this company already has {exc.extensions.get('in_use', limit)} bulk changes or batch creates "
+            f"running or waiting, its cap ({cap}={limit})"
+        )
+    wait = exc.retry_after or 1
+    return f"Nothing was changed: {why}. Try again in {wait} second{'s' if wait != 1 else ''}."
+
+
 def _ids_of(source: Mapping[str, str], many: list[str]) -> list[str]:
     joined = source.get("ids", "")
     return [*many, *(i for i in joined.split(",") if i.strip())][: MAX_SELECTED + 1]
@@ -90,10 +118,11 @@ async def _confirm(request: Request, viewer: Viewer, default_action: str | None)
     try:
         choice = Choice(source, _ids_of(source, params.getlist("id")), default_action)
         filters = await choice.filters(request, found)
-        result = await ui(request).operations.activities.bulk(
-            viewer.actor, company_, found, filters, choice.action, dry_run=True
-        )
-    except (FilterError, OsteError) as exc:
+        async with _heavy(request, company_):  # the count walks every match, as the API's dry run
+            result = await ui(request).operations.activities.bulk(
+                viewer.actor, company_, found, filters, choice.action, dry_run=True
+            )
+    except (FilterError, OsteError, Refused) as exc:
         error = str(exc)
     return await render(
         request,
@@ -138,9 +167,10 @@ async def _apply(request: Request, viewer: Viewer, form: dict[str, str], default
         if choice.matching
         else {"filter": {"ids": len(choice.ids)}}
     )
-    result = await ui(request).operations.activities.bulk(
-        viewer.actor, company_, found, filters, choice.action, described=described
-    )
+    async with _heavy(request, company_):
+        result = await ui(request).operations.activities.bulk(
+            viewer.actor, company_, found, filters, choice.action, described=described
+        )
     skipped = sum(entry.count for entry in result.skipped.values())
     noun = "activity" if result.changed == 1 else "activities"
     message = DONE[choice.action].format(n=result.changed, activities=noun)

@@ -6,12 +6,13 @@ Pages are wrapped with :func:`page` (GET: signed in, else sent to the sign-in fo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hmac
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -23,6 +24,7 @@ from oste.domain import records as r
 from oste.errors import NotFound, OsteError
 from oste.operations import UI, Actor
 from oste.operations.faces import FaceContext
+from oste.operations.validation import DEFAULT_MAX_PARAMETER_BYTES
 from oste.ui.sessions import COOKIE, SESSION_SECONDS, Session, Sessions
 
 log = logging.getLogger(__name__)
@@ -31,12 +33,25 @@ MAX_FORM_BYTES = 256 * 1024
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
 SLUG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
+HeavyGate = Callable[[Request, r.Company], contextlib.AbstractAsyncContextManager[None]]
+"""Runs one of a company's heavy requests when its turn comes, or raises ``TooMany``: the server
+passes the API's (``oste.api.fairness.ApiShares.heavy``), so both faces share one set of caps."""
+
+
+def _ungated(request: Request, company: r.Company) -> contextlib.AbstractAsyncContextManager[None]:
+    """No gate (a UI app on its own, in tests)."""
+    return contextlib.nullcontext()
+
 
 @dataclass(frozen=True, kw_only=True)
 class UiContext(FaceContext):
     """The UI's dependencies: the faces' shape (``FaceContext``, the API's too) and the sign-in sessions."""
 
     sessions: Sessions
+    max_parameter_bytes: int = DEFAULT_MAX_PARAMETER_BYTES
+    """The largest parameter a form may store (``OSTE_MAX_PARAMETER_BYTES``), as in the API."""
+    heavy: HeavyGate = field(default=_ungated)
+    """The gate of heavy requests (bulk changes), shared with the API's in this process."""
 
 
 @dataclass(frozen=True)

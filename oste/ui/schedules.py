@@ -189,7 +189,7 @@ async def _show_edit(request: Request, viewer: Viewer, form: FormState, status: 
 
 
 async def _common(
-    form: dict[str, str], kind: r.ActivityType, company: uuid.UUID
+    form: dict[str, str], kind: r.ActivityType, company: uuid.UUID, max_parameter_bytes: int
 ) -> tuple[dict[str, Any], Recurrence]:
     """Validated values shared by create and edit: the form as the API's create body, through the
     API's checks (its JSON Schema, then the same domain rules), then the schedule. FormInvalid names
@@ -222,6 +222,7 @@ async def _common(
         object_id = await check_parameter(
             ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref),
             parameter,
+            max_bytes=max_parameter_bytes,
             company=company,
         )
     except InvalidInput as exc:
@@ -248,7 +249,7 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     kind = (await store.get_activity_types(solution, [name])).get(name)
     if kind is None:
         raise FormInvalid({"activity_type": f"there is no activity type {name!r} in this solution"})
-    values, recurrence = await _common(form, kind, company.id)
+    values, recurrence = await _common(form, kind, company.id, ui(request).max_parameter_bytes)
     values.update(start_at=None, end_at=None, retries=None, paused=False)
     created = await ui(request).operations.recurring.create(
         viewer.actor, company, solution, kind, values, recurrence
@@ -264,7 +265,7 @@ async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     store = ui(request).store
     recurring = await store.get_recurring(solution, uuid_in_path(request))
     kind = await store.get_activity_type(solution, recurring.activity_type)
-    values, recurrence = await _common(form, kind, company.id)
+    values, recurrence = await _common(form, kind, company.id, ui(request).max_parameter_bytes)
     await ui(request).operations.recurring.reschedule(
         viewer.actor, company, solution, recurring, values, recurrence, list(values)
     )

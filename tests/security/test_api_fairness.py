@@ -1,6 +1,7 @@
 """One company cannot take the API from another: caps on open streams, long-polls and heavy requests
 (429 with Retry-After, naming the cap), light requests served before heavy work, a deadline for
 request bodies, redirects that never echo the Host header, and no-store on answers that carry secrets.
+The UI's bulk actions pass the same heavy gate as the API's.
 
 Each runs against a real server on both databases, with small caps so the tests stay fast.
 """
@@ -23,9 +24,12 @@ import pytest
 from oste.api.feeds import POLL_INTERVAL
 from oste.settings import Settings
 from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem, long_poll, woken
+from tests.integration.operations.test_one_path import Ui, ui_path
 
 DEADLINE = 20.0
 """Seconds any awaited condition has at most (far above what it needs on a quiet machine)."""
+PROBE_EVERY = 0.2
+"""Seconds between two probes of who holds a company's heavy place."""
 
 
 @contextlib.asynccontextmanager
@@ -250,3 +254,56 @@ async def test_answers_that_carry_secrets_are_no_store(api: Api) -> None:
         assert response.headers["cache-control"] == "no-store", (response.request.url, response.headers)
     problem = await api.get(path + "/nothing-here")
     assert problem.headers["cache-control"] == "no-store"
+
+
+async def test_the_uis_bulk_actions_pass_the_same_heavy_gate(database_url: str, tmp_path: Path) -> None:
+    """A bulk action from the UI is one of the company's heavy requests, under the API's caps: while
+    the company's API batch holds its one place, the UI's bulk cancel is refused with a message
+    (nothing changed), and once the batch is done the same action goes through."""
+    caps = {"max_heavy_requests_per_company": 1, "max_heavy_requests": 1}
+    async with server(database_url, tmp_path, **caps) as api:
+        a, b = await api.tenant(), await api.tenant()
+        made = [
+            (await api.post(a.activities, a.activity(n, delay="PT1H"), token=a.key, expect=201)).json()["id"]
+            for n in range(3)
+        ]
+        async with httpx.AsyncClient(base_url=str(api.http.base_url), timeout=60.0) as http:
+            ui = Ui(http)
+            await ui.sign_in(a.key)
+            form = {"action": "cancel", "scope": "selected", "ids": ",".join(made), "confirm": "yes"}
+            async with slow_body(api, b):  # B's request in flight: A's batch pauses between its chunks
+                running = await _batch_holding_its_place(api, a)
+                refused = await http.post(f"{ui_path(a)}/bulk", data={**form, "csrf": ui.csrf})
+                assert refused.status_code == 303, refused.text[:2000]
+                page = (await http.get(refused.headers["location"])).text
+                assert not running.done(), "the batch ended before the UI's bulk action was refused"
+                message = re.search(r'class="flash error"[^>]*>([^<]*)<', page)
+                assert message, page[:3000]
+                assert "Nothing was changed" in message.group(1), message.group(1)
+                assert "OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY=1" in message.group(1), message.group(1)
+                confirm = (await http.get(f"{ui_path(a)}/bulk", params={**form, "confirm": ""})).text
+                assert "OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY=1" in confirm  # the dry run alike
+                states = {(await api.get(f"{a.activities}/{i}", token=a.key)).json()["state"] for i in made}
+                assert states == {"scheduled"}
+            assert (await asyncio.wait_for(running, DEADLINE * 3)).status_code == 201
+            done = await http.post(f"{ui_path(a)}/bulk", data={**form, "csrf": ui.csrf})
+            assert "Cancelled 3 activities" in (await http.get(done.headers["location"])).text
+        states = {(await api.get(f"{a.activities}/{i}", token=a.key)).json()["state"] for i in made}
+        assert states == {"cancelled"}
+
+
+async def _batch_holding_its_place(api: Api, tenant: Tenant) -> asyncio.Task[httpx.Response]:
+    """A 1,000-item batch of the tenant, once it holds the tenant's one heavy place: a small batch of
+    the tenant, sent every ``PROBE_EVERY``, is then refused with the per-company cap. A probe that
+    held the place when the batch came made the batch a 429: it is sent again."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE
+    while loop.time() < deadline:
+        running = asyncio.create_task(api.post(tenant.activities, batch(tenant), token=tenant.key))
+        while not running.done():
+            await asyncio.wait({running}, timeout=PROBE_EVERY)  # its body is read and parsed first
+            probe = await api.post(tenant.activities, batch(tenant, 2), token=tenant.key)
+            if probe.status_code == 429 and not running.done():
+                assert_capped(probe, "OSTE_MAX_HEAVY_REQUESTS_PER_COMPANY", 1)
+                return running
+    raise AssertionError("the batch never held its place")
