@@ -3,8 +3,12 @@
 The list's form (GET, no change) opens the confirmation page, which runs the API's bulk operation as a
 dry run and says what would change; its form (POST, CSRF-checked, a ticked confirmation box) makes
 the change through the same operation (``oste.operations`` → ``oste.storage.bulk``) and goes back to
-the list with what happened. A selection is its ids (at most ``MAX_SELECTED``); "all matching" is the
-list's filter, walked in chunks with no cap, exactly as ``POST …/activities/bulk`` does.
+the list with what happened. A selection is its ids (at most ``MAX_SELECTED``); "all matching" is
+frozen at the confirmation: the activities the filter matches then (at most ``MAX_SELECTED``) are
+carried as ids, so the change confirmed is the change made, whatever matches by the time the box
+is ticked; past ``MAX_SELECTED`` the filter is walked in chunks with no cap, exactly as
+``POST …/activities/bulk`` does. Either way the list's filter travels along, and the list comes
+back filtered as it was.
 """
 
 from __future__ import annotations
@@ -30,6 +34,13 @@ DONE = {
     "run_now": "Made {n} {activities} due now",
     "delete": "Deleted {n} {activities}",
 }
+BUTTONS = {
+    "cancel": "Cancel {n}",
+    "requeue": "Requeue {n}",
+    "run_now": "Run {n} now",
+    "delete": "Delete {n}",
+}
+"""The confirmation's button: the action and how many it changes ("Cancel 2 activities")."""
 WOULD = {"cancel": "cancelled", "requeue": "requeued", "run_now": "made due now", "delete": "deleted"}
 
 
@@ -41,6 +52,8 @@ class Choice:
         if self.action not in BULK_ACTIONS:
             raise FilterError(f"action: choose one of {', '.join(BULK_ACTIONS)}")
         self.matching = source.get("scope", "selected" if ids else "matching") == "matching"
+        self.frozen = source.get("frozen") == "yes"
+        """The ids of "all matching", frozen at the confirmation page."""
         self.values = filter_values(source)
         if self.matching:
             self.ids: tuple[uuid.UUID, ...] = ()
@@ -60,13 +73,30 @@ class Choice:
         filters, _ = await filters_of(request, solution, self.values)
         return filters
 
+    async def freeze(self, request: Request, solution: r.Solution) -> None:
+        """Turn "all matching" into the ids it matches now, when they are at most ``MAX_SELECTED``."""
+        if not self.matching:
+            return
+        filters = await self.filters(request, solution)
+        listing = await ui(request).storage.listing.page(solution, filters, MAX_SELECTED)
+        if listing.page.next_cursor is None and listing.page.items:
+            self.ids = tuple(item.id for item in listing.page.items)
+            self.matching, self.frozen = False, True
+
+    @property
+    def by_filter(self) -> bool:
+        """Whether the operator chose "all matching" (frozen into ids or not)."""
+        return self.matching or self.frozen
+
     def hidden(self) -> dict[str, str]:
-        """The fields the confirmation form sends back."""
+        """The fields the confirmation form sends back: the action, the ids (or, past
+        ``MAX_SELECTED``, the scope "matching"), and the list's filter, to go back to it."""
         fields = {"action": self.action, "scope": "matching" if self.matching else "selected"}
-        if self.matching:
-            fields.update({k: v for k, v in self.values.items() if v})
-        else:
+        fields.update({k: v for k, v in self.values.items() if v})
+        if not self.matching:
             fields["ids"] = ",".join(str(i) for i in self.ids)
+        if self.frozen:
+            fields["frozen"] = "yes"
         return fields
 
     def list_query(self) -> str:
@@ -89,6 +119,7 @@ async def _confirm(request: Request, viewer: Viewer, default_action: str | None)
     choice: Choice | None = None
     try:
         choice = Choice(source, _ids_of(source, params.getlist("id")), default_action)
+        await choice.freeze(request, found)
         filters = await choice.filters(request, found)
         result = await ui(request).operations.activities.bulk(
             viewer.actor, company_, found, filters, choice.action, dry_run=True
@@ -107,7 +138,16 @@ async def _confirm(request: Request, viewer: Viewer, default_action: str | None)
         would=WOULD.get(choice.action, "") if choice else "",
         what=WHAT_CHANGES.get(choice.action, "") if choice else "",
         back_query=choice.list_query() if choice else "",
+        max_selected=MAX_SELECTED,
+        button=_button(choice.action if choice else "", result),
     )
+
+
+def _button(action: str, result: BulkResult | None) -> str:
+    if result is None or action not in BUTTONS:
+        return ""
+    n = result.would_change
+    return BUTTONS[action].format(n=f"{n} activit{'y' if n == 1 else 'ies'}")
 
 
 @page
@@ -138,6 +178,8 @@ async def _apply(request: Request, viewer: Viewer, form: dict[str, str], default
         if choice.matching
         else {"filter": {"ids": len(choice.ids)}}
     )
+    if choice.frozen:
+        described["matching"] = {k: v for k, v in choice.values.items() if v}
     result = await ui(request).operations.activities.bulk(
         viewer.actor, company_, found, filters, choice.action, described=described
     )
