@@ -1,8 +1,9 @@
 """The dashboard: outcomes and lag per minute, queues, busiest types, dead letters, nodes, shipping.
 
-Live: the page's script asks ``/ui/live`` every ``POLL_SECONDS`` for the headline counters and the two
-charts (JSON, the same ``figures`` and ``charts`` the page is rendered with) and updates them in place;
-without scripts the page is complete as served.
+Live: the page's script asks ``/ui/live`` every ``POLL_SECONDS`` for the headline counters, the two
+charts and the tables (JSON: the same ``figures``, ``charts`` and ``_dashboard_tables.html`` the page
+is rendered with, from one read) and updates them in place, so a tile never contradicts the table
+beside it; without scripts the page is complete as served.
 
 Reads go through ``DashboardSource``: outcomes and lag from the stats service's per-minute rollups
 (``StatsService``, the same reports as ``GET /v1/stats``), the rest from ``OverviewStore`` (bounded
@@ -21,7 +22,7 @@ from starlette.responses import Response
 from oste.domain.stats import OUTCOMES, Count, StatsReport
 from oste.storage.overview import Overview
 from oste.ui.charts import Series, lines, stacked_bars
-from oste.ui.context import Viewer, page, render, ui
+from oste.ui.context import ENV, Viewer, page, render, root_of, ui
 
 POLL_SECONDS = 3
 """How often the dashboard's script asks ``/ui/live`` for fresh counters and charts."""
@@ -101,9 +102,22 @@ async def dashboard(request: Request, viewer: Viewer) -> Response:
     )
 
 
+def tables(request: Request, viewer: Viewer, overview: Overview) -> dict[str, str]:
+    """The dashboard's tables as HTML, by name (the page includes the same template)."""
+    html = ENV.get_template("_dashboard_tables.html").render(
+        viewer=viewer, seen=overview, root=root_of(request)
+    )
+    return {"overview": html}
+
+
 @page
 async def live(request: Request, viewer: Viewer) -> Response:
-    """The dashboard's counters and charts as JSON, for its script to update the open page."""
-    report = await DashboardSource(request).report(viewer)
-    body = {"figures": figures(report), "charts": {name: str(svg) for name, svg in charts(report).items()}}
+    """The dashboard's counters, charts and tables as JSON, for its script to update the open page."""
+    seen = await DashboardSource(request).read(viewer)
+    report = seen.report
+    body = {
+        "figures": figures(report),
+        "charts": {name: str(svg) for name, svg in charts(report).items()},
+        "tables": tables(request, viewer, seen.overview),
+    }
     return Response(orjson.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})
