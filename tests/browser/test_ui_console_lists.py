@@ -213,6 +213,10 @@ def test_a_dashboard_counter_changes_while_the_page_stays_open(desk: Any, api: A
     before = counter.inner_text()
     api.activities(tenant, "songs", range(1, 4), delay="PT5H")
     wait_for(lambda: counter.inner_text() != before, f"the scheduled-later counter to move from {before}")
+    company = tenant["company"]
+    row = desk.locator(f'[data-tables] tr:has(a[href="/ui/companies/{company}"])')
+    wait_for(lambda: row.count() == 1, f"the queue table to list {company} beside the counter")
+    assert row.inner_text().split() == [company, "0", "3"], row.inner_text()  # no reload: issue 39, O2
     assert desk.evaluate("window.stayedOpen") is True  # updated in place, not reloaded
     assert desk.locator('#live [data-chart="outcomes"] svg').count() == 1
     for card in desk.locator("section.card").all():  # tables scroll inside their card
