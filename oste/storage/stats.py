@@ -251,7 +251,7 @@ class StatsService:
             due, future, running, dead = await _together(
                 _count("state = 'scheduled' AND next_attempt_at <= {now}", now=now),
                 _count("state = 'scheduled' AND next_attempt_at > {now}", now=now),
-                self._scoped_count(scope, "lease_expires_at IS NOT NULL AND state = 'running'"),
+                self._scoped_count(scope, RUNNING_WHERE, now),
                 self._scoped_count(scope, dead_where),
             )
             return QueueDepth(due, future, running, dead)
@@ -260,7 +260,7 @@ class StatsService:
         (counts, truncated), scheduled, running, dead = await _together(
             _awaited(due_rows) if due_rows is not None else self.due_rows(now),
             self._scoped_count(scope, "state = 'scheduled'"),
-            self._scoped_count(scope, "lease_expires_at IS NOT NULL AND state = 'running'"),
+            self._scoped_count(scope, RUNNING_WHERE, now),
             self._scoped_count(scope, dead_where),
         )
         position = 0 if scope.activity_column == "activity_type_id" else 1
@@ -269,8 +269,10 @@ class StatsService:
         future = Count(max(scheduled.value - due.value, 0), scheduled.at_least or due.at_least)
         return QueueDepth(due, future, running, dead)
 
-    async def _scoped_count(self, scope: Scope, where: str) -> Count:
+    async def _scoped_count(self, scope: Scope, where: str, now: datetime | None = None) -> Count:
         sql = _Sql()
+        if now is not None:
+            where = where.format(now=sql.add(now))
         return await sql.count(self._scoped(sql, scope, where))
 
     async def throttled(self, scope: Scope, now: datetime, due_rows: DueRows | None = None) -> Throttled:
@@ -377,6 +379,11 @@ async def _together(*reads: Awaitable[Any]) -> list[Any]:
 async def _awaited(value: Any) -> Any:
     """``value``, awaited if it is a future or task (``due_rows`` shared by a report's reads)."""
     return await value if isinstance(value, Awaitable) else value
+
+
+RUNNING_WHERE = "lease_expires_at IS NOT NULL AND state = 'running' AND next_attempt_at <= {now}"
+"""Running: leased and due. A worker claims activities a moment before they are due; those are
+claimed, not yet running, and are not counted as running."""
 
 
 async def _count(where: str, **values: Any) -> Count:

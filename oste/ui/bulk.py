@@ -34,6 +34,8 @@ DONE = {
     "run_now": "Made {n} {activities} due now",
     "delete": "Deleted {n} {activities}",
 }
+AUDITED_IDS = 10
+"""A selection of at most this many activities is named, id by id, in its audit row."""
 BUTTONS = {
     "cancel": "Cancel {n}",
     "requeue": "Requeue {n}",
@@ -178,6 +180,8 @@ async def _apply(request: Request, viewer: Viewer, form: dict[str, str], default
         if choice.matching
         else {"filter": {"ids": len(choice.ids)}}
     )
+    if not choice.matching and len(choice.ids) <= AUDITED_IDS:
+        described["activity_ids"] = [str(i) for i in choice.ids]
     if choice.frozen:
         described["matching"] = {k: v for k, v in choice.values.items() if v}
     result = await ui(request).operations.activities.bulk(

@@ -1,0 +1,105 @@
+"""What an operator who knows Sidekiq, Oban Web or Hangfire looks for (issue 39, O11), over a real
+server: the dead list says what went wrong, one activity can be deleted after a confirmation (audited),
+an activity claimed ahead of its due time is not "running", and an ended activity does not describe
+its request as a next attempt.
+
+The rows an engine would write (a dead letter and its execution, a claim) are written into the SQLite
+file directly: no engine runs beside this module's server."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import uuid
+
+import pytest
+
+from tests.integration.ui.conftest import Browser, UiWorld
+from tests.integration.ui.test_ui_forms import ui_path
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def database(world: UiWorld) -> sqlite3.Connection:
+    return sqlite3.connect(world.api.database_url.removeprefix("sqlite://"))
+
+
+def kill(world: UiWorld, activity_id: str, status: int, error: str | None) -> None:
+    """Make an activity a dead letter whose one attempt failed with ``status`` / ``error``."""
+    with database(world) as db:
+        db.execute(
+            "INSERT INTO execution (id, attempt, started_at, finished_at, duration_ms, outcome, http_status, "
+            "error, response_excerpt, node, activity_id) SELECT ?, 1, scheduled_for, scheduled_for, 12.0, "
+            "'failed', ?, ?, 'gone', 'node-1', id FROM activity WHERE id = ?",
+            (str(uuid.uuid4()), status, error, activity_id),
+        )
+        db.execute(
+            "UPDATE activity SET state = 'dead', attempts = 1, last_outcome = 'failed', "
+            "finished_at = scheduled_for WHERE id = ?",
+            (activity_id,),
+        )
+
+
+async def make(world: UiWorld, count: int, **fields: object) -> list[str]:
+    tenant = world.one
+    body = {"activities": [tenant.activity(song, **fields) for song in range(1, count + 1)]}
+    made = (await world.api.post(tenant.activities, body, expect=201)).json()["activities"]
+    return [a["id"] for a in made]
+
+
+async def test_the_dead_list_shows_each_ones_error(world: UiWorld, admin: Browser) -> None:
+    first, second = await make(world, 2, delay="PT1H")
+    kill(world, first, 410, None)
+    kill(world, second, 0, "ClientConnectorError: connection refused by receiver.example:443")
+    page = (await admin.get(f"{ui_path(world.one)}/activities", params={"state": "dead"})).text
+    assert '<th scope="col">Error</th>' in page
+    assert "HTTP 410" in page and "connection refused by receiver.example:443" in page, page
+
+
+async def test_one_activity_is_deleted_after_a_confirmation_and_audited(
+    world: UiWorld, admin: Browser
+) -> None:
+    (one,) = await make(world, 1, delay="PT1H")
+    base = ui_path(world.one)
+    shown = (await admin.get(f"{base}/activities/{one}")).text
+    link = re.search(r'<a class="button danger" href="([^"]+)">Delete…</a>', shown)
+    assert link, shown
+    confirm = (await admin.get(link.group(1).replace("&amp;", "&"))).text
+    assert re.search(r'<button type="submit"[^>]*>Delete 1 activity</button>', confirm), confirm
+    form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', confirm))
+    assert form["ids"] == one
+    await admin.post(f"{base}/bulk", {**form, "confirm": "yes"})
+    await world.api.get(f"{world.one.activities}/{one}", expect=404)
+    audit = (await world.api.get(f"{world.one.path}/audit", expect=200)).json()["items"]
+    deleted = [row for row in audit if row["action"] == "bulk_delete"]
+    assert deleted and deleted[0]["details"]["changed"] == 1, audit
+    assert deleted[0]["details"]["activity_ids"] == [one], deleted[0]
+
+
+async def test_a_claim_ahead_of_its_due_time_is_not_running(world: UiWorld, company: Browser) -> None:
+    (claimed,) = await make(world, 1, delay="PT1H")
+    with database(world) as db:
+        db.execute(
+            "UPDATE activity SET state = 'running', lease_expires_at = next_attempt_at WHERE id = ?",
+            (claimed,),
+        )
+    live = (await company.get("/ui/live")).json()
+    assert live["figures"]["queue.running"] == "0", live["figures"]
+    base = ui_path(world.one)
+    listed = (await company.get(f"{base}/activities", params={"state": "running"})).text
+    assert 'class="state s-claimed"' in listed and 'data-label="Due"' in listed, listed
+    page = (await company.get(f"{base}/activities/{claimed}")).text
+    assert "claimed</span> by a worker ahead of its due time" in page
+
+
+async def test_an_ended_activity_does_not_speak_of_a_next_attempt(world: UiWorld, company: Browser) -> None:
+    (done,) = await make(world, 1, delay="PT1H")
+    with database(world) as db:
+        db.execute(
+            "UPDATE activity SET state = 'succeeded', attempts = 1, last_outcome = 'ok', "
+            "finished_at = scheduled_for WHERE id = ?",
+            (done,),
+        )
+    page = (await company.get(f"{ui_path(world.one)}/activities/{done}")).text
+    assert "next attempt (number 2)" not in page
+    assert "succeeded after 1 attempt and sends nothing more" in page, page
