@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from tests.integration.ui.conftest import Browser, UiWorld
-from tests.integration.ui.test_ui_forms import ui_path
+from tests.integration.ui.test_ui_forms import marked, ui_path
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -103,3 +103,49 @@ async def test_an_ended_activity_does_not_speak_of_a_next_attempt(world: UiWorld
     page = (await company.get(f"{ui_path(world.one)}/activities/{done}")).text
     assert "next attempt (number 2)" not in page
     assert "succeeded after 1 attempt and sends nothing more" in page, page
+
+
+async def test_pausing_a_solution_asks_first(world: UiWorld, admin: Browser) -> None:
+    tenant = world.one
+    base = ui_path(tenant)
+    page = (await admin.get(base)).text
+    summary = f'<summary class="button pause" aria-label="Pause solution {tenant.solution}…">Pause…</summary>'
+    assert summary in page, page
+    after = page[page.index(summary) :]
+    assert after.index(f"Yes, pause solution {tenant.solution}") < after.index("</details>")
+    assert (await world.api.get(tenant.path, expect=200)).json()["paused"] is False
+
+
+async def test_the_schedule_editor_sets_bounds_runs_and_policies(world: UiWorld, company: Browser) -> None:
+    tenant = world.one
+    base = ui_path(tenant)
+    await company.get(f"{base}/recurring/new")
+    form = {
+        "activity_type": tenant.activity_type,
+        "cron": "*/5 * * * *",
+        "timezone": "UTC",
+        "parameter": '{"SongId": 1}',
+        "priority": "0",
+        "start_at": "2031-01-01T00:00:00",
+        "end_at": "2031-02-01T00:00:00",
+        "max_runs": "12",
+        "catchup": "skip",
+        "catchup_window": "PT1H",
+        "overlap": "buffer_one",
+    }
+    refused = await company.post(
+        f"{base}/recurring/new", {**form, "max_runs": "0", "end_at": "soon"}, expect=422
+    )
+    assert {"max_runs", "end_at"} <= marked(refused.text), marked(refused.text)
+    made = await company.post(f"{base}/recurring/new", form)
+    recurring_id = made.headers["location"].rsplit("/", 1)[1]
+    stored = (await world.api.get(f"{tenant.recurring}/{recurring_id}", expect=200)).json()
+    assert stored["start_at"].startswith("2031-01-01T00:00:00") and stored["end_at"].startswith("2031-02-01")
+    assert (stored["max_runs"], stored["catchup"], stored["overlap"]) == (12, "skip", "buffer_one"), stored
+    assert stored["catchup_window"] == "PT1H", stored
+    assert stored["next_fire_at"].startswith("2031-01-01T00:00:00"), stored
+    edit = (await company.get(f"{base}/recurring/{recurring_id}/edit")).text
+    assert 'name="max_runs"' in edit and 'value="12"' in edit and 'value="2031-01-01T00:00:00"' in edit
+    await company.post(f"{base}/recurring/{recurring_id}/edit", {**form, "max_runs": "", "overlap": "skip"})
+    stored = (await world.api.get(f"{tenant.recurring}/{recurring_id}", expect=200)).json()
+    assert (stored["max_runs"], stored["overlap"]) == (None, "skip"), stored
