@@ -158,16 +158,21 @@ class StatsService:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
-    async def deployment(self) -> StatsReport:
-        report, nodes, rollers = await _together(self._report(Scope({})), self.nodes(), self.rollers())
+    async def deployment(self, history: tuple[int, int] = (SERIES_MINUTES, 1)) -> StatsReport:
+        """The deployment's report; ``history``: (minutes, minutes per point) of its series."""
+        report, nodes, rollers = await _together(
+            self._report(Scope({}), history), self.nodes(), self.rollers()
+        )
         return dataclasses.replace(report, nodes=nodes, rollers=rollers)
 
-    async def company(self, company: r.Company) -> StatsReport:
+    async def company(
+        self, company: r.Company, history: tuple[int, int] = (SERIES_MINUTES, 1)
+    ) -> StatsReport:
         sql = _Sql()
         rows = await sql.rows(f"SELECT id FROM solution WHERE company_id = {sql.add(company.id)}")
         solutions = tuple(uuid_of(row["id"]) for row in rows)
         scope = Scope({"company": company.name}, "company_id", (company.id,), "solution_id", solutions)
-        return await self._report(scope)
+        return await self._report(scope, history)
 
     async def solution(self, company: r.Company, solution: r.Solution) -> StatsReport:
         label = {"company": company.name, "solution": solution.name}
@@ -180,12 +185,13 @@ class StatsService:
         ids = (activity_type.id,)
         return await self._report(Scope(label, "activity_type_id", ids, "activity_type_id", ids))
 
-    async def _report(self, scope: Scope) -> StatsReport:
+    async def _report(self, scope: Scope, history: tuple[int, int] = (SERIES_MINUTES, 1)) -> StatsReport:
         now = self.clock.now()
         now_minute = minute_of(now)
+        minutes, step = history
         due = asyncio.ensure_future(self.due_rows(now))
         rows, queue, throttled, _ = await _together(
-            self._rollups(scope, now_minute - SERIES_MINUTES),
+            self._rollups(scope, now_minute - max(minutes, SERIES_MINUTES)),
             self.queue(scope, now, due),
             self.throttled(scope, now, due),
             due,
@@ -196,7 +202,7 @@ class StatsService:
             windows=windows_of(rows, now_minute),
             queue=queue,
             throttled=throttled,
-            series=series_of(rows, now_minute),
+            series=series_of(rows, now_minute, minutes, step),
         )
 
     async def _rollups(

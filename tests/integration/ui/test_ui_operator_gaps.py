@@ -149,3 +149,15 @@ async def test_the_schedule_editor_sets_bounds_runs_and_policies(world: UiWorld,
     await company.post(f"{base}/recurring/{recurring_id}/edit", {**form, "max_runs": "", "overlap": "skip"})
     stored = (await world.api.get(f"{tenant.recurring}/{recurring_id}", expect=200)).json()
     assert (stored["max_runs"], stored["overlap"]) == (None, "skip"), stored
+
+
+async def test_the_dashboards_history_reaches_back_a_day(world: UiWorld, admin: Browser) -> None:
+    page = (await admin.get("/ui/", params={"range": "24h"})).text
+    assert 'aria-current="page">last 24 hours</a>' in page, page
+    assert "Deliveries per 15 minutes, last 24 hours" in page
+    assert page.count("<rect ") <= 96 * 4  # one point per 15 minutes: at most 96 bars, 4 outcomes each
+    assert 'data-live="/ui/live?range=24h"' in page
+    live = (await admin.get("/ui/live", params={"range": "24h"})).json()
+    assert "96 points" not in live["charts"]["outcomes"] and "the last 24 hours" in live["charts"]["outcomes"]
+    odd = (await admin.get("/ui/", params={"range": "9999h"})).text  # only the offered ranges
+    assert 'aria-current="page">last hour</a>' in odd
