@@ -161,3 +161,15 @@ async def test_the_dashboards_history_reaches_back_a_day(world: UiWorld, admin: 
     assert "96 points" not in live["charts"]["outcomes"] and "the last 24 hours" in live["charts"]["outcomes"]
     odd = (await admin.get("/ui/", params={"range": "9999h"})).text  # only the offered ranges
     assert 'aria-current="page">last hour</a>' in odd
+
+
+async def test_the_activity_column_sorts_both_ways_through_the_query(world: UiWorld, admin: Browser) -> None:
+    ids = await make(world, 3, delay="PT1H")
+    base = ui_path(world.one)
+    page = (await admin.get(f"{base}/activities", params={"state": "scheduled"})).text
+    header = re.search(r'<th scope="col" aria-sort="descending"><a href="\?([^"]+)"', page)
+    assert header and "order=oldest" in header.group(1) and "state=scheduled" in header.group(1), page
+    oldest = (await admin.get(f"{base}/activities?{header.group(1).replace('&amp;', '&')}")).text
+    assert 'aria-sort="ascending"' in oldest
+    shown = [i for i in re.findall(r"/activities/([0-9a-f-]{36})\"", oldest) if i in ids]
+    assert shown == sorted(shown) and set(shown) == set(ids)
