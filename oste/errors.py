@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+MAX_DETAILED = 20
+"""Failing fields a validation problem's ``detail`` spells out (its ``errors`` lists every one)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,46 @@ class InvalidInput(OsteError):
     def field(cls, field: str, reason: str) -> InvalidInput:
         """A single-field error whose detail repeats the field and reason."""
         return cls(f"{field or 'body'}: {reason}", [FieldError(field, reason)])
+
+    @classmethod
+    def of(cls, errors: Iterable[FieldError]) -> InvalidInput:
+        """An error naming every one of ``errors``, the first ``MAX_DETAILED`` spelled out in the detail."""
+        found = list(errors)
+        detail = "; ".join(f"{e.field or 'body'}: {e.reason}" for e in found[:MAX_DETAILED])
+        if len(found) > MAX_DETAILED:
+            detail += f"; and {len(found) - MAX_DETAILED} more (see errors)"
+        return cls(detail, found)
+
+
+class FieldErrors:
+    """Every failing field of one request, gathered check by check so that one answer names them all
+    (the contract: validation reports every failing field, not only the first)."""
+
+    def __init__(self, earlier: Iterable[FieldError] = ()) -> None:
+        self.errors: list[FieldError] = list(earlier)
+
+    def add(self, exc: InvalidInput) -> None:
+        self.errors.extend(exc.errors or [FieldError("", exc.detail)])
+
+    @contextmanager
+    def check(self) -> Iterator[None]:
+        """Run a check; its InvalidInput is gathered instead of raised."""
+        try:
+            yield
+        except InvalidInput as exc:
+            self.add(exc)
+
+    def failed(self, name: str) -> bool:
+        """Whether a gathered error names ``name`` or a field inside it (``name/...``)."""
+        return any(e.field == name or e.field.startswith(name + "/") for e in self.errors)
+
+    def __bool__(self) -> bool:
+        return bool(self.errors)
+
+    def raise_any(self) -> None:
+        """Raise one InvalidInput naming every gathered error, if there is any."""
+        if self.errors:
+            raise InvalidInput.of(self.errors)
 
 
 class Unavailable(OsteError):

@@ -24,7 +24,7 @@ from oste.domain.bulk import BulkResult, UpdatePlan
 from oste.domain.fastschema import compile_check
 from oste.domain.parameters import ParameterRules
 from oste.domain.uris import check_target_uri
-from oste.errors import InvalidInput
+from oste.errors import FieldError, InvalidInput
 from oste.operations.creation import (
     CHECKPOINT_EVERY,
     TypeCache,
@@ -55,8 +55,8 @@ async def create(request: Request) -> Response:
         # no Location: a batch creates many resources, each listed with its id (RFC 9110: the target
         # URI, the listing, identifies what was created)
         return json({"activities": rendered}, 201)
-    schemas.check_shape(schemas.ACTIVITY_CREATE, data)
-    item = await new_activity(data, cache, now)
+    data, shape = schemas.shape_errors(schemas.ACTIVITY_CREATE, data)
+    item = await new_activity(data, cache, now, earlier=shape)
     key = request.headers.get("idempotency-key")
     if key is not None:
         item = keyed(item, check_idempotency_key(key), data)
@@ -71,10 +71,11 @@ async def _validated_batch(
 ) -> list[r.NewActivity]:
     """All-or-nothing: every item is validated first; any error rejects the batch with per-item errors.
     ``checkpoint`` is awaited between chunks of items (``oste.api.fairness``)."""
-    await _check_batch_shape(data, checkpoint)
-    raws = data["activities"]
+    shapes = await _check_batch_shape(data, checkpoint)
+    raws = [shapes[i][0] if i in shapes else raw for i, raw in enumerate(data["activities"])]
     prefixes = [f"activities/{i}" for i in range(len(raws))]
-    results = await validate_each(raws, cache, now, prefixes, checkpoint)
+    earlier = {i: errors for i, (_, errors) in shapes.items()}
+    results = await validate_each(raws, cache, now, prefixes, checkpoint, earlier)
     items = [result for result in results if isinstance(result, r.NewActivity)]
     errors = [e for result in results if isinstance(result, InvalidInput) for e in result.errors]
     if errors:
@@ -89,20 +90,26 @@ _ITEM_SHAPE = compile_check(schemas.ACTIVITY_CREATE)
 """True for an item of a batch that surely has the create shape (``oste.domain.fastschema``)."""
 
 
-async def _check_batch_shape(data: dict[str, Any], checkpoint: Callable[[], Awaitable[None]]) -> None:
+async def _check_batch_shape(
+    data: dict[str, Any], checkpoint: Callable[[], Awaitable[None]]
+) -> dict[int, tuple[dict[str, Any], list[FieldError]]]:
     """``check_shape(ACTIVITY_BATCH)`` in chunks: the envelope, then each item's fast check with a
-    ``checkpoint`` every ``CHECKPOINT_EVERY`` items; a batch they do not surely accept is left to
-    ``check_shape``, which explains what is wrong in one go."""
+    ``checkpoint`` every ``CHECKPOINT_EVERY`` items. An envelope that is wrong raises at once; an item
+    whose shape is wrong is answered by index with the item less its wrong members and their errors
+    (``schemas.shape_errors``), so that its other fields are still checked and reported."""
     items = data.get("activities")
-    if set(data) == {"activities"} and isinstance(items, list) and 1 <= len(items) <= MAX_BATCH:
-        for index, item in enumerate(items):
-            if index and index % CHECKPOINT_EVERY == 0:
-                await checkpoint()
-            if not _ITEM_SHAPE(item):
-                break
-        else:
-            return
-    schemas.check_shape(schemas.ACTIVITY_BATCH, data)
+    if not (set(data) == {"activities"} and isinstance(items, list) and 1 <= len(items) <= MAX_BATCH):
+        schemas.check_shape(schemas.ACTIVITY_BATCH, data)
+        return {}
+    if not all(isinstance(item, dict) for item in items):
+        schemas.check_shape(schemas.ACTIVITY_BATCH, data)
+    wrong: dict[int, tuple[dict[str, Any], list[FieldError]]] = {}
+    for index, item in enumerate(items):
+        if index and index % CHECKPOINT_EVERY == 0:
+            await checkpoint()
+        if not _ITEM_SHAPE(item):
+            wrong[index] = schemas.shape_errors(schemas.ACTIVITY_CREATE, item, ("activities", index))
+    return {index: found for index, found in wrong.items() if found[1]}
 
 
 async def activity_in_path(request: Request) -> tuple[r.Solution, r.Activity]:

@@ -36,8 +36,8 @@ async def list_types(request: Request) -> Response:
 @self_audited
 async def create_type(request: Request) -> Response:
     actor, company, solution = await solution_scope(request)
-    data = schemas.check_shape(schemas.ACTIVITY_TYPE_CREATE, await body(request))
-    values = type_values(data)
+    data, shape = schemas.shape_errors(schemas.ACTIVITY_TYPE_CREATE, await body(request))
+    values = type_values(data, earlier=shape)
     await check_chain_types(ctx(request).store, solution, values, values["name"])
     kind = await ctx(request).operations.tenants.create_type(actor, company, solution, values)
     rendered = render.activity_type(kind, solution.name)
@@ -63,9 +63,9 @@ async def patch_type(request: Request) -> Response:
     fit, unless ``?force=true`` (then they are dead-lettered and paused, counted in the headers
     ``OSTE-Dead-Lettered`` and ``OSTE-Paused-Recurring``)."""
     actor, company, solution, activity_type = await type_in_path(request)
-    data = schemas.check_shape(schemas.ACTIVITY_TYPE_PATCH, await body(request))
+    data, shape = schemas.shape_errors(schemas.ACTIVITY_TYPE_PATCH, await body(request))
     force = query_flag(request, "force")
-    values = type_values(data, activity_type)
+    values = type_values(data, activity_type, earlier=shape)
     await check_chain_types(ctx(request).store, solution, values, values.get("name", activity_type.name))
     new_rules = {name: values[name] for name in RULE_FIELDS if name in values}
     rules = (

@@ -922,7 +922,8 @@ DESCRIPTION = "\n\n".join(
         "A company key reaches its own company only: other companies' resources answer 404; "
         "operator-only operations answer 403.",
         "**Errors** are RFC 9457 `application/problem+json` with a human-readable `detail`; validation "
-        "errors (422) list every failing field in `errors` (`field`, JSON `pointer`, `reason`). An unknown "
+        "errors (422) list every failing field of the request at once in `errors` (`field`, JSON `pointer`, "
+        "`reason`), shape and value errors alike, for every item of a batch. An unknown "
         "path answers 404 and a method a path does not support 405 (with `Allow`), also as problem+json.",
         "**Listings** are paged by cursor: pass `next_cursor` back as `cursor` until it is null; `limit` "
         "is 1-1000 (default 100). Names are lower-case slugs; times RFC 3339 with an offset; durations "

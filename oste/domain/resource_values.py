@@ -9,6 +9,7 @@ naming the failing field.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from oste.domain import records as r
@@ -18,7 +19,7 @@ from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_p
 from oste.domain.receiver_auth import check_auth
 from oste.domain.redaction import MIN_SECRET_LENGTH
 from oste.domain.uris import check_target_uri
-from oste.errors import FieldError, InvalidInput
+from oste.errors import FieldError, FieldErrors, InvalidInput
 
 DEFAULT_SUCCESS_PERIOD = 7 * 86400.0
 DEFAULT_DEAD_LETTER_PERIOD = 30 * 86400.0
@@ -101,65 +102,89 @@ def check_headers(raw: dict[str, Any]) -> dict[str, r.Header]:
 
 
 def type_values(
-    data: dict[str, Any], current: r.ActivityType | None = None, kept_headers: frozenset[str] = frozenset()
+    data: dict[str, Any],
+    current: r.ActivityType | None = None,
+    kept_headers: frozenset[str] = frozenset(),
+    earlier: Iterable[FieldError] = (),
 ) -> dict[str, Any]:
     """Validated column values of an activity type from a create (current=None) or patch body.
 
-    A change that moves the type to another destination must restate its credentials
-    (``oste.domain.bound_credentials``); ``kept_headers`` names secret headers a form filled in with
-    their stored values, which do not count as restated."""
+    Every failing field is reported in one InvalidInput, together with ``earlier`` (the shape errors
+    of the members ``schemas.shape_errors`` took out of ``data``); how the fields fit together is
+    checked once each of them is valid. A change that moves the type to another destination must
+    restate its credentials (``oste.domain.bound_credentials``); ``kept_headers`` names secret
+    headers a form filled in with their stored values, which do not count as restated."""
+    errors = FieldErrors(earlier)
     values: dict[str, Any] = {
         k: data[k]
         for k in ("name", "verb", "retries", "max_concurrency", "rate_limit", "paused", "breaker_failures")
         if k in data
     }
     if "uri_pattern" in data:
-        uri_placeholders(data["uri_pattern"])
-        values["uri_pattern"] = data["uri_pattern"]
+        with errors.check():
+            uri_placeholders(data["uri_pattern"])
+            values["uri_pattern"] = data["uri_pattern"]
     if "parameter_schema" in data:
-        values["parameter_schema"] = check_parameter_schema(data["parameter_schema"])
+        with errors.check():
+            values["parameter_schema"] = check_parameter_schema(data["parameter_schema"])
     if "object_id_ref" in data:
         values["object_id_ref"] = tuple(data["object_id_ref"])
     if "headers" in data:
-        values["headers"] = check_headers(data["headers"])
-    values.update(_auth_values(data, current))
+        with errors.check():
+            values["headers"] = check_headers(data["headers"])
+    with errors.check():
+        values.update(_auth_values(data, current))
     if "success_statuses" in data:
         statuses = data["success_statuses"]
         values["success_statuses"] = tuple(sorted(set(statuses))) if statuses is not None else None
-    for name, maximum in (("timeout", MAX_TIMEOUT), ("backoff_base", 86400.0), ("backoff_max", 30 * 86400.0)):
-        if name in data:
-            values[name] = parse_duration(data[name], name, maximum)
+    _durations(data, values, errors)
     for name in CHAIN_FIELDS:
         if name in data:
             values[name] = data[name]
-    if "on_success_delay" in data:
-        delay = data["on_success_delay"]
-        values["on_success_delay"] = (
-            None if delay is None else parse_duration(delay, "on_success_delay", MAX_ON_SUCCESS_DELAY)
-        )
+    if values.get("rate_limit") is not None:
+        with errors.check():
+            check_rate_limit(values["rate_limit"])
     if current is None:
-        defaults: dict[str, Any] = {
-            "parameter_schema": None,
-            "retries": DEFAULT_RETRIES,
-            "timeout": DEFAULT_TIMEOUT,
-            "object_id_ref": (),
-            "headers": {},
-            "max_concurrency": None,
-            "rate_limit": None,
-            "backoff_base": DEFAULT_BACKOFF_BASE,
-            "backoff_max": DEFAULT_BACKOFF_MAX,
-            "success_statuses": None,
-            "paused": False,
-            "on_success": None,
-            "on_success_delay": None,
-            "on_dead_letter": None,
-            "breaker_failures": None,
-            "auth": None,
-        }
-        values = {**defaults, **values}
-    _check_consistency(values, current)
+        values = {**TYPE_DEFAULTS, **values}
+    _check_consistency(values, current, errors)
+    errors.raise_any()
     _check_credentials(data, values, current, kept_headers)
     return values
+
+
+def _durations(data: dict[str, Any], values: dict[str, Any], errors: FieldErrors) -> None:
+    """A type's durations into ``values`` (seconds), each failing one gathered in ``errors``."""
+    for name, maximum in (("timeout", MAX_TIMEOUT), ("backoff_base", 86400.0), ("backoff_max", 30 * 86400.0)):
+        if name in data:
+            with errors.check():
+                values[name] = parse_duration(data[name], name, maximum)
+    if "on_success_delay" in data:
+        delay = data["on_success_delay"]
+        with errors.check():
+            values["on_success_delay"] = (
+                None if delay is None else parse_duration(delay, "on_success_delay", MAX_ON_SUCCESS_DELAY)
+            )
+
+
+TYPE_DEFAULTS: dict[str, Any] = {
+    "parameter_schema": None,
+    "retries": DEFAULT_RETRIES,
+    "timeout": DEFAULT_TIMEOUT,
+    "object_id_ref": (),
+    "headers": {},
+    "max_concurrency": None,
+    "rate_limit": None,
+    "backoff_base": DEFAULT_BACKOFF_BASE,
+    "backoff_max": DEFAULT_BACKOFF_MAX,
+    "success_statuses": None,
+    "paused": False,
+    "on_success": None,
+    "on_success_delay": None,
+    "on_dead_letter": None,
+    "breaker_failures": None,
+    "auth": None,
+}
+"""A created type's values for the fields its body leaves out."""
 
 
 def check_rate_limit(value: float) -> float:
@@ -188,17 +213,20 @@ def _check_credentials(
         check_type_move(current, data, values, kept)
 
 
-def _check_consistency(values: dict[str, Any], current: r.ActivityType | None) -> None:
+def _check_consistency(values: dict[str, Any], current: r.ActivityType | None, errors: FieldErrors) -> None:
+    """How the fields fit together; a rule one of whose fields already failed is not checked."""
+
     def pick(name: str) -> Any:
         return values[name] if name in values else getattr(current, name)
 
-    if values.get("rate_limit") is not None:
-        check_rate_limit(values["rate_limit"])
     for name in ("timeout", "backoff_base"):
-        if pick(name) <= 0:
-            raise InvalidInput.field(name, "must be longer than zero")
-    if pick("backoff_max") < pick("backoff_base"):
-        raise InvalidInput.field("backoff_max", "must be at least backoff_base")
+        if not errors.failed(name) and pick(name) <= 0:
+            errors.add(InvalidInput.field(name, "must be longer than zero"))
+    fine = not any(errors.failed(name) for name in ("backoff_base", "backoff_max"))
+    if fine and pick("backoff_max") < pick("backoff_base"):
+        errors.add(InvalidInput.field("backoff_max", "must be at least backoff_base"))
+    if errors.failed("parameter_schema") or errors.failed("object_id_ref"):
+        return
     schema = pick("parameter_schema")
     for field in pick("object_id_ref"):
         properties = (schema or {}).get("properties")
@@ -207,8 +235,8 @@ def _check_consistency(values: dict[str, Any], current: r.ActivityType | None) -
             and schema.get("additionalProperties") is False
             and field not in properties
         ):
-            raise InvalidInput.field(
-                "object_id_ref", f"names {field!r}, which parameter_schema does not allow"
+            errors.add(
+                InvalidInput.field("object_id_ref", f"names {field!r}, which parameter_schema does not allow")
             )
 
 

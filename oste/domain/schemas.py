@@ -657,10 +657,27 @@ PROBLEM: dict[str, Any] = {
         "instance": {"type": "string"},
         "errors": {
             "type": "array",
-            "items": _obj(
-                {"field": {"type": "string"}, "pointer": {"type": "string"}, "reason": {"type": "string"}},
-                ("field", "reason"),
+            "description": (
+                "Validation problems (422): every failing field of the request in one answer, not only "
+                "the first: a wrong shape and a wrong value alike (a type with a bad `uri_pattern`, a "
+                "`timeout` of `10s` and an invalid `parameter_schema` names all three), and in a batch "
+                "every failing field of every item (`activities/3/parameter/SongId`). The `detail` "
+                "spells out the first 20."
             ),
+            "items": {
+                **_obj(
+                    {
+                        "field": {
+                            "type": "string",
+                            "description": "The failing field's path, `/`-separated; empty for the body",
+                        },
+                        "pointer": {"type": "string", "description": "The same path as a JSON Pointer"},
+                        "reason": {"type": "string", "description": "Why the value is refused"},
+                    },
+                    ("field", "reason"),
+                ),
+                "description": "One failing field and why",
+            },
         },
     },
     "required": ["type", "title", "status", "detail"],
@@ -820,6 +837,22 @@ def check_shape(schema: dict[str, Any], body: Any, prefix: tuple[Any, ...] = ())
         errors.sort(key=lambda e: e.field)
         raise InvalidInput("; ".join(f"{e.field or 'body'}: {e.reason}" for e in errors[:20]), errors)
     return body
+
+
+def shape_errors(
+    schema: dict[str, Any], body: Any, prefix: tuple[Any, ...] = ()
+) -> tuple[dict[str, Any], list[FieldError]]:
+    """``check_shape`` that lets the value checks go on: the body without the top-level members whose
+    shape is wrong, and the errors naming them, so that one answer can report every failing field
+    (shape and value alike). A body that is not an object raises as ``check_shape`` does."""
+    try:
+        return check_shape(schema, body, prefix), []
+    except InvalidInput as exc:
+        if not isinstance(body, dict):
+            raise
+        depth = len(prefix)
+        failing = {e.field.split("/")[depth] for e in exc.errors if len(e.field.split("/")) > depth}
+        return {k: v for k, v in body.items() if k not in failing}, exc.errors
 
 
 def _explained(errors: Iterator[ValidationError]) -> Iterator[ValidationError]:

@@ -192,15 +192,26 @@ def windows_of(
     return tallies
 
 
+HISTORY_RANGES: dict[str, tuple[int, int]] = {"1h": (60, 1), "6h": (360, 5), "24h": (1440, 15)}
+"""The history an operator can ask for: (minutes back, minutes per point). The per-minute rollups
+are kept 26 hours, so the longest range is a day, in 96 points."""
+
+
 def series_of(
-    rows: Iterable[tuple[int, Sequence[int], Sequence[int], float]], now_minute: int
+    rows: Iterable[tuple[int, Sequence[int], Sequence[int], float]],
+    now_minute: int,
+    minutes: int = SERIES_MINUTES,
+    step: int = 1,
 ) -> list[MinutePoint]:
-    """One point per minute of the last hour (oldest first), zeros where nothing was delivered."""
+    """One point per ``step`` minutes of the last ``minutes`` (oldest first; each point starts at
+    its first minute), zeros where nothing was delivered."""
     per_minute: dict[int, Tally] = {}
+    first = now_minute - minutes + 1
     for minute, outcomes, buckets, lag_max in rows:
-        per_minute.setdefault(minute, Tally()).merge(outcomes, buckets, lag_max)
+        start = first + (minute - first) // step * step
+        per_minute.setdefault(start, Tally()).merge(outcomes, buckets, lag_max)
     points = []
-    for minute in range(now_minute - SERIES_MINUTES + 1, now_minute + 1):
+    for minute in range(first, now_minute + 1, step):
         tally = per_minute.get(minute, Tally())
         points.append(
             MinutePoint(

@@ -9,7 +9,7 @@ the same checks and ``Store.create_activities``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,7 +21,7 @@ from oste.domain.fields import parse_duration, parse_time
 from oste.domain.json_values import check_storable
 from oste.domain.parameters import join_path
 from oste.domain.resource_values import rules_of
-from oste.errors import InvalidInput, NotFound
+from oste.errors import FieldError, FieldErrors, InvalidInput, NotFound
 from oste.operations.validation import DEFAULT_MAX_PARAMETER_BYTES, check_parameter
 from oste.storage import Store
 
@@ -93,18 +93,35 @@ class TypeCache:
 
 
 async def new_activity(
-    data: dict[str, Any], cache: TypeCache, now: datetime, prefix: str = ""
+    data: dict[str, Any],
+    cache: TypeCache,
+    now: datetime,
+    prefix: str = "",
+    earlier: Iterable[FieldError] = (),
 ) -> r.NewActivity:
-    """Validate one create body (shape already checked) into a NewActivity."""
-    kind = cache.types.get(data["activity_type"])  # usually prefetched: no field path to build
-    if kind is None:
-        kind = await cache.get(data["activity_type"], join_path(prefix, "activity_type"))
+    """Validate one create body into a NewActivity. Its shape was checked: ``earlier`` holds the shape
+    errors of the members taken out of ``data`` (``schemas.shape_errors``); one InvalidInput names
+    them and every other failing field (the type, the parameter against it, the due time)."""
+    errors = FieldErrors(earlier)
+    name = data.get("activity_type")
+    kind = cache.types.get(name) if isinstance(name, str) else None  # usually prefetched
+    if kind is None and isinstance(name, str):
+        with errors.check():
+            kind = await cache.get(name, join_path(prefix, "activity_type"))
     parameter = data.get("parameter", {})
-    object_id = await cache.check(kind, parameter, f"{prefix}/parameter" if prefix else "parameter")
+    object_id: str | None = None
+    if kind is not None and not errors.failed(join_path(prefix, "parameter")):
+        with errors.check():
+            object_id = await cache.check(kind, parameter, f"{prefix}/parameter" if prefix else "parameter")
+    due: datetime | None = None
+    with errors.check():
+        due = when(data, now, prefix)
+    errors.raise_any()
+    assert kind is not None  # a body without a usable type has a shape error
     retries = data.get("retries")
     return r.NewActivity(
         activity_type=kind,
-        scheduled_for=when(data, now, prefix) or now,
+        scheduled_for=due or now,
         parameter=parameter,
         retries=kind.retries if retries is None else retries,
         priority=data.get("priority", 0),
@@ -122,11 +139,13 @@ async def validate_each(
     now: datetime,
     prefixes: Sequence[str],
     checkpoint: Callable[[], Awaitable[None]] | None = None,
+    earlier: Mapping[int, list[FieldError]] | None = None,
 ) -> list[r.NewActivity | InvalidInput]:
     """Validate create bodies whose shape was checked; per item, its NewActivity or why it is invalid.
 
     ``prefixes[i]`` is the field path of item ``i`` in error messages (``activities/3``, or ``""``).
     ``checkpoint`` (the API's: let other requests run) is awaited every ``CHECKPOINT_EVERY`` items.
+    ``earlier[i]``: the shape errors of item ``i`` (the members they name already taken out of it).
     """
     await cache.prefetch(items)
     results: list[r.NewActivity | InvalidInput] = []
@@ -134,7 +153,7 @@ async def validate_each(
         if checkpoint is not None and index and index % CHECKPOINT_EVERY == 0:
             await checkpoint()
         try:
-            results.append(await new_activity(raw, cache, now, prefix))
+            results.append(await new_activity(raw, cache, now, prefix, (earlier or {}).get(index, ())))
         except InvalidInput as exc:
             results.append(exc)
     return results

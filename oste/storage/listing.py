@@ -135,6 +135,24 @@ class ActivityListing:
         query, scan = await activity_query(solution, filters)
         return await _page(solution, query, scan, limit, cursor, newest), await _total(query, cap)
 
+    async def last_errors(self, activities: list[r.Activity]) -> dict[uuid.UUID, str]:
+        """What went wrong in each activity's last attempt (its error, else its HTTP status), for the
+        activities given (a page: one query over the execution index, one row per activity)."""
+        tried = {a.id: a.attempts for a in activities if a.attempts}
+        if not tried:
+            return {}
+        rows = await m.Execution.filter(
+            activity_id__in=list(tried), attempt__in=sorted(set(tried.values()))
+        ).values("activity_id", "attempt", "outcome", "http_status", "error")
+        found: dict[uuid.UUID, str] = {}
+        for row in rows:
+            activity_id = uuid_of(row["activity_id"])
+            if tried.get(activity_id) != row["attempt"]:
+                continue
+            status = f"HTTP {row['http_status']}" if row["http_status"] else ""
+            found[activity_id] = row["error"] or status or row["outcome"]
+        return found
+
 
 async def _page(
     solution: r.Solution, query: QuerySet, scan: Scan | None, limit: int, cursor: str | None, newest: bool

@@ -174,16 +174,21 @@ class StatsService:
                 max((now - time_of(row["heartbeat_at"])).total_seconds(), 0.0)
             )
 
-    async def deployment(self) -> StatsReport:
-        report, nodes, rollers = await _together(self._report(Scope({})), self.nodes(), self.rollers())
+    async def deployment(self, history: tuple[int, int] = (SERIES_MINUTES, 1)) -> StatsReport:
+        """The deployment's report; ``history``: (minutes, minutes per point) of its series."""
+        report, nodes, rollers = await _together(
+            self._report(Scope({}), history), self.nodes(), self.rollers()
+        )
         return dataclasses.replace(report, nodes=nodes, rollers=rollers)
 
-    async def company(self, company: r.Company) -> StatsReport:
+    async def company(
+        self, company: r.Company, history: tuple[int, int] = (SERIES_MINUTES, 1)
+    ) -> StatsReport:
         sql = _Sql()
         rows = await sql.rows(f"SELECT id FROM solution WHERE company_id = {sql.add(company.id)}")
         solutions = tuple(uuid_of(row["id"]) for row in rows)
         scope = Scope({"company": company.name}, "company_id", (company.id,), "solution_id", solutions)
-        return await self._report(scope)
+        return await self._report(scope, history)
 
     async def solution(self, company: r.Company, solution: r.Solution) -> StatsReport:
         label = {"company": company.name, "solution": solution.name}
@@ -196,12 +201,13 @@ class StatsService:
         ids = (activity_type.id,)
         return await self._report(Scope(label, "activity_type_id", ids, "activity_type_id", ids))
 
-    async def _report(self, scope: Scope) -> StatsReport:
+    async def _report(self, scope: Scope, history: tuple[int, int] = (SERIES_MINUTES, 1)) -> StatsReport:
         now = self.clock.now()
         now_minute = minute_of(now)
+        minutes, step = history
         due = asyncio.ensure_future(self.due_rows(now))
         rows, queue, throttled, _ = await _together(
-            self._rollups(scope, now_minute - SERIES_MINUTES),
+            self._rollups(scope, now_minute - max(minutes, SERIES_MINUTES)),
             self.queue(scope, now, due),
             self.throttled(scope, now, due),
             due,
@@ -212,7 +218,7 @@ class StatsService:
             windows=windows_of(rows, now_minute),
             queue=queue,
             throttled=throttled,
-            series=series_of(rows, now_minute),
+            series=series_of(rows, now_minute, minutes, step),
         )
 
     async def _rollups(
@@ -267,7 +273,7 @@ class StatsService:
             due, future, running, dead = await _together(
                 _count("state = 'scheduled' AND next_attempt_at <= {now}", now=now),
                 _count("state = 'scheduled' AND next_attempt_at > {now}", now=now),
-                self._scoped_count(scope, "lease_expires_at IS NOT NULL AND state = 'running'"),
+                self._scoped_count(scope, RUNNING_WHERE, now),
                 self._scoped_count(scope, dead_where),
             )
             return QueueDepth(due, future, running, dead)
@@ -276,7 +282,7 @@ class StatsService:
         (counts, truncated), scheduled, running, dead = await _together(
             _awaited(due_rows) if due_rows is not None else self.due_rows(now),
             self._scoped_count(scope, "state = 'scheduled'"),
-            self._scoped_count(scope, "lease_expires_at IS NOT NULL AND state = 'running'"),
+            self._scoped_count(scope, RUNNING_WHERE, now),
             self._scoped_count(scope, dead_where),
         )
         position = 0 if scope.activity_column == "activity_type_id" else 1
@@ -285,8 +291,10 @@ class StatsService:
         future = Count(max(scheduled.value - due.value, 0), scheduled.at_least or due.at_least)
         return QueueDepth(due, future, running, dead)
 
-    async def _scoped_count(self, scope: Scope, where: str) -> Count:
+    async def _scoped_count(self, scope: Scope, where: str, now: datetime | None = None) -> Count:
         sql = _Sql()
+        if now is not None:
+            where = where.format(now=sql.add(now))
         return await sql.count(self._scoped(sql, scope, where))
 
     async def throttled(self, scope: Scope, now: datetime, due_rows: DueRows | None = None) -> Throttled:
@@ -393,6 +401,11 @@ async def _together(*reads: Awaitable[Any]) -> list[Any]:
 async def _awaited(value: Any) -> Any:
     """``value``, awaited if it is a future or task (``due_rows`` shared by a report's reads)."""
     return await value if isinstance(value, Awaitable) else value
+
+
+RUNNING_WHERE = "lease_expires_at IS NOT NULL AND state = 'running' AND next_attempt_at <= {now}"
+"""Running: leased and due. A worker claims activities a moment before they are due; those are
+claimed, not yet running, and are not counted as running."""
 
 
 async def _count(where: str, **values: Any) -> Count:

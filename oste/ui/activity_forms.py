@@ -1,8 +1,8 @@
 """Create a one-off activity from the UI: its type, parameter (JSON, with a hint built from the type's
 parameter schema), due time or delay, priority and retries.
 
-The form becomes the API's create body and goes through the API's own path: ``creation.check_item``
-(storable, the create schema), ``creation.new_activity`` (the type's parameter rules, the due time, the
+The form becomes the API's create body and goes through the API's own path: storable, the create
+schema (``schemas.shape_errors``), ``creation.new_activity`` (the type's parameter rules, the due time, the
 object id from the type's ``object_id_ref``) and ``operations.activities.create``.
 """
 
@@ -15,14 +15,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from oste.domain import records as r
+from oste.domain import schemas
+from oste.domain.json_values import check_storable
 from oste.domain.parameters import uri_placeholders
-from oste.errors import InvalidInput
+from oste.errors import FieldError, InvalidInput
 from oste.operations import WRITE
-from oste.operations.creation import TypeCache, check_item, new_activity
+from oste.operations.creation import TypeCache, new_activity
 from oste.ui.browse import TYPES_SHOWN
 from oste.ui.context import Viewer, flash, page, redirect, render, solution_in_path, ui
 from oste.ui.forms import (
-    FormInvalid,
     FormState,
     ParameterHint,
     form_action,
@@ -89,8 +90,9 @@ def _due(raw: str) -> str:
     return raw + "Z" if parsed.tzinfo is None else raw
 
 
-def _body(form: dict[str, str]) -> dict[str, Any]:
-    errors: dict[str, str] = {}
+def _body(form: dict[str, str], errors: dict[str, str]) -> dict[str, Any]:
+    """The API's create body from the form; fields that cannot be read get a reason in ``errors`` and
+    are left out (so every other field is still checked, and all are reported at once)."""
     body: dict[str, Any] = {
         "activity_type": text(form, "activity_type"),
         "parameter": json_field(form, "parameter", errors, empty={}),
@@ -103,8 +105,8 @@ def _body(form: dict[str, str]) -> dict[str, Any]:
         body["scheduled_for"] = _due(text(form, "scheduled_for"))
     if text(form, "delay"):
         body["delay"] = text(form, "delay")
-    if errors:
-        raise FormInvalid(errors)
+    for name in errors:
+        body.pop(name, None)
     return body
 
 
@@ -112,12 +114,19 @@ def _body(form: dict[str, str]) -> dict[str, Any]:
 async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     company, solution = await solution_in_path(request, viewer)
     require_scope(viewer, WRITE, "create activities")
-    body = _body(form)
+    unread: dict[str, str] = {}
+    body = _body(form, unread)
     store = ui(request).store
     try:
-        data = check_item(body)
-        cache = TypeCache(store, solution, ui(request).max_parameter_bytes)
-        item = await new_activity(data, cache, store.clock.now())
+        check_storable(body)
+        data, shape = schemas.shape_errors(schemas.ACTIVITY_CREATE, body)
+        earlier = [*(FieldError(name, reason) for name, reason in unread.items()), *shape]
+        item = await new_activity(
+            data,
+            TypeCache(store, solution, ui(request).max_parameter_bytes),
+            store.clock.now(),
+            earlier=earlier,
+        )
     except InvalidInput as exc:
         raise invalid(exc, known=FIELDS) from None
     activity, _ = await ui(request).operations.activities.create(viewer.actor, company, solution, item)

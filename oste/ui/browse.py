@@ -129,12 +129,15 @@ async def activities(request: Request, viewer: Viewer) -> Response:
     query = {name: value for name, value in values.items() if value}
     if not newest:
         query["order"] = "oldest"
+    items = listing.page.items if listing else []
     return await render(
         request,
         "activities.html",
+        errors=await ui(request).storage.listing.last_errors(items),
+        now=ui(request).store.clock.now(),
         company=company_,
         solution=found,
-        activities=listing.page.items if listing else [],
+        activities=items,
         scan=listing.scan if listing else None,
         total=total,
         newest=newest,
@@ -176,6 +179,7 @@ async def activity(request: Request, viewer: Viewer) -> Response:
         request_error=request_error,
         executions=executions.items,
         more_executions=executions.next_cursor is not None,
+        now=store.clock.now(),
     )
 
 

@@ -3,8 +3,12 @@
 The list's form (GET, no change) opens the confirmation page, which runs the API's bulk operation as a
 dry run and says what would change; its form (POST, CSRF-checked, a ticked confirmation box) makes
 the change through the same operation (``oste.operations`` → ``oste.storage.bulk``) and goes back to
-the list with what happened. A selection is its ids (at most ``MAX_SELECTED``); "all matching" is the
-list's filter, walked in chunks with no cap, exactly as ``POST …/activities/bulk`` does.
+the list with what happened. A selection is its ids (at most ``MAX_SELECTED``); "all matching" is
+frozen at the confirmation: the activities the filter matches then (at most ``MAX_SELECTED``) are
+carried as ids, so the change confirmed is the change made, whatever matches by the time the box
+is ticked; past ``MAX_SELECTED`` the filter is walked in chunks with no cap, exactly as
+``POST …/activities/bulk`` does. Either way the list's filter travels along, and the list comes
+back filtered as it was.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ DONE = {
     "run_now": "Made {n} {activities} due now",
     "delete": "Deleted {n} {activities}",
 }
+AUDITED_IDS = 10
+"""A selection of at most this many activities is named, id by id, in its audit row."""
+BUTTONS = {
+    "cancel": "Cancel {n}",
+    "requeue": "Requeue {n}",
+    "run_now": "Run {n} now",
+    "delete": "Delete {n}",
+}
+"""The confirmation's button: the action and how many it changes ("Cancel 2 activities")."""
 WOULD = {"cancel": "cancelled", "requeue": "requeued", "run_now": "made due now", "delete": "deleted"}
 
 
@@ -42,6 +55,8 @@ class Choice:
         if self.action not in BULK_ACTIONS:
             raise FilterError(f"action: choose one of {', '.join(BULK_ACTIONS)}")
         self.matching = source.get("scope", "selected" if ids else "matching") == "matching"
+        self.frozen = source.get("frozen") == "yes"
+        """The ids of "all matching", frozen at the confirmation page."""
         self.values = filter_values(source)
         if self.matching:
             self.ids: tuple[uuid.UUID, ...] = ()
@@ -61,13 +76,30 @@ class Choice:
         filters, _ = await filters_of(request, solution, self.values)
         return filters
 
+    async def freeze(self, request: Request, solution: r.Solution) -> None:
+        """Turn "all matching" into the ids it matches now, when they are at most ``MAX_SELECTED``."""
+        if not self.matching:
+            return
+        filters = await self.filters(request, solution)
+        listing = await ui(request).storage.listing.page(solution, filters, MAX_SELECTED)
+        if listing.page.next_cursor is None and listing.page.items:
+            self.ids = tuple(item.id for item in listing.page.items)
+            self.matching, self.frozen = False, True
+
+    @property
+    def by_filter(self) -> bool:
+        """Whether the operator chose "all matching" (frozen into ids or not)."""
+        return self.matching or self.frozen
+
     def hidden(self) -> dict[str, str]:
-        """The fields the confirmation form sends back."""
+        """The fields the confirmation form sends back: the action, the ids (or, past
+        ``MAX_SELECTED``, the scope "matching"), and the list's filter, to go back to it."""
         fields = {"action": self.action, "scope": "matching" if self.matching else "selected"}
-        if self.matching:
-            fields.update({k: v for k, v in self.values.items() if v})
-        else:
+        fields.update({k: v for k, v in self.values.items() if v})
+        if not self.matching:
             fields["ids"] = ",".join(str(i) for i in self.ids)
+        if self.frozen:
+            fields["frozen"] = "yes"
         return fields
 
     def list_query(self) -> str:
@@ -117,6 +149,7 @@ async def _confirm(request: Request, viewer: Viewer, default_action: str | None)
     choice: Choice | None = None
     try:
         choice = Choice(source, _ids_of(source, params.getlist("id")), default_action)
+        await choice.freeze(request, found)
         filters = await choice.filters(request, found)
         async with _heavy(request, company_):  # the count walks every match, as the API's dry run
             result = await ui(request).operations.activities.bulk(
@@ -136,7 +169,16 @@ async def _confirm(request: Request, viewer: Viewer, default_action: str | None)
         would=WOULD.get(choice.action, "") if choice else "",
         what=WHAT_CHANGES.get(choice.action, "") if choice else "",
         back_query=choice.list_query() if choice else "",
+        max_selected=MAX_SELECTED,
+        button=_button(choice.action if choice else "", result),
     )
+
+
+def _button(action: str, result: BulkResult | None) -> str:
+    if result is None or action not in BUTTONS:
+        return ""
+    n = result.would_change
+    return BUTTONS[action].format(n=f"{n} activit{'y' if n == 1 else 'ies'}")
 
 
 @page
@@ -167,6 +209,10 @@ async def _apply(request: Request, viewer: Viewer, form: dict[str, str], default
         if choice.matching
         else {"filter": {"ids": len(choice.ids)}}
     )
+    if not choice.matching and len(choice.ids) <= AUDITED_IDS:
+        described["activity_ids"] = [str(i) for i in choice.ids]
+    if choice.frozen:
+        described["matching"] = {k: v for k, v in choice.values.items() if v}
     async with _heavy(request, company_):
         result = await ui(request).operations.activities.bulk(
             viewer.actor, company_, found, filters, choice.action, described=described

@@ -50,13 +50,17 @@ def _frame(title: str, description: str, top: float, unit: str, minutes: list[da
 
 
 def stacked_bars(
-    title: str, minutes: list[datetime], counts: list[dict[str, int]], order: tuple[str, ...]
+    title: str,
+    minutes: list[datetime],
+    counts: list[dict[str, int]],
+    order: tuple[str, ...],
+    span: str = "the last hour",
 ) -> Markup:
-    """Per-minute bars stacked by outcome, in ``order``."""
+    """Bars (one per minute, or per point of a longer ``span``) stacked by outcome, in ``order``."""
     peak = max((sum(c.values()) for c in counts), default=0)
     top = _scale(max(peak, 1))
     total = sum(sum(c.values()) for c in counts)
-    parts = _frame(title, f"{total} deliveries in the last hour", top, "", minutes)
+    parts = _frame(title, f"{total} deliveries in {span}", top, "", minutes)
     plot_h = HEIGHT - BOTTOM - TOP
     slot = (WIDTH - LEFT) / max(len(minutes), 1)
     for index, (minute, count) in enumerate(zip(minutes, counts, strict=True)):

@@ -22,9 +22,10 @@ from oste.domain import schemas
 from oste.domain.json_values import check_storable
 from oste.domain.parameters import ParameterRules
 from oste.domain.recurrence import DstAmbiguous, DstNonexistent, Recurrence
+from oste.domain.recurring_values import policy_values, schedule_of
 from oste.domain.schedule import FIELDS as CRON_FIELDS
 from oste.domain.schedule import check_fires, parse_schedule
-from oste.errors import InvalidInput
+from oste.errors import FieldErrors, InvalidInput
 from oste.operations import WRITE
 from oste.operations.validation import check_parameter
 from oste.ui.activity_forms import hint_for
@@ -66,7 +67,36 @@ def form_of_recurring(recurring: r.RecurringActivity | None) -> dict[str, str]:
     values["activity_type"] = recurring.activity_type
     values["dst_nonexistent"] = recurring.dst_nonexistent
     values["dst_ambiguous"] = recurring.dst_ambiguous
+    values["catchup"] = recurring.catchup
+    values["overlap"] = recurring.overlap
+    values["catchup_window"] = _duration_text(recurring.catchup_window)
+    values["max_runs"] = "" if recurring.max_runs is None else str(recurring.max_runs)
+    for name in BOUNDS:
+        bound = getattr(recurring, name)
+        values[name] = bound.strftime("%Y-%m-%dT%H:%M:%S") if bound else ""
     return values
+
+
+BOUNDS = ("start_at", "end_at")
+"""The schedule's first and last instants, typed as UTC ``datetime-local`` values."""
+POLICIES = ("catchup", "overlap")
+EDITED_POLICIES = ("catchup", "catchup_window", "overlap", "max_runs")
+"""The policies the editor sets (jitter and spread stay as the API set them)."""
+
+
+def _duration_text(seconds: float | None) -> str:
+    return "" if seconds is None else f"PT{seconds:g}S"
+
+
+def _policy_body(form: dict[str, str], errors: dict[str, str]) -> dict[str, Any]:
+    """The editor's policy fields and bounds as the API's body members (empty fields: null/default)."""
+    body: dict[str, Any] = {name: form[name] for name in POLICIES if form.get(name)}
+    body["catchup_window"] = form.get("catchup_window", "").strip() or None
+    body["max_runs"] = whole(form, "max_runs", errors)
+    for name in BOUNDS:
+        raw = form.get(name, "").strip()
+        body[name] = (raw if raw.endswith("Z") or "+" in raw[10:] else raw + "Z") if raw else None
+    return {name: value for name, value in body.items() if name not in errors}
 
 
 def schedule_from(values: dict[str, str]) -> dict[str, str]:
@@ -154,6 +184,16 @@ async def _editor(
         hint=_hint(types, chosen),
         dst_nonexistent=[(c.value, c.value) for c in DstNonexistent],
         dst_ambiguous=[(c.value, c.value) for c in DstAmbiguous],
+        catchups=[
+            ("latest", "latest: fire the latest missed one once"),
+            ("all", "all: fire every missed one (at most 100)"),
+            ("skip", "skip: fire none of the missed ones"),
+        ],
+        overlaps=[
+            ("allow", "allow: fire anyway"),
+            ("skip", "skip: drop the new occurrence"),
+            ("buffer_one", "buffer one: the new one waits for the previous"),
+        ],
     )
 
 
@@ -197,6 +237,7 @@ async def _common(
     errors: dict[str, str] = {}
     parameter = json_field(form, "parameter", errors, empty={})
     priority = whole(form, "priority", errors, 0)
+    policies = _policy_body(form, errors)
     if errors:
         raise FormInvalid(errors)
     body: dict[str, Any] = {
@@ -205,19 +246,31 @@ async def _common(
         "timezone": form.get("timezone", "").strip() or "UTC",
         "parameter": parameter,
         "priority": priority,
+        **policies,
     }
     body.update({name: form[name] for name in ("dst_nonexistent", "dst_ambiguous") if form.get(name)})
     try:
         check_storable(body)  # the API's own check of every body: NUL, nesting
-        schemas.check_shape(schemas.RECURRING_CREATE, body)
+        data, shape = schemas.shape_errors(schemas.RECURRING_CREATE, body)
+        found = FieldErrors(shape)  # every failing field at once, as the API reports them
+        policy: dict[str, Any] = {}
+        with found.check():
+            policy = policy_values(data)
+        if "schedule" in data:  # else its shape error is among ``found``
+            with found.check():
+                bounded = schedule_of(data)
+        found.raise_any()
     except InvalidInput as exc:
         raise invalid(exc, _field) from None
+    except ValueError as exc:
+        raise FormInvalid({"cron": f"the schedule cannot be used: {exc}"}) from None
     try:
         recurrence = recurrence_from(form)
     except InvalidInput as exc:
         raise invalid(exc, _field) from None
     except ValueError as exc:
         raise FormInvalid({"cron": f"the schedule cannot be used: {exc}"}) from None
+    recurrence = Recurrence(bounded, recurrence.nonexistent, recurrence.ambiguous)
     try:
         object_id = await check_parameter(
             ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref),
@@ -236,6 +289,9 @@ async def _common(
         "priority": priority,
         "dst_nonexistent": recurrence.nonexistent.value,
         "dst_ambiguous": recurrence.ambiguous.value,
+        "start_at": bounded.start_at,
+        "end_at": bounded.end_at,
+        **{name: policy[name] for name in EDITED_POLICIES if name in policy},
     }
     return values, recurrence
 
@@ -250,7 +306,7 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     if kind is None:
         raise FormInvalid({"activity_type": f"there is no activity type {name!r} in this solution"})
     values, recurrence = await _common(form, kind, company.id, ui(request).max_parameter_bytes)
-    values.update(start_at=None, end_at=None, retries=None, paused=False)
+    values.update(retries=None, paused=False)
     created = await ui(request).operations.recurring.create(
         viewer.actor, company, solution, kind, values, recurrence
     )

@@ -26,7 +26,7 @@ from oste.domain.json_values import check_storable
 from oste.domain.parameters import ParameterRules
 from oste.domain.records import VERBS
 from oste.domain.resource_values import type_values
-from oste.errors import Conflict, InvalidInput
+from oste.errors import Conflict, FieldError, InvalidInput
 from oste.operations import WRITE
 from oste.operations.tenants import check_chain_types
 from oste.storage import RULE_FIELDS, changes_rules
@@ -195,8 +195,11 @@ def _auth(form: dict[str, str], current: r.ActivityType | None, errors: dict[str
     return body
 
 
-def _body(form: dict[str, str], current: r.ActivityType | None, kept: set[str]) -> dict[str, Any]:
-    errors: dict[str, str] = {}
+def _body(
+    form: dict[str, str], current: r.ActivityType | None, kept: set[str], errors: dict[str, str]
+) -> dict[str, Any]:
+    """The API's body from the form; a field that cannot be read gets its reason in ``errors`` (the
+    API's checks still run on the rest, so that every failing field is shown at once)."""
     body: dict[str, Any] = {
         "verb": text(form, "verb"),
         "uri_pattern": text(form, "uri_pattern"),
@@ -223,8 +226,8 @@ def _body(form: dict[str, str], current: r.ActivityType | None, kept: set[str]) 
     auth = _auth(form, current, errors)
     if auth is not None or (current is not None and getattr(current, "auth", None) is not None):
         body["auth"] = auth
-    if errors:
-        raise FormInvalid(errors)
+    for name in errors:
+        body.pop(name, None)
     return body
 
 
@@ -232,13 +235,15 @@ async def _checked(
     request: Request, solution: r.Solution, form: dict[str, str], current: r.ActivityType | None
 ) -> dict[str, Any]:
     kept: set[str] = set()
-    body = _body(form, current, kept)
+    unread: dict[str, str] = {}
+    body = _body(form, current, kept, unread)
     try:
         check_storable(body)  # the API's own check of every body: NUL, nesting
-        data = schemas.check_shape(
+        data, shape = schemas.shape_errors(
             schemas.ACTIVITY_TYPE_PATCH if current else schemas.ACTIVITY_TYPE_CREATE, body
         )
-        values = type_values(data, current, frozenset(kept))
+        earlier = [*(FieldError(name, reason) for name, reason in unread.items()), *shape]
+        values = type_values(data, current, frozenset(kept), earlier)
         own = current.name if current else values["name"]
         await check_chain_types(ui(request).store, solution, values, own)
     except InvalidInput as exc:
@@ -251,6 +256,8 @@ async def _checked(
             return _where(path)
 
         raise invalid(exc, where) from None
+    if unread:  # cannot happen: type_values raised them
+        raise FormInvalid(unread)
     return values
 
 

@@ -187,8 +187,9 @@ def test_views_search_order_and_bulk_change_exactly_what_was_chosen(desk: Any, a
     assert set(api.states(tenant).values()) == {"scheduled"}  # the dry run changed nothing
     shot(desk, "bulk-desktop")
     desk.get_by_label("Yes, cancel 2 activities", exact=False).check()
-    desk.get_by_role("button", name="Cancel", exact=True).click()
+    desk.get_by_role("button", name="Cancel 2 activities", exact=True).click()
     desk.wait_for_selector("text=Cancelled 2 activities")
+    assert desk.url.endswith("/activities?activity_type=songs"), desk.url  # the list keeps its filter
     states = api.states(tenant)
     assert {i for i, s in states.items() if s == "cancelled"} == {later[0], later[3]}
 
@@ -198,7 +199,7 @@ def test_views_search_order_and_bulk_change_exactly_what_was_chosen(desk: Any, a
     desk.get_by_role("button", name="Review…").click()
     assert "2 retrying activities would be deleted" in desk.inner_text("#dry-run")
     desk.get_by_label("Yes, delete 2 activities", exact=False).check()
-    desk.get_by_role("button", name="Delete", exact=True).click()
+    desk.get_by_role("button", name="Delete 2 activities", exact=True).click()
     desk.wait_for_selector("text=Deleted 2 activities")
     assert set(api.states(tenant)) == set(later)
     assert desk.errors == []
@@ -212,6 +213,10 @@ def test_a_dashboard_counter_changes_while_the_page_stays_open(desk: Any, api: A
     before = counter.inner_text()
     api.activities(tenant, "songs", range(1, 4), delay="PT5H")
     wait_for(lambda: counter.inner_text() != before, f"the scheduled-later counter to move from {before}")
+    company = tenant["company"]
+    row = desk.locator(f'[data-tables] tr:has(a[href="/ui/companies/{company}"])')
+    wait_for(lambda: row.count() == 1, f"the queue table to list {company} beside the counter")
+    assert row.inner_text().split() == [company, "0", "3"], row.inner_text()  # no reload: issue 39, O2
     assert desk.evaluate("window.stayedOpen") is True  # updated in place, not reloaded
     assert desk.locator('#live [data-chart="outcomes"] svg').count() == 1
     for card in desk.locator("section.card").all():  # tables scroll inside their card
@@ -254,8 +259,8 @@ def test_phone_width_has_no_horizontal_scroll_and_bulk_works_without_scripts(
         page.get_by_label(f"Select activity {made[1]}").check()
         page.get_by_label("With").select_option("run_now")
         page.get_by_role("button", name="Review…").click()
-        page.get_by_label("Yes, run now 1 activity", exact=False).check()
-        page.get_by_role("button", name="Run now", exact=True).click()
+        page.get_by_label("Yes, run 1 activity now", exact=False).check()
+        page.get_by_role("button", name="Run 1 activity now", exact=True).click()
         page.wait_for_selector("text=Made 1 activity due now")
         due = api.call("GET", f"{tenant['path']}/activities/{made[1]}", 200)
         assert due["next_attempt_at"] < due["scheduled_for"]

@@ -159,7 +159,7 @@ def test_requeue_a_dead_letter_and_watch_it_succeed(ui: Any, world: World) -> No
     ui.get_by_role("link", name=f"{tenant['company']} / {tenant['solution']}").first.click()
     ui.wait_for_selector("h1:has-text('Activities of')")
     shot(ui, "dead-letters")
-    ui.get_by_role("link", name=dead["id"]).click()
+    ui.get_by_role("link", name=dead["id"], exact=True).click()  # not its "Delete activity …" link
     ui.wait_for_selector("text=The request it makes")
     assert f"POST {world.receiver.url('/song/101')}" in ui.inner_text("pre.request")
     assert "failed" in ui.inner_text("table") and "400" in ui.inner_text("table")
@@ -182,7 +182,8 @@ def test_pause_a_solution_and_see_nothing_fire(ui: Any, world: World) -> None:
     paused, control = world.tenant(), world.tenant()
     sign_in(ui, world.served.admin_token)
     ui.goto(f"/ui/companies/{paused['company']}/solutions/{paused['solution']}")
-    ui.get_by_role("button", name=f"Pause solution {paused['solution']}").click()
+    ui.locator("summary", has_text="Pause…").first.click()  # pausing asks first (issue 39, O11)
+    ui.get_by_role("button", name=f"Yes, pause solution {paused['solution']}", exact=True).click()
     ui.wait_for_selector(f"text=Solution {paused['solution']} paused")
     shot(ui, "solution-paused")
 
@@ -253,7 +254,8 @@ def test_phone_width_pages_fit_and_work_without_scripts(browser, world: World) -
         page = context.new_page()
         sign_in(page, world.served.admin_token)
         page.goto(f"/ui/companies/{tenant['company']}/solutions/{tenant['solution']}")
-        page.get_by_role("button", name=f"Pause solution {tenant['solution']}").click()
+        page.locator("summary", has_text="Pause…").first.click()
+        page.get_by_role("button", name=f"Yes, pause solution {tenant['solution']}", exact=True).click()
         page.wait_for_selector(f"text=Solution {tenant['solution']} paused")
         assert world.call("GET", tenant["path"], 200)["paused"] is True
         shot(page, "phone-solution")

@@ -40,6 +40,24 @@ def test_windows_take_whole_minutes_and_the_series_has_one_point_per_minute() ->
     assert Tally().lag() == {"p50": None, "p95": None, "p99": None, "max": None}
 
 
+def test_a_day_of_history_is_96_points_of_15_minutes_each() -> None:
+    """The dashboard's range selector (issue 39, O11): deliveries 5 hours ago are in the day's series,
+    each point the sum of its 15 minutes, and not in the hour's."""
+    now = 100_000
+    zero = [0] * (len(LAG_BUCKETS) + 1)
+    rows = [
+        (now - 302, [2, 0, 0, 0], zero, 0.0),
+        (now - 301, [0, 1, 0, 0], zero, 0.0),
+        (now, [1, 0, 0, 0], zero, 0.0),
+    ]
+    day = series_of(rows, now, 1440, 15)
+    assert len(day) == 96 and day[-1].outcomes["ok"] == 1
+    old = [point for point in day if point.outcomes["ok"] == 2]
+    assert len(old) == 1 and old[0].outcomes["failed"] == 1
+    assert (day[-1].minute - old[0].minute).total_seconds() == pytest.approx(300 * 60, abs=15 * 60)
+    assert sum(p.outcomes["ok"] for p in series_of(rows, now)) == 1  # the last hour only
+
+
 def test_json_lines_parse_with_extra_fields_and_the_traceback_in_one_field() -> None:
     stream = io.StringIO()
     configure_logging("INFO", "json", stream)

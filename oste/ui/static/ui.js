@@ -1,7 +1,7 @@
 // OSTE management UI: optional enhancements. Every page works without this script.
 (function () {
   "use strict";
-  // The dashboard's counters and charts update in place from /ui/live (not while the tab is hidden).
+  // The dashboard's counters, charts and tables update in place from /ui/live (not while the tab is hidden).
   var live = document.getElementById("live");
   if (live && window.fetch) {
     var url = live.getAttribute("data-live");
@@ -19,6 +19,10 @@
           Array.prototype.forEach.call(live.querySelectorAll("[data-chart]"), function (el) {
             var svg = data.charts[el.getAttribute("data-chart")];
             if (svg !== undefined) { el.innerHTML = svg; }
+          });
+          Array.prototype.forEach.call(live.querySelectorAll("[data-tables]"), function (el) {
+            var html = (data.tables || {})[el.getAttribute("data-tables")];
+            if (html !== undefined && el.innerHTML !== html) { el.innerHTML = html; }
           });
           live.setAttribute("data-updated", String(Date.now()));
         })

@@ -132,3 +132,56 @@ async def test_live_json_and_the_apis_bulk_by_id_list(world: UiWorld, admin: Bro
     await world.api.get(f"{tenant.activities}/{made[2]}", expect=404)
     bad = await world.api.post(f"{tenant.activities}/bulk", {"filter": {"ids": ["x"]}, "action": "delete"})
     assert bad.status_code == 422 and "ids" in bad.text
+
+
+async def test_a_bulk_confirmation_freezes_what_it_names_and_the_list_keeps_its_filter(
+    world: UiWorld, admin: Browser
+) -> None:
+    """Issue 39, O6: the button names the action and its count; an activity that starts matching the
+    filter after the dry run is not changed (the ids confirmed are carried, the filter is not re-run);
+    back on the list, the filter is kept."""
+    tenant = await world.api.tenant()
+    base = ui_path(tenant)
+    made = [a["id"] for a in await make(world, tenant, range(1, 3), delay="PT3H")]
+    matching = {"action": "cancel", "scope": "matching", "state": "scheduled"}
+    confirm = (await admin.get(f"{base}/bulk", params=matching)).text
+    assert "Yes, cancel 2 activities" in confirm, confirm
+    assert re.search(r'<button type="submit"[^>]*>Cancel 2 activities</button>', confirm), confirm
+    form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', confirm))
+    assert set(form["ids"].split(",")) == set(made), form
+    # one more matches the filter after the dry run: it is not changed
+    late = (await make(world, tenant, range(3, 4), delay="PT3H"))[0]["id"]
+    done = await admin.post(f"{base}/bulk", {**form, "confirm": "yes"})
+    assert done.headers["location"].endswith("/activities?state=scheduled"), done.headers["location"]
+    assert "Cancelled 2 activities." in (await admin.get(done.headers["location"])).text
+    after = await states(world, tenant)
+    assert after == {made[0]: "cancelled", made[1]: "cancelled", late: "scheduled"}, after
+
+    # ticked rows of a filtered list: the list keeps its filter after the change too
+    query = [("action", "requeue"), ("scope", "selected"), ("state", "cancelled"), ("id", made[0])]
+    confirm = (await admin.get(f"{base}/bulk", params=query)).text
+    assert re.search(r'<button type="submit"[^>]*>Requeue 1 activity</button>', confirm), confirm
+    form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', confirm))
+    done = await admin.post(f"{base}/bulk", {**form, "confirm": "yes"})
+    assert done.headers["location"].endswith("/activities?state=cancelled"), done.headers["location"]
+
+
+async def test_the_dashboards_tables_come_live_with_its_tiles(world: UiWorld, company: Browser) -> None:
+    """Issue 39, O2: ``/ui/live`` answers the tables too, read with the tiles: what the tiles count, the
+    queue table beside them lists (no "17 dead" beside a table of 6)."""
+    tenant = world.one
+    before = (await company.get("/ui/live")).json()
+    assert "tables" in before, sorted(before)
+    await make(world, tenant, range(1, 4), delay="PT3H")
+    await make(world, tenant, range(4, 6))  # due now: no engine runs here
+    live = (await company.get("/ui/live")).json()
+    due, future = int(live["figures"]["queue.due"]), int(live["figures"]["queue.future"])
+    row = re.search(
+        rf'<a href="/ui/companies/{tenant.company}">{tenant.company}</a></td><td>(\d+)</td><td>(\d+)</td>',
+        live["tables"]["overview"],
+    )
+    assert row, live["tables"]["overview"]
+    assert (int(row.group(1)), int(row.group(2))) == (due, due + future), (row.groups(), due, future)
+    assert due >= 2 and future >= 3
+    page = (await company.get("/ui/")).text
+    assert live["tables"]["overview"].strip() in page  # the page shows the same tables as it loads

@@ -91,4 +91,4 @@ async def test_a_company_sees_its_own_failures_and_the_operator_every_companys(
     assert world.other.company not in page
     everyone = (await admin.get("/ui/destinations")).text
     row = everyone.split(shared, 1)[1].split("</tr>", 1)[0]
-    assert f"{world.other.company}: open, 5" in row and "Close…" in row
+    assert f"{world.other.company}: open, 5" in row and "Close circuit…" in row

@@ -405,3 +405,40 @@ async def test_a_types_receiver_auth_is_write_only_in_the_form(world: UiWorld, a
     assert orjson.loads(raw)["token"] == "tok-secret-1"
     await admin.post(f"{base}/types/authed/edit", {**form, "auth/type": ""})  # none: removed
     assert (await api.get(f"{tenant.types}/authed", expect=200)).json()["auth"] is None
+
+
+async def test_every_failing_field_of_a_type_form_is_marked_at_once(world: UiWorld, admin: Browser) -> None:
+    """A bad URI, a timeout of "10s" and a parameter schema that is not JSON: one submit marks all three,
+    each with its own reason (issue 39, O4)."""
+    tenant = world.one
+    base = ui_path(tenant)
+    await admin.get(f"{base}/new-type")
+    form = {
+        "name": "three-faults",
+        "verb": "POST",
+        "uri_pattern": "ftp://receiver.example/song/{SongId}",
+        "parameter_schema": '{"type": "object",',
+        "timeout": "10s",
+        "retries": "3",
+        "header_rows": "1",
+    }
+    refused = await admin.post(f"{base}/new-type", form, expect=422)
+    assert marked(refused.text) == {"uri_pattern", "parameter_schema", "timeout"}, marked(refused.text)
+    assert "is not valid JSON" in refused.text and "ISO 8601" in refused.text and "https://" in refused.text
+
+
+async def test_every_failing_field_of_an_activity_form_is_marked_at_once(
+    world: UiWorld, company: Browser
+) -> None:
+    tenant = world.one
+    base = ui_path(tenant)
+    await company.get(f"{base}/new-activity")
+    form = {
+        "activity_type": tenant.activity_type,
+        "parameter": '{"Title": "no id"}',
+        "delay": "soon",
+        "priority": "high",
+        "retries": "1",
+    }
+    refused = await company.post(f"{base}/new-activity", form, expect=422)
+    assert marked(refused.text) == {"parameter", "delay", "priority"}, marked(refused.text)
