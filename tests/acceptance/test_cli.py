@@ -102,6 +102,23 @@ def test_unreachable_database_says_so(tmp_path: Path) -> None:
     assert "Is the database running and reachable?" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["serve", "api"])
+@pytest.mark.parametrize("database", ["postgres", "sqlite-missing-folder"])
+def test_a_database_that_cannot_be_opened_is_one_line_at_start(
+    tmp_path: Path, command: str, database: str
+) -> None:
+    # Issue 39, O1: the app's start-up failure, not Hypercorn's LifespanFailureError printed twice.
+    if database == "postgres":
+        url, expected = f"postgres://postgres@127.0.0.1:{free_port()}/nothing", "Is the database running"
+    else:
+        url, expected = f"sqlite://{tmp_path / 'missing' / 'oste.sqlite3'}", "data directory exists"
+    env = clean_env(OSTE_DATABASE_URL=url, OSTE_DATA_DIR=str(tmp_path / "data"), OSTE_PORT=str(free_port()))
+    result = subprocess.run([*OSTE, command], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr  # one line, no traceback
+    assert result.stderr.startswith("oste: ") and expected in result.stderr, result.stderr
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
     """`oste serve` started as a user starts it, in a fresh working directory."""
