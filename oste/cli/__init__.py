@@ -18,6 +18,7 @@ from oste.logs import configure_logging
 from oste.server import create_app, prepare_data_dir, run_worker
 from oste.settings import Settings
 from oste.storage.database import describe, migrate
+from oste.storage.writer_lock import sqlite_writer_lock
 
 log = logging.getLogger("oste")
 
@@ -396,7 +397,8 @@ def _bench(args: argparse.Namespace) -> int:
 async def _worker(settings: Settings) -> None:
     stop = asyncio.Event()
     _on_signals(stop)
-    await run_worker(settings, stop)
+    with sqlite_writer_lock(settings.database_url, f"oste worker on node {settings.node_name}"):
+        await run_worker(settings, stop)
 
 
 async def _migrate(settings: Settings) -> None:

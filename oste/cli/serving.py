@@ -9,6 +9,7 @@ and the socket accepts connections. With OSTE_ACCESS_LOG, each request is one li
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -27,6 +28,7 @@ from oste.errors import ConfigurationError, OsteError
 from oste.server import SHUTDOWN_GRACE_SECONDS, bind_error, create_app, resolve_admin_token
 from oste.settings import Settings
 from oste.storage.database import describe
+from oste.storage.writer_lock import sqlite_writer_lock
 
 log = logging.getLogger("oste")
 access_log = logging.getLogger("oste.access")
@@ -128,6 +130,13 @@ async def run_http(settings: Settings, engine: bool) -> None:
             f"OSTE_METRICS_PORT must differ from OSTE_PORT (both {settings.port}): the metrics port answers "
             "without credentials, the API port needs them"
         )
+    # SQLite: one engine process per database; a second `oste serve` refuses before it binds its port
+    holder = f"oste serve on http://{settings.host}:{settings.port}"
+    with sqlite_writer_lock(settings.database_url, holder) if engine else contextlib.nullcontext():
+        await _serve(settings, engine)
+
+
+async def _serve(settings: Settings, engine: bool) -> None:
     config = hypercorn_config(settings)
     try:
         sockets = config.create_sockets()

@@ -177,6 +177,10 @@ def _stop_and_read(proc: subprocess.Popen[str]) -> str:
     return out
 
 
+READY_SECONDS = 90.0
+"""How long `oste serve` may take to answer /readyz: migrating a fresh database on a busy machine."""
+
+
 def start_serve(cwd: Path, **env: str) -> tuple[str, subprocess.Popen[str]]:
     """`oste serve` on a free port in ``cwd`` with ``env``, once /readyz answers: (base URL, process)."""
     port = free_port()
@@ -189,7 +193,7 @@ def start_serve(cwd: Path, **env: str) -> tuple[str, subprocess.Popen[str]]:
         text=True,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + READY_SECONDS
     while True:
         try:
             if httpx.get(base + "/readyz", timeout=1).status_code == 200:
@@ -276,3 +280,23 @@ def test_settings_shows_the_values_in_effect_and_where_they_came_from(tmp_path: 
     assert token not in text
     [port_line] = [line for line in text.splitlines() if line.startswith("OSTE_PORT ")]
     assert "9999" in port_line and "(environment; default 8080)" in port_line
+
+
+def test_a_second_engine_on_one_sqlite_file_refuses_naming_the_running_one(tmp_path: Path) -> None:
+    # Issue 39, O5: SQLite takes one engine process; a second one used to start and share the partitions.
+    data = str(tmp_path / "data")
+    base, first = start_serve(tmp_path, OSTE_DATA_DIR=data)
+    try:
+        for command in ("serve", "worker"):
+            env = clean_env(OSTE_DATA_DIR=data, OSTE_PORT=str(free_port()))
+            result = subprocess.run([*OSTE, command], capture_output=True, text=True, env=env, timeout=60)
+            assert result.returncode == 1, (command, result)
+            assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr  # one line
+            assert f"oste serve on {base} (pid {first.pid}," in result.stderr, result.stderr
+            assert "is in use by" in result.stderr and "OSTE_DATA_DIR" in result.stderr, result.stderr
+        assert httpx.get(base + "/readyz", timeout=5).status_code == 200  # the first one runs on
+    finally:
+        first.kill()  # SIGKILL: no clean-up of its own; the kernel releases its lock
+        first.wait(timeout=30)
+    base, again = start_serve(tmp_path, OSTE_DATA_DIR=data)  # no stale lock after a crash
+    assert _stop_and_read(again)
