@@ -26,6 +26,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from oste.domain.claims import Claim, Completion
 from oste.domain.records import ActivityState
+from oste.domain.recurrence import MISFIRE_GRACE
 from oste.domain.stats import LAG_BUCKETS, OUTCOMES, Rollup, minute_of
 from oste.storage.stats import RETENTION_MINUTES, StatsStore
 
@@ -354,11 +355,16 @@ def fire_lag(claim: Claim, started_at: datetime) -> float:
     creation when that is later: nothing can be late before it exists. So an activity created with a
     ``scheduled_for`` long past (``0001-01-01``, a backfill of last year) counts as due when created, and
     no tenant moves the deployment's lag figures. The creation instant is the one in the activity's
-    id (UUIDv7, milliseconds)."""
+    id (UUIDv7, milliseconds). An occurrence of a recurring activity that OSTE planned late (at most
+    the misfire grace after its instant, when its expander fell behind) counts from its instant on the
+    schedule: that lateness is OSTE's. One planned later than that was caught up (after downtime, or a
+    tenant's pause) and counts from its creation, as any activity created overdue."""
     due = claim.due_at.timestamp()
     activity_id = claim.activity_id
     if activity_id.version == 7:
-        due = max(due, (activity_id.int >> 80) / 1000.0)
+        created = (activity_id.int >> 80) / 1000.0
+        if claim.occurrence_at is None or created - due > MISFIRE_GRACE:
+            due = max(due, created)
     return started_at.timestamp() - due
 
 
