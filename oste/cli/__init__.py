@@ -42,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
-        name: str, help_text: str, network: bool = False, metrics: bool = False
+        name: str, help_text: str, network: bool = False, metrics: bool = False, serves: bool = True
     ) -> argparse.ArgumentParser:
-        description = f"{help_text} {METRICS_HELP}" if metrics else help_text
+        description = f"{help_text} {METRICS_HELP}" if metrics and serves else help_text
         sub = commands.add_parser(name, help=help_text, description=description, epilog=EPILOG)
         sub.add_argument("--data-dir", help="data directory (OSTE_DATA_DIR, default ./oste-data)")
         sub.add_argument("--database-url", help="sqlite://PATH or postgres://… (OSTE_DATABASE_URL)")
@@ -83,9 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         "settings",
         "List every setting as this command line would run with it: environment variable, the value in "
         "effect, where it came from (flag, environment or default), the default and what it means. "
-        "Secrets are not shown, only whether they are set.",
+        "Secrets are not shown, only whether they are set. Values are shown as written (`none`, `P90D`). "
+        "The flags give the values to show, as they would for `oste serve`: this command serves "
+        "nothing and opens no port.",
         network=True,
         metrics=True,
+        serves=False,
     )
     shown.add_argument("--json", action="store_true", help="print the settings as a JSON array")
     add_transfer_parsers(add)
@@ -283,6 +286,8 @@ def _on_signals(stop: asyncio.Event) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for warning in Settings.unknown_variables():  # a typo (OSTE_PROT) would go unnoticed otherwise
+        print(f"oste: warning: {warning}", file=sys.stderr)
     try:
         return _dispatch(args)
     except ConfigurationError as exc:
@@ -337,7 +342,11 @@ def _settings(args: argparse.Namespace) -> int:
     from oste.cli.settings_report import settings_rows
 
     overrides = overrides_of(args)
-    rows = settings_rows(Settings.from_env(overrides=overrides), Settings.sources(overrides=overrides))
+    rows = settings_rows(
+        Settings.from_env(overrides=overrides),
+        Settings.sources(overrides=overrides),
+        Settings.written(overrides=overrides),
+    )
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0

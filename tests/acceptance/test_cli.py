@@ -300,3 +300,38 @@ def test_a_second_engine_on_one_sqlite_file_refuses_naming_the_running_one(tmp_p
         first.wait(timeout=30)
     base, again = start_serve(tmp_path, OSTE_DATA_DIR=data)  # no stale lock after a crash
     assert _stop_and_read(again)
+
+
+def test_settings_shows_values_as_written_and_its_help_is_true(tmp_path: Path) -> None:
+    # Issue 39, O9: `none` was shown as the default 100, P90D as 7.776e+06; --help promised /metrics.
+    env = clean_env(OSTE_DATA_DIR=str(tmp_path), OSTE_QUOTA_MAX_SOLUTIONS="none", OSTE_ROLLER_INTERVAL="PT2H")
+    listed = subprocess.run(
+        [*OSTE, "settings", "--json"], capture_output=True, text=True, env=env, check=True
+    )
+    rows = {row["variable"]: row for row in json.loads(listed.stdout)}
+    assert (rows["OSTE_QUOTA_MAX_SOLUTIONS"]["value"], rows["OSTE_QUOTA_MAX_SOLUTIONS"]["source"]) == (
+        "none",
+        "environment",
+    )
+    assert rows["OSTE_AUDIT_RETENTION"]["value"] == "P90D"  # the default, as the README writes it
+    assert rows["OSTE_ROLLER_INTERVAL"]["value"] == "PT2H"
+    assert rows["OSTE_ROLLER_RETRY_BASE"]["value"] == "PT1M"  # derived: what it comes to
+    assert rows["OSTE_DESTINATION_MAX_IN_FLIGHT"]["value"] == "none"
+    helped = subprocess.run([*OSTE, "settings", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "serves /metrics" not in helped.replace("\n", " ") and "serves nothing" in helped.replace(
+        "\n", " "
+    )
+
+
+@pytest.mark.parametrize("command", [["settings"], ["migrate"], ["openapi", "-o", "spec.yaml"]])
+def test_an_unknown_oste_variable_is_warned_about_naming_the_closest_setting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # Issue 39, O9: a typo like OSTE_PROT was silently ignored.
+    env = clean_env(OSTE_DATA_DIR=str(tmp_path / "data"), OSTE_PROT="9000", OSTE_NOTHING_LIKE_IT="1")
+    result = subprocess.run(
+        [*OSTE, *command], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OSTE_PROT is not an OSTE setting and is ignored; did you mean OSTE_PORT?" in result.stderr
+    assert "OSTE_NOTHING_LIKE_IT is not an OSTE setting" in result.stderr, result.stderr
