@@ -19,7 +19,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -280,6 +280,7 @@ class DeliveryRecorder:
         counts: dict[tuple[uuid.UUID, int], int] = {}
         dead_counts: dict[uuid.UUID, int] = {}
         lag_max = 0.0
+        unlined = 0  # successes, which have no INFO line of their own
         observe_lag = FIRE_LAG.observe
         for claim, completion in batch:
             report = completion.report
@@ -306,14 +307,16 @@ class DeliveryRecorder:
             if index != OK or dead or report.error is not None:
                 if info_on or (dead and warnings_on):
                     log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES))
-            elif each_on:
-                log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES), logging.DEBUG)
+            else:
+                unlined += 1
+                if each_on:
+                    log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES), logging.DEBUG)
         children = self._children
         for (type_id, index), n in counts.items():
             children[type_id][index].inc(n)
         for type_id, n in dead_counts.items():
             children[type_id][-1].inc(n)
-        if info_on:
+        if info_on and unlined:  # a batch whose every attempt has its own line needs no sum
             log_batch(counts, names, lag_max)
 
 
@@ -368,6 +371,19 @@ def fire_lag(claim: Claim, started_at: datetime) -> float:
     return started_at.timestamp() - due
 
 
+TIMED_OUT = "timed out after "
+"""How the executor's error of a request that got no answer in time begins."""
+
+
+def retry_when(next_attempt_at: datetime) -> str:
+    """``retry at <instant>`` to the millisecond, or ``retry at once`` when that instant is not after
+    the line's own time (a short backoff that passed while the batch was written). The wall clock,
+    not the engine's: it is compared with the time the log line carries."""
+    if next_attempt_at <= datetime.now(UTC):
+        return "retry at once"
+    return f"retry at {next_attempt_at.astimezone(UTC).isoformat(timespec='milliseconds')}"
+
+
 def log_delivery(
     claim: Claim,
     completion: Completion,
@@ -416,6 +432,8 @@ def log_delivery(
         return
     error = error or f"HTTP {report.http_status}"
     extra["error"] = error
+    if error.startswith(TIMED_OUT):
+        error += "; raise the activity type's `timeout` if the receiver needs longer"
     if state is DEAD:
         delivery_log.warning(
             "dead letter %s %s/%s/%s after attempt %d: %s (%s) in %.1f ms; %s. Fix the cause, then "
@@ -437,10 +455,9 @@ def log_delivery(
         return
     next_step = str(state)
     if completion.next_attempt_at is not None:
-        next_step = (
-            f"retry at {completion.next_attempt_at.isoformat(timespec='seconds')} "
-            f"({completion.retries} retries left)"
-        )
+        next_step = f"{retry_when(completion.next_attempt_at)} ({completion.retries} retries left)"
+        if report.retry_after is not None:
+            next_step += f", as the receiver's Retry-After ({report.retry_after:g} s) asked"
     delivery_log.info(
         "delivery %s %s/%s/%s attempt %d: %s (%s) in %.1f ms, lag %.3f s; %s",
         activity,
