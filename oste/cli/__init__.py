@@ -474,7 +474,8 @@ async def _status(settings: Settings, args: argparse.Namespace) -> None:
         sys.stdout.write(json.dumps(stats, indent=2) + "\n")
         return
     # piped (a file, grep, a pager): the tables at their full width, not cut to 80 columns
-    print_status(stats, Console() if sys.stdout.isatty() else Console(width=STATUS_WIDTH))
+    console = Console() if sys.stdout.isatty() else Console(width=STATUS_WIDTH)
+    print_status(stats, console, settings.node_timeout)
 
 
 async def _export(settings: Settings, args: argparse.Namespace) -> None:
