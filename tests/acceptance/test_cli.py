@@ -335,3 +335,42 @@ def test_an_unknown_oste_variable_is_warned_about_naming_the_closest_setting(
     assert result.returncode == 0, result.stderr
     assert "OSTE_PROT is not an OSTE setting and is ignored; did you mean OSTE_PORT?" in result.stderr
     assert "OSTE_NOTHING_LIKE_IT is not an OSTE setting" in result.stderr, result.stderr
+
+
+def test_a_data_dir_is_made_one_level_deep_at_most_and_a_backup_needs_its_folder(tmp_path: Path) -> None:
+    # Issue 39, O12: --data-dir /nonexistent/dd silently created the whole path; a backup into a missing
+    # folder printed a raw `[Errno 2] … .partial`.
+    deep = tmp_path / "no-such-parent" / "dd"
+    result = subprocess.run(
+        [*OSTE, "migrate", "--data-dir", str(deep)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert result.returncode == 2, result
+    assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr  # one line
+    assert f"the folder {deep.parent} does not exist" in result.stderr, result.stderr
+    assert not deep.parent.exists()  # nothing created
+
+    data = tmp_path / "data"  # one level missing: created, as `mkdir` would
+    made = subprocess.run(
+        [*OSTE, "migrate", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert made.returncode == 0 and data.is_dir(), made.stderr
+    target = tmp_path / "missing" / "backup.sqlite3"
+    backup = subprocess.run(
+        [*OSTE, "backup", str(target), "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert backup.returncode == 1, backup
+    assert backup.stderr.splitlines() == [backup.stderr.strip()], backup.stderr
+    assert f"the folder {target.parent} does not exist: create it first" in backup.stderr, backup.stderr
+    assert ".partial" not in backup.stderr and "Errno" not in backup.stderr
