@@ -343,8 +343,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
 )
 
 
-OTHER_VARIABLES = frozenset({"OSTE_TEST_PG", "OSTE_UPDATE_DOC_SCREENSHOTS"})
-"""``OSTE_*`` variables that are no setting but are read on purpose (by the test suite)."""
+OTHER_VARIABLES = frozenset({"OSTE_SIGNING_SECRET", "OSTE_TEST_PG", "OSTE_UPDATE_DOC_SCREENSHOTS"})
+"""``OSTE_*`` variables that are no setting but are read on purpose: by the example receiver of
+docs/receivers.md (exported in the shell an operator may start OSTE from) and by the test suite."""
 
 MIN_CLAIM_LEASE = 1.0
 """Shorter leases would be renewed so often that renewing them would be the engine's main work."""
