@@ -119,6 +119,10 @@ def test_a_database_that_cannot_be_opened_is_one_line_at_start(
     assert result.stderr.startswith("oste: ") and expected in result.stderr, result.stderr
 
 
+READY_SECONDS = 90.0
+"""How long `oste serve` may take to answer /readyz: migrating a fresh database on a busy machine."""
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
     """`oste serve` started as a user starts it, in a fresh working directory."""
@@ -128,7 +132,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
         [*OSTE, "serve"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + READY_SECONDS
     while True:
         try:
             if httpx.get(base + "/readyz", timeout=1).status_code == 200:
@@ -175,10 +179,6 @@ def _stop_and_read(proc: subprocess.Popen[str]) -> str:
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     return out
-
-
-READY_SECONDS = 90.0
-"""How long `oste serve` may take to answer /readyz: migrating a fresh database on a busy machine."""
 
 
 def start_serve(cwd: Path, **env: str) -> tuple[str, subprocess.Popen[str]]:
