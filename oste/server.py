@@ -142,7 +142,7 @@ def resolve_admin_token(settings: Settings) -> tuple[str, bool]:
     path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
     if path.exists():
         return check_admin_token(path.read_text().strip(), f"the admin token in {path}"), False
-    path.parent.mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
+    make_data_dir(path.parent)
     token = "oste_admin_" + secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -180,7 +180,28 @@ def prepare_data_dir(settings: Settings) -> None:
     """Create the data directory (mode 0700: it holds the admin token and the database, with every
     tenant's secrets) when the database is a SQLite file in it."""
     if dialect_for_url(settings.database_url).local_file:
-        Path(settings.data_dir).mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
+        make_data_dir(Path(settings.data_dir))
+
+
+def make_data_dir(path: Path) -> None:
+    """Create the data directory ``path`` if it is missing: its last level only, as `mkdir` does. A
+    missing parent is refused (ConfigurationError naming it): a typo in OSTE_DATA_DIR must not
+    silently grow a tree of folders somewhere unexpected."""
+    if path.is_dir():
+        return
+    try:
+        path.mkdir(mode=PRIVATE_DIRECTORY)
+    except FileNotFoundError:
+        raise ConfigurationError(
+            f"OSTE_DATA_DIR (--data-dir) {path} cannot be created: the folder {path.absolute().parent} does "
+            "not exist. OSTE creates the data directory's last level only: create its parent first "
+            "(mkdir -p), or check the path for a typo"
+        ) from None
+    except FileExistsError:
+        if not path.is_dir():
+            raise ConfigurationError(
+                f"OSTE_DATA_DIR (--data-dir) {path} exists but is not a directory"
+            ) from None
 
 
 def create_app(

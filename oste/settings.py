@@ -7,6 +7,7 @@ environment variable, default and meaning; the README's settings table is that l
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import os
@@ -343,6 +344,10 @@ SETTINGS: tuple[SettingSpec, ...] = (
 )
 
 
+OTHER_VARIABLES = frozenset({"OSTE_SIGNING_SECRET", "OSTE_TEST_PG", "OSTE_UPDATE_DOC_SCREENSHOTS"})
+"""``OSTE_*`` variables that are no setting but are read on purpose: by the example receiver of
+docs/receivers.md (exported in the shell an operator may start OSTE from) and by the test suite."""
+
 MIN_CLAIM_LEASE = 1.0
 """Shorter leases would be renewed so often that renewing them would be the engine's main work."""
 MAX_POLL_INTERVAL = 1.0
@@ -457,6 +462,38 @@ class Settings:
             else:
                 found[spec.field] = "default"
         return found
+
+    @staticmethod
+    def written(
+        environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> dict[str, str]:
+        """Each setting given a value, by field, as the operator wrote it (a flag over its variable),
+        before parsing: ``none``, ``P90D``, ``info``… Settings left to their defaults are absent."""
+        env = os.environ if environ is None else environ
+        found: dict[str, str] = {}
+        for spec in SETTINGS:
+            value = env.get(spec.env)
+            if value is not None and value.strip() != "":
+                found[spec.field] = value.strip()
+        for key, value in (overrides or {}).items():
+            if value is not None:
+                found[key] = str(value).strip()
+        return found
+
+    @staticmethod
+    def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+        """One warning per ``OSTE_*`` variable that is no setting (a typo is otherwise silently
+        ignored), naming the closest setting when one is close."""
+        env = os.environ if environ is None else environ
+        known = [spec.env for spec in SETTINGS]
+        warnings = []
+        for name in sorted(env):
+            if not name.startswith("OSTE_") or name in known or name in OTHER_VARIABLES:
+                continue
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else "`oste settings` lists every setting"
+            warnings.append(f"{name} is not an OSTE setting and is ignored; {hint}")
+        return warnings
 
     @classmethod
     def _validated(cls, raw: dict[str, Any]) -> Settings:

@@ -6,7 +6,6 @@ it replaces the occurrences not fired yet; pausing or deleting cancels them.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -16,7 +15,7 @@ from starlette.routing import Route
 from oste.api import render
 from oste.api.auth import principal, solution_in_path, solution_scope
 from oste.api.context import body, ctx, self_audited
-from oste.api.requests import paging, parse_time, parse_uuid
+from oste.api.requests import iso, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r
 from oste.domain import schemas
@@ -26,7 +25,6 @@ from oste.domain.recurrence import (
     Overlap,
     Recurrence,
     check_choice,
-    policy_of,
 )
 from oste.domain.recurring_values import MAX_POLICY_DURATION as MAX_POLICY_DURATION
 from oste.domain.recurring_values import policy_values as policy_values
@@ -34,7 +32,8 @@ from oste.domain.recurring_values import schedule_of as schedule_of
 from oste.domain.schedule import check_schedule_time
 from oste.errors import InvalidInput
 from oste.operations.creation import TypeCache
-from oste.storage import RecurrenceStore, recurrence_of
+from oste.operations.recurring import next_fire_at, next_fire_times
+from oste.storage import RecurrenceStore
 
 NEXT_FIRE_TIMES_SHOWN = 5
 
@@ -84,23 +83,10 @@ async def _rendered(request: Request, solution: r.Solution, recurring_id: Any) -
     api = ctx(request)
     recurring = await api.store.get_recurring(solution, recurring_id)
     now = api.store.clock.now()
-    upcoming = _upcoming(recurring, now)
+    upcoming = next_fire_times(recurring, now, NEXT_FIRE_TIMES_SHOWN)
     rendered = render.recurring(recurring, upcoming)
     rendered["next_fire_at"] = rendered["next_fire_times"][0] if upcoming else None
     return rendered
-
-
-def _upcoming(recurring: r.RecurringActivity, now: datetime) -> list[datetime]:
-    """The next fire times from now, as many as ``max_runs`` still allows."""
-    if recurring.next_fire_at is None and recurring.last_occurrence_at is None:
-        return []
-    policy = policy_of(recurring.__dict__)
-    count = NEXT_FIRE_TIMES_SHOWN
-    if policy.max_runs is not None:  # ``runs`` counts the fired ones: the waiting ones are still to come
-        count = min(count, max(policy.max_runs - recurring.runs, 0))
-    if count == 0:
-        return []
-    return recurrence_of(recurring).fire_times(now - timedelta(microseconds=1), count)
 
 
 async def recurring_in_path(request: Request) -> tuple[r.Solution, r.RecurringActivity]:
@@ -121,8 +107,14 @@ async def get_one(request: Request) -> Response:
 async def list_all(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     limit, cursor = paging(request)
-    listing = await ctx(request).store.list_recurring(solution, limit, cursor)
-    return json(render.page(listing, render.recurring))
+    store = ctx(request).store
+    listing = await store.list_recurring(solution, limit, cursor)
+    now = store.clock.now()
+
+    def rendered(recurring: r.RecurringActivity) -> dict[str, Any]:  # next_fire_at as its GET shows it
+        return {**render.recurring(recurring), "next_fire_at": iso(next_fire_at(recurring, now))}
+
+    return json(render.page(listing, rendered))
 
 
 @self_audited

@@ -17,7 +17,7 @@ from oste.errors import ConfigurationError, OsteError
 from oste.logs import configure_logging
 from oste.server import create_app, prepare_data_dir, run_worker
 from oste.settings import Settings
-from oste.storage import describe, migrate
+from oste.storage import describe, hold_writer_lock, migrate
 
 log = logging.getLogger("oste")
 
@@ -41,9 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
-        name: str, help_text: str, network: bool = False, metrics: bool = False
+        name: str, help_text: str, network: bool = False, metrics: bool = False, serves: bool = True
     ) -> argparse.ArgumentParser:
-        description = f"{help_text} {METRICS_HELP}" if metrics else help_text
+        description = f"{help_text} {METRICS_HELP}" if metrics and serves else help_text
         sub = commands.add_parser(name, help=help_text, description=description, epilog=EPILOG)
         sub.add_argument("--data-dir", help="data directory (OSTE_DATA_DIR, default ./oste-data)")
         sub.add_argument("--database-url", help="sqlite://PATH or postgres://… (OSTE_DATABASE_URL)")
@@ -82,9 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         "settings",
         "List every setting as this command line would run with it: environment variable, the value in "
         "effect, where it came from (flag, environment or default), the default and what it means. "
-        "Secrets are not shown, only whether they are set.",
+        "Secrets are not shown, only whether they are set. Values are shown as written (`none`, `P90D`). "
+        "The flags give the values to show, as they would for `oste serve`: this command serves "
+        "nothing and opens no port.",
         network=True,
         metrics=True,
+        serves=False,
     )
     shown.add_argument("--json", action="store_true", help="print the settings as a JSON array")
     add_transfer_parsers(add)
@@ -282,6 +285,8 @@ def _on_signals(stop: asyncio.Event) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for warning in Settings.unknown_variables():  # a typo (OSTE_PROT) would go unnoticed otherwise
+        print(f"oste: warning: {warning}", file=sys.stderr)
     try:
         return _dispatch(args)
     except ConfigurationError as exc:
@@ -336,7 +341,11 @@ def _settings(args: argparse.Namespace) -> int:
     from oste.cli.settings_report import settings_rows
 
     overrides = overrides_of(args)
-    rows = settings_rows(Settings.from_env(overrides=overrides), Settings.sources(overrides=overrides))
+    rows = settings_rows(
+        Settings.from_env(overrides=overrides),
+        Settings.sources(overrides=overrides),
+        Settings.written(overrides=overrides),
+    )
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
@@ -396,7 +405,8 @@ def _bench(args: argparse.Namespace) -> int:
 async def _worker(settings: Settings) -> None:
     stop = asyncio.Event()
     _on_signals(stop)
-    await run_worker(settings, stop)
+    with hold_writer_lock(settings.database_url, f"oste worker on node {settings.node_name}"):
+        await run_worker(settings, stop)
 
 
 async def _migrate(settings: Settings) -> None:
@@ -464,7 +474,8 @@ async def _status(settings: Settings, args: argparse.Namespace) -> None:
         sys.stdout.write(json.dumps(stats, indent=2) + "\n")
         return
     # piped (a file, grep, a pager): the tables at their full width, not cut to 80 columns
-    print_status(stats, Console() if sys.stdout.isatty() else Console(width=STATUS_WIDTH))
+    console = Console() if sys.stdout.isatty() else Console(width=STATUS_WIDTH)
+    print_status(stats, console, settings.node_timeout)
 
 
 async def _export(settings: Settings, args: argparse.Namespace) -> None:

@@ -9,9 +9,11 @@ and the socket accepts connections. With OSTE_ACCESS_LOG, each request is one li
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -19,13 +21,13 @@ from typing import Any
 from hypercorn.asyncio.run import worker_serve
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.logging import Logger as HypercornLogger
-from hypercorn.utils import wrap_app
+from hypercorn.utils import LifespanFailureError, wrap_app
 
 from oste import __version__
-from oste.errors import ConfigurationError
+from oste.errors import ConfigurationError, OsteError
 from oste.server import SHUTDOWN_GRACE_SECONDS, bind_error, create_app, resolve_admin_token
 from oste.settings import Settings
-from oste.storage import describe
+from oste.storage import describe, hold_writer_lock
 
 log = logging.getLogger("oste")
 access_log = logging.getLogger("oste.access")
@@ -74,8 +76,17 @@ class AccessLogger(HypercornLogger):
         )
 
 
-def announcing(app: Asgi, settings: Settings) -> Asgi:
-    """``app``, logging "listening on" once its lifespan has started (the socket is bound by then)."""
+class StartupFailure:
+    """What made the app's lifespan fail to start, kept for ``run_http`` to report in one line."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+
+def announcing(app: Asgi, settings: Settings, failure: StartupFailure | None = None) -> Asgi:
+    """``app``, logging "listening on" once its lifespan has started (the socket is bound by then);
+    when start-up fails, the exception is kept in ``failure`` (Hypercorn would print it twice, as a
+    ``LifespanFailureError`` carrying the whole traceback as its message)."""
 
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":
@@ -83,6 +94,8 @@ def announcing(app: Asgi, settings: Settings) -> Asgi:
             return
 
         async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed" and failure is not None:
+                failure.error = sys.exc_info()[1]  # sent from the framework's `except` block
             await send(message)
             if message["type"] == "lifespan.startup.complete":
                 log.info(
@@ -116,6 +129,13 @@ async def run_http(settings: Settings, engine: bool) -> None:
             f"OSTE_METRICS_PORT must differ from OSTE_PORT (both {settings.port}): the metrics port answers "
             "without credentials, the API port needs them"
         )
+    # SQLite: one engine process per database; a second `oste serve` refuses before it binds its port
+    holder = f"oste serve on http://{settings.host}:{settings.port}"
+    with hold_writer_lock(settings.database_url, holder) if engine else contextlib.nullcontext():
+        await _serve(settings, engine)
+
+
+async def _serve(settings: Settings, engine: bool) -> None:
     config = hypercorn_config(settings)
     try:
         sockets = config.create_sockets()
@@ -138,8 +158,14 @@ async def run_http(settings: Settings, engine: bool) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        served = wrap_app(announcing(app, settings), config.wsgi_max_body_size, "asgi")  # type: ignore[arg-type]  # Hypercorn types its app as its own ASGI protocol, which Starlette satisfies at run time
-        await worker_serve(served, config, sockets=sockets, shutdown_trigger=stop.wait)
+        failure = StartupFailure()
+        served = wrap_app(announcing(app, settings, failure), config.wsgi_max_body_size, "asgi")  # type: ignore[arg-type]  # Hypercorn types its app as its own ASGI protocol, which Starlette satisfies at run time
+        try:
+            await worker_serve(served, config, sockets=sockets, shutdown_trigger=stop.wait)
+        except LifespanFailureError:
+            if isinstance(failure.error, (OsteError, OSError)):  # the CLI prints these as one line
+                raise failure.error from None
+            raise
     finally:
         for sock in sockets.insecure_sockets:
             sock.close()

@@ -14,8 +14,11 @@ from rich.table import Table
 
 from oste.domain.clock import SystemClock
 from oste.domain.stats import render_report
-from oste.errors import OsteError, Unavailable
+from oste.errors import ConfigurationError, OsteError, Unavailable
 from oste.storage import StatsService, close_database, open_database
+
+NODE_TIMEOUT = 10.0
+"""Seconds of silence after which a node counts as dead (OSTE_NODE_TIMEOUT's default)."""
 
 
 async def stats_from_database(database_url: str) -> dict[str, Any]:
@@ -28,9 +31,21 @@ async def stats_from_database(database_url: str) -> dict[str, Any]:
         await close_database()
 
 
+def server_url(url: str) -> str:
+    """``url`` with ``http://`` in front when it has no scheme (``127.0.0.1:8080``, as OSTE_HOST and
+    OSTE_PORT are written); another scheme than http or https is refused, saying what to write."""
+    if "://" not in url:
+        url = "http://" + url
+    if not url.startswith(("http://", "https://")):
+        raise ConfigurationError(
+            f"--url must be the server's address, such as http://127.0.0.1:8080, got {url!r}"
+        )
+    return url.rstrip("/")
+
+
 async def stats_from_server(url: str, token: str) -> dict[str, Any]:
     """The deployment's stats from a running ``oste serve`` or ``oste api`` at ``url``."""
-    endpoint = url.rstrip("/") + "/v1/stats"
+    endpoint = server_url(url) + "/v1/stats"
     headers = {"Authorization": f"Bearer {token}"}
     try:
         async with (
@@ -68,16 +83,37 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
-def print_status(stats: dict[str, Any], console: Console) -> None:
-    """Tables of the nodes, the queue, and outcomes and lag per window."""
+def node_state(node: dict[str, Any], at: str | None, node_timeout: float) -> str:
+    """``live``, or ``dead (silent 3h 2m)`` when its last heartbeat is older than ``node_timeout``
+    seconds at the report's instant ``at`` (a node that crashed, or one restored from a backup)."""
+    try:
+        now = datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+        beat = datetime.fromisoformat(str(node["heartbeat_at"]).replace("Z", "+00:00"))
+    except ValueError:
+        return "?"
+    silent = (now - beat).total_seconds()
+    if silent <= node_timeout:
+        return "live"
+    minutes, seconds = divmod(int(silent), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")) if n]
+    return f"dead (silent {' '.join(parts[:2])})"
+
+
+def print_status(stats: dict[str, Any], console: Console, node_timeout: float = NODE_TIMEOUT) -> None:
+    """Tables of the nodes (dead ones marked: silent longer than ``node_timeout`` seconds), the queue,
+    and outcomes and lag per window."""
     nodes = Table(title="Nodes", title_justify="left")
-    for column in ("node", "name", "role", "started", "last heartbeat", "partitions", "claims held"):
+    columns = ("node", "name", "role", "state", "started", "last heartbeat", "partitions", "claims held")
+    for column in columns:
         nodes.add_column(column, justify="right" if column in ("partitions", "claims held") else "left")
     for node in stats.get("nodes") or []:
         nodes.add_row(
             node["id"],
             node["name"],
             node["role"],
+            node_state(node, stats.get("at"), node_timeout),
             _instant(node["started_at"]),
             _instant(node["heartbeat_at"]),
             str(node["partitions"]),

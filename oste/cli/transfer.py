@@ -33,6 +33,9 @@ from oste.storage import MAX_PAGE, Store, close_database, open_database
 CHUNK_LINES = 1000
 """Lines read, validated and written together (one transaction per chunk for unkeyed lines)."""
 KEY_FIELD = "idempotency_key"
+REUSED_KEY = "was already used in this solution with a different request body"
+EXPORT_KEY_PREFIX = "oste-export-"
+"""The idempotency key an exported line gets when its activity was created without one (+ its id)."""
 
 
 @dataclass(frozen=True)
@@ -141,23 +144,54 @@ class Importer:
         chunk.keys.append(key)
 
     async def _store(self, chunk: _Chunk) -> None:
-        """Validate a chunk's types and parameters, then store the good lines."""
+        """Validate a chunk's types and parameters, then store the good lines: in one statement (keyed
+        ones too) unless a key is already used, then line by line."""
         if not chunk.bodies:
             return
         now = self.store.clock.now()
         results = await validate_each(chunk.bodies, self.cache, now, [""] * len(chunk.bodies))
-        plain: list[r.NewActivity] = []  # stored together, but never after a later keyed line
+        valid: list[tuple[int, bytes, r.NewActivity]] = []
         for number, text, data, key, result in zip(
             chunk.numbers, chunk.texts, chunk.bodies, chunk.keys, results, strict=True
         ):
             if isinstance(result, InvalidInput):
                 self._reject(number, text, result.errors or [FieldError("", result.detail)])
-            elif key is None:
-                plain.append(result)
+            else:
+                valid.append((number, text, result if key is None else keyed(result, key, data)))
+        valid = await self._new_only(valid)
+        try:
+            await self._create([item for _, _, item in valid])
+            return
+        except Conflict:  # a key twice in the chunk, or taken meanwhile: line by line
+            pass
+        plain: list[r.NewActivity] = []  # stored together, but never after a later keyed line
+        for number, text, item in valid:
+            if item.idempotency_key is None:
+                plain.append(item)
             else:
                 await self._create(plain)
-                await self._store_keyed(number, text, keyed(result, key, data))
+                await self._store_keyed(number, text, item)
         await self._create(plain)
+
+    async def _new_only(
+        self, valid: list[tuple[int, bytes, r.NewActivity]]
+    ) -> list[tuple[int, bytes, r.NewActivity]]:
+        """The lines whose idempotency key is not stored yet; the others are counted as already
+        stored (the same body) or rejected (another body), as a create request with the key would be."""
+        keys = [item.idempotency_key for _, _, item in valid if item.idempotency_key is not None]
+        used = await self.store.used_idempotency_keys(self.solution, keys)
+        if not used:
+            return valid
+        fresh = []
+        for number, text, item in valid:
+            key = item.idempotency_key
+            if key is None or key not in used:
+                fresh.append((number, text, item))
+            elif used[key] == item.request_hash:
+                self.result.existing += 1
+            else:
+                self._reject(number, text, [FieldError(KEY_FIELD, REUSED_KEY)])
+        return fresh
 
     async def _create(self, plain: list[r.NewActivity]) -> None:
         """Store validated unkeyed lines in one statement (the API's batch create) and empty the list."""
@@ -199,7 +233,8 @@ class Importer:
 
 
 def export_line(activity: r.Activity) -> bytes:
-    """One activity as an import line: what creating it again needs, and its idempotency key.
+    """One activity as an import line: what creating it again needs, and its idempotency key (its own,
+    or ``oste-export-<id>`` when it was created without one).
 
     State, attempts and history are not carried: importing creates a new scheduled activity. The
     remaining ``retries`` of a dead letter that spent them all (0, or -1 as stored before) is left out,
@@ -214,8 +249,8 @@ def export_line(activity: r.Activity) -> bytes:
     spent = activity.state == r.ActivityState.DEAD and activity.retries <= 0
     if activity.retries >= 0 and not spent:
         line["retries"] = activity.retries
-    if activity.idempotency_key is not None:
-        line[KEY_FIELD] = activity.idempotency_key
+    # every line carries a key, so importing the same file twice creates nothing the second time
+    line[KEY_FIELD] = activity.idempotency_key or f"{EXPORT_KEY_PREFIX}{activity.id}"
     return orjson.dumps(line) + b"\n"
 
 

@@ -344,7 +344,8 @@ def fire_delay(
 
 @dataclass(frozen=True)
 class Fire:
-    """An occurrence to materialise: its nominal instant and when it is scheduled to fire."""
+    """An occurrence to materialise: its nominal instant and when it is scheduled to fire (the nominal
+    instant plus its spread and jitter; in the past when it is planned late, so that it fires at once)."""
 
     occurrence_at: datetime
     scheduled_for: datetime
@@ -468,8 +469,9 @@ def _finish(
     fires = []
     for index, at in enumerate(to_create):
         next_at = to_create[index + 1] if index + 1 < len(to_create) else next_fire_at
-        scheduled = at + fire_delay(item.recurring_id, at, next_at, policy, rng)
-        fires.append(Fire(at, max(scheduled, at) if at >= now else max(scheduled, now)))
+        # its instant on the schedule's grid even when planned late (under load, after downtime): it is
+        # due at once all the same, and how late it fires shows in the lag figures
+        fires.append(Fire(at, at + fire_delay(item.recurring_id, at, next_at, policy, rng)))
     expand_at = _expand_at(next_fire_at, policy, now, lookahead, held is not None)
     return Plan(tuple(fires), cancel, skipped, planned_until, next_fire_at, expand_at, runs)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from oste.domain.claims import Claim, Completion
 from oste.domain.records import ActivityState
+from oste.domain.recurrence import MISFIRE_GRACE
 from oste.domain.stats import OUTCOMES, Rollup, minute_of
 from oste.engine.delivery_log import UNKNOWN_NAMES, delivery_log, log_batch, log_delivery
 from oste.engine.metrics import (
@@ -101,6 +102,7 @@ class DeliveryRecorder:
         counts: dict[tuple[uuid.UUID, int], int] = {}
         dead_counts: dict[uuid.UUID, int] = {}
         lag_max = 0.0
+        unlined = 0  # successes, which have no INFO line of their own
         observe_lag = FIRE_LAG.observe
         for claim, completion in batch:
             report = completion.report
@@ -127,14 +129,16 @@ class DeliveryRecorder:
             if index != OK or dead or report.error is not None:
                 if info_on or (dead and warnings_on):
                     log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES))
-            elif each_on:
-                log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES), logging.DEBUG)
+            else:
+                unlined += 1
+                if each_on:
+                    log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES), logging.DEBUG)
         children = self._children
         for (type_id, index), n in counts.items():
             children[type_id][index].inc(n)
         for type_id, n in dead_counts.items():
             children[type_id][-1].inc(n)
-        if info_on:
+        if info_on and unlined:  # a batch whose every attempt has its own line needs no sum
             log_batch(counts, names, lag_max)
 
 
@@ -143,9 +147,14 @@ def fire_lag(claim: Claim, started_at: datetime) -> float:
     creation when that is later: nothing can be late before it exists. So an activity created with a
     ``scheduled_for`` long past (``0001-01-01``, a backfill of last year) counts as due when created, and
     no tenant moves the deployment's lag figures. The creation instant is the one in the activity's
-    id (UUIDv7, milliseconds)."""
+    id (UUIDv7, milliseconds). An occurrence of a recurring activity that OSTE planned late (at most
+    the misfire grace after its instant, when its expander fell behind) counts from its instant on the
+    schedule: that lateness is OSTE's. One planned later than that was caught up (after downtime, or a
+    tenant's pause) and counts from its creation, as any activity created overdue."""
     due = claim.due_at.timestamp()
     activity_id = claim.activity_id
     if activity_id.version == 7:
-        due = max(due, (activity_id.int >> 80) / 1000.0)
+        created = (activity_id.int >> 80) / 1000.0
+        if claim.occurrence_at is None or created - due > MISFIRE_GRACE:
+            due = max(due, created)
     return started_at.timestamp() - due

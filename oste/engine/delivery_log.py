@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import UTC, datetime
 
 from oste.domain.claims import Claim, Completion
 from oste.domain.records import ActivityState
@@ -55,6 +56,19 @@ def log_batch(
             "lag_max_s": round(lag_max, 6),
         },
     )
+
+
+TIMED_OUT = "timed out after "
+"""How the executor's error of a request that got no answer in time begins."""
+
+
+def retry_when(next_attempt_at: datetime) -> str:
+    """``retry at <instant>`` to the millisecond, or ``retry at once`` when that instant is not after
+    the line's own time (a short backoff that passed while the batch was written). The wall clock,
+    not the engine's: it is compared with the time the log line carries."""
+    if next_attempt_at <= datetime.now(UTC):
+        return "retry at once"
+    return f"retry at {next_attempt_at.astimezone(UTC).isoformat(timespec='milliseconds')}"
 
 
 def log_delivery(
@@ -105,6 +119,8 @@ def log_delivery(
         return
     error = error or f"HTTP {report.http_status}"
     extra["error"] = error
+    if error.startswith(TIMED_OUT):
+        error += "; raise the activity type's `timeout` if the receiver needs longer"
     if state is DEAD:
         delivery_log.warning(
             "dead letter %s %s/%s/%s after attempt %d: %s (%s) in %.1f ms; %s. Fix the cause, then "
@@ -126,10 +142,9 @@ def log_delivery(
         return
     next_step = str(state)
     if completion.next_attempt_at is not None:
-        next_step = (
-            f"retry at {completion.next_attempt_at.isoformat(timespec='seconds')} "
-            f"({completion.retries} retries left)"
-        )
+        next_step = f"{retry_when(completion.next_attempt_at)} ({completion.retries} retries left)"
+        if report.retry_after is not None:
+            next_step += f", as the receiver's Retry-After ({report.retry_after:g} s) asked"
     delivery_log.info(
         "delivery %s %s/%s/%s attempt %d: %s (%s) in %.1f ms, lag %.3f s; %s",
         activity,

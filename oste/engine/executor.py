@@ -16,12 +16,14 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import os
 import random
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeGuard
 
 import aiohttp
 from yarl import URL
@@ -383,12 +385,23 @@ class Executor:
             return self._report(started, t0, Outcome.ERROR, error=f"timed out after {timeout:g} s")
         if isinstance(exc, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
             return self._report(started, t0, Outcome.FAILED, error=f"invalid URL: {exc}")
+        if _plain_connect_failure(exc):  # aiohttp's text names `ssl:default` even for plain http
+            code = exc.os_error.errno
+            reason = (os.strerror(code) if code else exc.os_error.strerror or str(exc.os_error)).lower()
+            error = f"network error: cannot connect to {exc.host}:{exc.port}: {reason}"
+            return self._report(started, t0, Outcome.ERROR, error=error)
         if isinstance(exc, (aiohttp.ClientError, OSError)):
             return self._report(
                 started, t0, Outcome.ERROR, error=f"network error: {type(exc).__name__}: {exc}"
             )
         log.exception("unexpected error while firing")
         return self._report(started, t0, Outcome.ERROR, error=f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _plain_connect_failure(exc: Exception) -> TypeGuard[aiohttp.ClientConnectorError]:
+    """A connection that failed before any TLS (refused, unreachable): not a certificate or TLS error."""
+    tls = (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError, aiohttp.ClientSSLError)
+    return isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc, tls)
 
 
 @functools.lru_cache(maxsize=256)

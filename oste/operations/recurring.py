@@ -9,15 +9,36 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from oste.domain import records as r
-from oste.domain.recurrence import Overlap, Recurrence
+from oste.domain.recurrence import Overlap, Recurrence, policy_of
 from oste.domain.tenancy import MAX_RECURRING_ACTIVITIES, MAX_SCHEDULED_ACTIVITIES
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
-from oste.storage import RecurrenceStore
+from oste.storage import RecurrenceStore, recurrence_of
+
+
+def next_fire_times(recurring: r.RecurringActivity, now: datetime, count: int) -> list[datetime]:
+    """The recurring activity's next ``count`` fire times from ``now`` (at most as many as
+    ``max_runs`` still allows; none once it has ended): what its ``next_fire_at`` is shown as, in its
+    GET, its list and the UI alike. The stored ``next_fire_at`` is the expander's bookmark (the first
+    instant not yet planned), which runs ahead of this while an occurrence waits to fire."""
+    if recurring.next_fire_at is None and recurring.last_occurrence_at is None:
+        return []
+    policy = policy_of(recurring.__dict__)
+    if policy.max_runs is not None:  # ``runs`` counts the fired ones: the waiting ones are still to come
+        count = min(count, max(policy.max_runs - recurring.runs, 0))
+    if count <= 0:
+        return []
+    return recurrence_of(recurring).fire_times(now - timedelta(microseconds=1), count)
+
+
+def next_fire_at(recurring: r.RecurringActivity, now: datetime) -> datetime | None:
+    """The first of ``next_fire_times``, or None."""
+    upcoming = next_fire_times(recurring, now, 1)
+    return upcoming[0] if upcoming else None
 
 
 class RecurringOperations:

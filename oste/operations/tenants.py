@@ -15,6 +15,8 @@ from oste.domain import records as r
 from oste.domain.parameters import ParameterRules
 from oste.domain.resource_values import CHAIN_FIELDS
 from oste.domain.tenancy import KEYS, MAX_ACTIVITY_TYPES, MAX_API_KEYS, MAX_SOLUTIONS
+from oste.domain.uri_fields import check_uri_fields_allowed
+from oste.domain.uris import check_target_uri
 from oste.errors import FieldError, Forbidden, InvalidInput
 from oste.operations.actors import API, WRITE, Actor
 from oste.operations.context import OperationContext
@@ -118,6 +120,7 @@ class TenantOperations:
     ) -> r.ActivityType:
         """Create an activity type (validated ``values``) within the company's quota of types."""
         actor.require(WRITE, "create activity types")
+        _check_uri_fields(values.get("uri_pattern"), values.get("parameter_schema"))
         async with self.context.storage.atomic():
             await self.context.quotas.take(company, MAX_ACTIVITY_TYPES)
             created = await self.store.create_activity_type(solution, values)
@@ -141,6 +144,9 @@ class TenantOperations:
         nothing changes and the answer is (None, misfits); with ``force`` they are dead-lettered and
         paused."""
         actor.require(WRITE, "change activity types")
+        _check_uri_fields(
+            values.get("uri_pattern", kind.uri_pattern), values.get("parameter_schema", kind.parameter_schema)
+        )
         action = "force_update" if force else "update"
         details = {"fields": sorted(fields)}
 
@@ -226,6 +232,13 @@ class TenantOperations:
 
 def _cascade(cascade: bool) -> dict[str, Any] | None:
     return {"cascade": True} if cascade else None
+
+
+def _check_uri_fields(uri_pattern: Any, schema: Any) -> None:
+    """InvalidInput naming ``uri_pattern`` and ``parameter_schema`` when the schema forbids a field the
+    pattern needs (``check_uri_fields_allowed``); a pattern the face has not checked is left alone."""
+    if isinstance(uri_pattern, str):
+        check_uri_fields_allowed(uri_pattern, check_target_uri(uri_pattern), schema)
 
 
 async def check_chain_types(

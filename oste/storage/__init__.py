@@ -80,6 +80,7 @@ from oste.storage.stats import COUNT_CAP, RETENTION_MINUTES, StatsService, Stats
 from oste.storage.store import MAX_PAGE, Store
 from oste.storage.type_changes import RULE_FIELDS, Misfits, TypeRulesChange, changes_rules
 from oste.storage.ui_sessions import SessionRecord, UiSessionStore
+from oste.storage.writer_lock import WriterLocked, hold_writer_lock
 
 __all__ = [
     "COUNT_CAP",
@@ -120,11 +121,13 @@ __all__ = [
     "Store",
     "TypeRulesChange",
     "UiSessionStore",
+    "WriterLocked",
     "changes_rules",
     "close_database",
     "database_file_url",
     "describe",
     "dialect_for_url",
+    "hold_writer_lock",
     "migrate",
     "open_database",
     "outage",

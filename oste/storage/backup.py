@@ -141,6 +141,11 @@ def _destination(database: Path, path: Path, force: bool) -> Path:
         raise BackupRefused(
             f"{path} is a directory: give the backup file's name, e.g. {path / 'oste.sqlite3'}"
         )
+    if not path.parent.is_dir():
+        raise BackupRefused(
+            f"the folder {path.parent} does not exist: create it first (mkdir -p {path.parent}), or give "
+            "a path in an existing folder; nothing was written"
+        )
     if _same_file(path, database):
         raise BackupRefused(f"{path} is the live database itself: give another file name")
     if path.exists() and not force:

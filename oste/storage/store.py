@@ -514,6 +514,16 @@ class Store:
                 continue  # a concurrent request with the same key won the race: read its activity
         raise Conflict("the idempotency key is being used concurrently; retry the request")
 
+    async def used_idempotency_keys(self, solution: r.Solution, keys: Sequence[str]) -> dict[str, str | None]:
+        """Which of ``keys`` the solution's activities already hold: key -> that activity's request hash
+        (for `oste import`, which skips a chunk's lines already stored in one query)."""
+        if not keys:
+            return {}
+        rows = await m.Activity.filter(solution_id=solution.id, idempotency_key__in=list(keys)).values_list(
+            "idempotency_key", "request_hash"
+        )
+        return {key: digest for key, digest in rows}
+
     async def _create_one(
         self,
         new: r.NewActivity,

@@ -17,6 +17,7 @@ from oste.domain.request_preview import preview_request
 from oste.domain.search import VIEWS
 from oste.errors import OsteError
 from oste.operations.filters import FORM_FIELDS, activity_filter
+from oste.operations.recurring import next_fire_at
 from oste.storage import recurrence_of
 from oste.ui.context import (
     Viewer,
@@ -84,6 +85,7 @@ async def solution(request: Request, viewer: Viewer) -> Response:
         solution=found,
         types=types.items,
         recurring=recurring.items,
+        next_fires={ra.id: next_fire_at(ra, store.clock.now()) for ra in recurring.items},
         next_cursor=recurring.next_cursor,
         shipping=shipping,
     )

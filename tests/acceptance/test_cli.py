@@ -102,6 +102,27 @@ def test_unreachable_database_says_so(tmp_path: Path) -> None:
     assert "Is the database running and reachable?" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["serve", "api"])
+@pytest.mark.parametrize("database", ["postgres", "sqlite-missing-folder"])
+def test_a_database_that_cannot_be_opened_is_one_line_at_start(
+    tmp_path: Path, command: str, database: str
+) -> None:
+    # Issue 39, O1: the app's start-up failure, not Hypercorn's LifespanFailureError printed twice.
+    if database == "postgres":
+        url, expected = f"postgres://postgres@127.0.0.1:{free_port()}/nothing", "Is the database running"
+    else:
+        url, expected = f"sqlite://{tmp_path / 'missing' / 'oste.sqlite3'}", "data directory exists"
+    env = clean_env(OSTE_DATABASE_URL=url, OSTE_DATA_DIR=str(tmp_path / "data"), OSTE_PORT=str(free_port()))
+    result = subprocess.run([*OSTE, command], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr  # one line, no traceback
+    assert result.stderr.startswith("oste: ") and expected in result.stderr, result.stderr
+
+
+READY_SECONDS = 90.0
+"""How long `oste serve` may take to answer /readyz: migrating a fresh database on a busy machine."""
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
     """`oste serve` started as a user starts it, in a fresh working directory."""
@@ -111,7 +132,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
         [*OSTE, "serve"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + READY_SECONDS
     while True:
         try:
             if httpx.get(base + "/readyz", timeout=1).status_code == 200:
@@ -172,7 +193,7 @@ def start_serve(cwd: Path, **env: str) -> tuple[str, subprocess.Popen[str]]:
         text=True,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + READY_SECONDS
     while True:
         try:
             if httpx.get(base + "/readyz", timeout=1).status_code == 200:
@@ -259,3 +280,97 @@ def test_settings_shows_the_values_in_effect_and_where_they_came_from(tmp_path: 
     assert token not in text
     [port_line] = [line for line in text.splitlines() if line.startswith("OSTE_PORT ")]
     assert "9999" in port_line and "(environment; default 8080)" in port_line
+
+
+def test_a_second_engine_on_one_sqlite_file_refuses_naming_the_running_one(tmp_path: Path) -> None:
+    # Issue 39, O5: SQLite takes one engine process; a second one used to start and share the partitions.
+    data = str(tmp_path / "data")
+    base, first = start_serve(tmp_path, OSTE_DATA_DIR=data)
+    try:
+        for command in ("serve", "worker"):
+            env = clean_env(OSTE_DATA_DIR=data, OSTE_PORT=str(free_port()))
+            result = subprocess.run([*OSTE, command], capture_output=True, text=True, env=env, timeout=60)
+            assert result.returncode == 1, (command, result)
+            assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr  # one line
+            assert f"oste serve on {base} (pid {first.pid}," in result.stderr, result.stderr
+            assert "is in use by" in result.stderr and "OSTE_DATA_DIR" in result.stderr, result.stderr
+        assert httpx.get(base + "/readyz", timeout=5).status_code == 200  # the first one runs on
+    finally:
+        first.kill()  # SIGKILL: no clean-up of its own; the kernel releases its lock
+        first.wait(timeout=30)
+    base, again = start_serve(tmp_path, OSTE_DATA_DIR=data)  # no stale lock after a crash
+    assert _stop_and_read(again)
+
+
+def test_settings_shows_values_as_written_and_its_help_is_true(tmp_path: Path) -> None:
+    # Issue 39, O9: `none` was shown as the default 100, P90D as 7.776e+06; --help promised /metrics.
+    env = clean_env(OSTE_DATA_DIR=str(tmp_path), OSTE_QUOTA_MAX_SOLUTIONS="none", OSTE_ROLLER_INTERVAL="PT2H")
+    listed = subprocess.run(
+        [*OSTE, "settings", "--json"], capture_output=True, text=True, env=env, check=True
+    )
+    rows = {row["variable"]: row for row in json.loads(listed.stdout)}
+    assert (rows["OSTE_QUOTA_MAX_SOLUTIONS"]["value"], rows["OSTE_QUOTA_MAX_SOLUTIONS"]["source"]) == (
+        "none",
+        "environment",
+    )
+    assert rows["OSTE_AUDIT_RETENTION"]["value"] == "P90D"  # the default, as the README writes it
+    assert rows["OSTE_ROLLER_INTERVAL"]["value"] == "PT2H"
+    assert rows["OSTE_ROLLER_RETRY_BASE"]["value"] == "PT1M"  # derived: what it comes to
+    assert rows["OSTE_DESTINATION_MAX_IN_FLIGHT"]["value"] == "none"
+    helped = subprocess.run([*OSTE, "settings", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "serves /metrics" not in helped.replace("\n", " ") and "serves nothing" in helped.replace(
+        "\n", " "
+    )
+
+
+@pytest.mark.parametrize("command", [["settings"], ["migrate"], ["openapi", "-o", "spec.yaml"]])
+def test_an_unknown_oste_variable_is_warned_about_naming_the_closest_setting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # Issue 39, O9: a typo like OSTE_PROT was silently ignored.
+    env = clean_env(OSTE_DATA_DIR=str(tmp_path / "data"), OSTE_PROT="9000", OSTE_NOTHING_LIKE_IT="1")
+    result = subprocess.run(
+        [*OSTE, *command], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OSTE_PROT is not an OSTE setting and is ignored; did you mean OSTE_PORT?" in result.stderr
+    assert "OSTE_NOTHING_LIKE_IT is not an OSTE setting" in result.stderr, result.stderr
+
+
+def test_a_data_dir_is_made_one_level_deep_at_most_and_a_backup_needs_its_folder(tmp_path: Path) -> None:
+    # Issue 39, O12: --data-dir /nonexistent/dd silently created the whole path; a backup into a missing
+    # folder printed a raw `[Errno 2] … .partial`.
+    deep = tmp_path / "no-such-parent" / "dd"
+    result = subprocess.run(
+        [*OSTE, "migrate", "--data-dir", str(deep)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert result.returncode == 2, result
+    assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr  # one line
+    assert f"the folder {deep.parent} does not exist" in result.stderr, result.stderr
+    assert not deep.parent.exists()  # nothing created
+
+    data = tmp_path / "data"  # one level missing: created, as `mkdir` would
+    made = subprocess.run(
+        [*OSTE, "migrate", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert made.returncode == 0 and data.is_dir(), made.stderr
+    target = tmp_path / "missing" / "backup.sqlite3"
+    backup = subprocess.run(
+        [*OSTE, "backup", str(target), "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert backup.returncode == 1, backup
+    assert backup.stderr.splitlines() == [backup.stderr.strip()], backup.stderr
+    assert f"the folder {target.parent} does not exist: create it first" in backup.stderr, backup.stderr
+    assert ".partial" not in backup.stderr and "Errno" not in backup.stderr

@@ -91,7 +91,9 @@ async def test_export_then_import_round_trips_across_pages(database_url: str, tm
         "parameter": first["parameter"],
         "priority": 3,
         "retries": 3,
+        "idempotency_key": first["idempotency_key"],
     }
+    assert first["idempotency_key"].startswith("oste-export-")  # every line is keyed (issue 39, O12)
     assert last_two[0]["idempotency_key"] == "k-1" and last_two[0]["retries"] == 0
     assert "retries" not in last_two[1]  # the type's retries apply again
 
@@ -100,6 +102,9 @@ async def test_export_then_import_round_trips_across_pages(database_url: str, tm
     imported = await oste("import", str(dump), *db, *names, "--solution", target.name, "--no-progress")
     assert imported.returncode == 0, imported.stderr
     assert "1502 lines: 1502 activities created, 0 already stored, 0 rejected" in imported.stdout
+    twice = await oste("import", str(dump), *db, *names, "--solution", target.name, "--no-progress")
+    assert twice.returncode == 0, twice.stderr  # the same file again creates nothing
+    assert "1502 lines: 0 activities created, 1502 already stored, 0 rejected" in twice.stdout
 
     again = await oste("export", *db, *names, "--solution", target.name, "-o", str(tmp_path / "again.jsonl"))
     assert again.returncode == 0, again.stderr

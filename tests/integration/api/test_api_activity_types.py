@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.integration.api.conftest import Api, assert_problem, db_rows, unique
+from tests.integration.api.conftest import Api, assert_problem, db_rows, rejected, unique
 
 SONG_SCHEMA = {
     "type": "object",
@@ -117,3 +117,22 @@ async def test_types_of_another_solution_are_not_found(api: Api) -> None:
     assert_problem(await api.delete(path), 404)
     name = unique("missing")
     assert_problem(await api.get(f"{tenant.types}/{name}"), 404)
+
+
+async def test_a_uri_pattern_needing_a_field_its_schema_forbids_is_refused_naming_both(api: Api) -> None:
+    # Issue 39, O12: such a type was accepted, and no activity could ever be created for it.
+    company = await api.company()
+    solution = await api.solution(company["name"])
+    path = f"/v1/companies/{company['name']}/solutions/{solution['name']}/activity-types"
+    closed = {"type": "object", "properties": {"Title": {"type": "string"}}, "additionalProperties": False}
+    body = {"name": "closed", "verb": "POST", "uri_pattern": "https://r.example/song/{SongId}"}
+    problem = await rejected(api, "POST", path, 422, "uri_pattern", json={**body, "parameter_schema": closed})
+    assert "parameter_schema" in [error["field"] for error in problem["errors"]], problem
+    assert "SongId" in problem["detail"], problem
+
+    forbidden = {"type": "object", "properties": {"SongId": False}}
+    await rejected(api, "POST", path, 422, "parameter_schema", json={**body, "parameter_schema": forbidden})
+
+    allowed = {**closed, "properties": {**closed["properties"], "SongId": {"type": "integer"}}}
+    await api.post(path, {**body, "parameter_schema": allowed}, expect=201)
+    await rejected(api, "PATCH", f"{path}/closed", 422, "parameter_schema", json={"parameter_schema": closed})

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from tests.integration.api.conftest import Api, Tenant, assert_problem
+import httpx
+
+from oste.domain.clock import ManualClock
+from oste.domain.partitions import ALL_PARTITIONS
+from oste.engine.expander import Expander, ExpanderConfig
+from oste.settings import Settings
+from oste.storage.occurrences import RecurrenceStore
+from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem
+from tests.integration.ui.conftest import Browser
 
 SUNDAY = 6  # datetime.weekday()
 
@@ -166,3 +175,28 @@ async def test_schedule_preview_defaults_to_ten_from_now(api: Api) -> None:
     times = [datetime.fromisoformat(t) for t in preview["fire_times"]]
     assert len(times) == 10 and times == sorted(times) and times[0] > datetime.now(UTC).replace(second=0)
     assert all(t.minute % 5 == 0 and t.second == 0 for t in times)
+
+
+async def test_the_list_and_the_solution_page_show_next_fire_at_as_the_get_does(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Issue 39, O3: the list showed the stored bookmark (the occurrence after the one planned ahead).
+    clock = ManualClock(datetime(2030, 1, 7, 9, 28, 45, tzinfo=UTC))
+    settings = Settings(data_dir=tmp_path, database_url=database_url)
+    async with api_client(settings, clock=clock) as api:
+        tenant = await api.tenant()
+        made = await create(api, tenant, {"cron": "*/10 * * * * *"})
+        clock.set(datetime(2030, 1, 7, 9, 29, 2, tzinfo=UTC))  # the expander plans half a minute ahead
+        expander = Expander(ExpanderConfig(), RecurrenceStore(clock), lambda: ALL_PARTITIONS)
+        assert (await expander.run_once()).created > 0
+        single = (await api.get(f"{tenant.recurring}/{made['id']}", expect=200)).json()
+        assert single["next_fire_at"] == "2030-01-07T09:29:10Z", single
+        [listed] = await api.all_items(tenant.recurring)
+        assert listed["next_fire_at"] == single["next_fire_at"], (listed, single)
+
+        async with httpx.AsyncClient(base_url=str(api.http.base_url), timeout=30.0) as http:
+            browser = Browser(http)
+            await browser.sign_in(api.admin_token)
+            page = await browser.get(f"/ui/companies/{tenant.company}/solutions/{tenant.solution}")
+        [row] = [row for row in page.text.split("<tr>") if made["id"][:12] in row]
+        assert "2030-01-07 09:29:10 UTC" in row, row

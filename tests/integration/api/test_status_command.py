@@ -8,9 +8,12 @@ import json
 import os
 import sys
 from asyncio.subprocess import PIPE
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from oste.domain.clock import ManualClock
 from oste.settings import Settings
+from oste.storage.dispatch import DispatchStore
 from tests.integration.api.conftest import ADMIN_TOKEN, Api, api_client
 
 OSTE = str(Path(sys.executable).parent / "oste")
@@ -74,3 +77,20 @@ async def test_status_piped_keeps_every_column_says_utc_and_has_json(sqlite_url:
     assert node["role"] in row and "last heartbeat" in text, text
     assert row.count(" UTC") == 2, row  # started and last heartbeat
     assert text.split("Queue at ", 1)[1].splitlines()[0].strip().endswith(" UTC"), text
+
+
+async def test_status_marks_a_silent_node_dead_and_takes_an_address_without_scheme(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Issue 39, O12: a node restored from a backup was listed as if alive; `--url 127.0.0.1:PORT`
+    # (no scheme) answered `cannot read 127.0.0.1:PORT/v1/stats`.
+    settings = Settings(data_dir=tmp_path, database_url=database_url)
+    async with api_client(settings) as api:
+        an_hour_ago = ManualClock(datetime.now(UTC) - timedelta(hours=1, minutes=5))
+        gone = await DispatchStore(an_hour_ago).register_node("restored-node", "serve")
+        address = str(api.http.base_url).removeprefix("http://")
+        for args in (("--database-url", database_url), ("--url", address, "--token", ADMIN_TOKEN)):
+            code, out, err = await oste("status", *args)
+            assert code == 0, err
+            [row] = [line for line in out.splitlines() if gone.id[:20] in line]
+            assert "dead (silent 1h 5m)" in row, out

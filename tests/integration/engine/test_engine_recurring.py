@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from oste.domain import records as r
 from oste.domain.claims import idempotency_key
@@ -188,3 +189,26 @@ async def test_a_running_engine_expands_and_fires_on_time(
         scheduled = datetime.fromisoformat(hit.headers["OSTE-Scheduled-For"].replace("Z", "+00:00"))
         assert scheduled.microsecond == 0 and hit.at - scheduled.timestamp() < 2.0
         assert hit.headers["Idempotency-Key"] == idempotency_key(None, recurring.id, scheduled)  # type: ignore[arg-type]
+
+
+async def test_an_occurrence_planned_late_keeps_its_instant_fires_at_once_and_counts_as_late(
+    world: World, receiver: Receiver
+) -> None:
+    # Issue 39, O7: planned late, it was stored due "now": off the schedule's grid, its lateness unseen.
+    kind = await make_type(world.store, receiver.url + "/tick")
+    recurring = await world.recurring(kind)  # every minute; nothing planned yet at 12:00:30
+    lag_before = REGISTRY.get_sample_value("oste_fire_lag_seconds_sum") or 0.0
+    assert await world.tick(minute(1) + timedelta(seconds=3)) == 1  # the expander ran 3 s behind
+    occurrence = (await world.occurrences_of(recurring))[0]  # 12:02 is planned ahead of time beside it
+    assert (occurrence.occurrence_at, occurrence.scheduled_for) == (minute(1), minute(1))
+    assert occurrence.state == r.ActivityState.SUCCEEDED  # fired at once, late as it was
+    [hit] = receiver.hits
+    assert hit.headers["OSTE-Scheduled-For"] == "2030-01-07T12:01:00Z"
+    lag = (REGISTRY.get_sample_value("oste_fire_lag_seconds_sum") or 0.0) - lag_before
+    assert lag >= 3.0, lag  # its 3 s of lateness show in the lag figures
+
+    # caught up after downtime (latest): the one kept fires at once, on its instant too
+    assert await world.tick(minute(5) + timedelta(seconds=30)) == 1
+    [latest] = [a for a in await world.occurrences_of(recurring) if a.occurrence_at == minute(5)]
+    assert (latest.occurrence_at, latest.scheduled_for) == (minute(5), minute(5))
+    assert latest.state == r.ActivityState.SUCCEEDED
