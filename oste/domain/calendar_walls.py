@@ -51,7 +51,11 @@ class Wall:
 class CalendarWalls:
     """Enumerates a schedule's local times on a business calendar in order, rolls applied."""
 
-    def __init__(self, schedule: Schedule, calendar: BusinessCalendar, roll: Roll) -> None:
+    def __init__(
+        self, schedule: Schedule, calendar: BusinessCalendar, roll: Roll, weekdays_only: bool = False
+    ) -> None:
+        """``weekdays_only``: leave out the calendar's weekend days at once (so only holidays can make a
+        matching date skip: a search then takes at most ``len(holidays) + 1`` matching dates)."""
         self.calendar = calendar
         self.roll = roll
         self.business_day = schedule.business_day
@@ -61,11 +65,14 @@ class CalendarWalls:
         if self.business_day is not None:
             kwargs["day"] = "*"  # business_day stands where `day` would: less significant fields default
         full = {f.name: str(f) for f in CronTrigger(**kwargs, timezone=UTC).fields}
+        if weekdays_only:
+            named = day_of_week_names(full["day_of_week"]).split(",")
+            full["day_of_week"] = ",".join(d for d in named if DAY_NAMES.index(d) not in calendar.weekend)
         self._dates = CronTrigger(**{k: full[k] for k in _DATE_FIELDS}, hour=0, timezone=UTC)
         self._times = CronTrigger(**{k: full[k] for k in _TIME_FIELDS}, timezone=UTC)
         self._weekdays: frozenset[int] | None = None
         if all(full[k] == "*" for k in ("year", "month", "day", "week")):
-            names = day_of_week_names(schedule.fields.get("day_of_week", "*"))
+            names = day_of_week_names(full["day_of_week"])
             self._weekdays = frozenset(DAY_NAMES.index(name) for name in names.split(","))
         self._few_times: tuple[time, ...] | None = None
 
@@ -198,7 +205,12 @@ def check_fires_on_calendar(
             "check its weekend and holidays",
         )
     last = _years_later(reference, NO_BUSINESS_DAY_YEARS)
-    if CalendarWalls(schedule, calendar, roll).first_date(reference, last) is None:
+    weekdays_only = roll == Roll.SKIP and schedule.business_day is None
+    if weekdays_only and not _weekday_left(schedule, calendar):
+        walls = None
+    else:
+        walls = CalendarWalls(schedule, calendar, roll, weekdays_only)
+    if walls is None or walls.first_date(reference, last) is None:
         field = f"{where}/business_day" if schedule.business_day is not None else where
         raise InvalidInput.field(
             field,
@@ -210,3 +222,9 @@ def check_fires_on_calendar(
 def _years_later(day: date, years: int) -> date:
     year = min(day.year + years, LAST_DATE.year)
     return date(year, day.month, min(day.day, 28)) if year < LAST_DATE.year else LAST_DATE
+
+
+def _weekday_left(schedule: Schedule, calendar: BusinessCalendar) -> bool:
+    """Whether the schedule names some day of the week that is not a weekend day of the calendar."""
+    named = day_of_week_names(schedule.fields.get("day_of_week", "*")).split(",")
+    return any(DAY_NAMES.index(d) not in calendar.weekend for d in named)

@@ -213,3 +213,28 @@ def parse_business_day(value: Any, field_name: str = "schedule/business_day") ->
             f"(-1 the last); got {value!r}",
         )
     return number
+
+
+def parse_inline_calendar(
+    raw: Any, schedule_timezone: str, field_name: str = "calendar"
+) -> tuple[BusinessCalendar, Roll]:
+    """A calendar given inline — ``{"weekend", "holidays", "timezone", "roll"}`` — and its roll, for
+    a schedule in ``schedule_timezone``. Raises InvalidInput naming the field that is wrong."""
+    if not isinstance(raw, dict):
+        raise InvalidInput.field(field_name, "must be an object with weekend, holidays and roll")
+    if "name" in raw:
+        raise InvalidInput.field(
+            f"{field_name}/name",
+            "named calendars are not available yet: give the calendar inline (weekend, holidays, roll)",
+        )
+    weekend = parse_weekend(raw.get("weekend", [0, 6]), f"{field_name}/weekend")
+    holidays = parse_holidays(raw.get("holidays", []), f"{field_name}/holidays")
+    roll = parse_roll(raw.get("roll", Roll.FOLLOWING.value), f"{field_name}/roll")
+    timezone = raw.get("timezone")
+    if timezone is not None and timezone != schedule_timezone:
+        raise InvalidInput.field(
+            f"{field_name}/timezone",
+            f"must be the schedule's time zone ({schedule_timezone}) or left out: a calendar in another "
+            "time zone is not supported yet",
+        )
+    return BusinessCalendar(weekend, holidays, timezone), roll

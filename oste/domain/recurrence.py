@@ -85,6 +85,8 @@ MISFIRE_GRACE = 5.0
 """Seconds an occurrence may be late before it counts as missed (and the catch-up policy applies)."""
 MAX_PER_PLAN = 1000
 """Occurrences enumerated per recurring activity in one planning step; a longer backlog takes several."""
+SKIPPED_LISTED = 100
+"""Occurrences a business calendar skips listed at most in one preview (the rest are skipped unlisted)."""
 _SCAN_LIMIT = 100_000
 """Local times examined at most in one enumeration (a schedule whose times are all skipped stops)."""
 _ONE_SECOND = timedelta(seconds=1)
@@ -223,7 +225,8 @@ class Recurrence:
     ) -> list[Occurrence]:
         """Occurrences strictly after ``after`` in instant order, at most ``count``, none after ``until``.
 
-        With ``annotate_skipped`` the local times the DST policy dropped are listed too (``at`` is the
+        With ``annotate_skipped`` the local times the DST policy dropped (and up to ``SKIPPED_LISTED``
+        that a business calendar skipped) are listed too (``at`` is the
         instant they would have had; they do not count towards ``count``), for previews.
         """
         if count is None and until is None:
@@ -233,7 +236,7 @@ class Recurrence:
         limit = min(until, end) if until and end else (until or end)
         found: list[Occurrence] = []
         fired = 0
-        listed = (count or MAX_PER_PLAN) if annotate_skipped else 0
+        listed = SKIPPED_LISTED if annotate_skipped else 0
         for occurrence in self._ordered(floor, limit, listed):
             dropped = not occurrence.fires
             if dropped and not annotate_skipped:
