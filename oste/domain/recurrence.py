@@ -247,6 +247,17 @@ class Recurrence:
                 break
         return found
 
+    def calendar_skipped(self, after: datetime, until: datetime) -> int:
+        """How many occurrences in (``after``, ``until``] the business calendar skipped (``roll:
+        skip``): each would have fired but for a weekend day or holiday. For the planner's count."""
+        if self._calendar_walls is None or self.roll != Roll.SKIP or until <= after:
+            return 0
+        start, end = self.schedule.start_at, self.schedule.end_at
+        floor = max(after, start - timedelta(microseconds=1)) if start else after
+        limit = min(until, end) if end else until
+        found = self._ordered(floor, limit, _SCAN_LIMIT)
+        return sum(1 for o in found if o.skipped and o.dst not in _DROPPED)
+
     def _ordered(self, floor: datetime, limit: datetime | None, listed: int = 0) -> Iterator[Occurrence]:
         """Occurrences > floor in instant order (resolved local times can be out of order by the DST
         shift in a fall-back hour: hold each until no later local time can produce an earlier one)."""
@@ -477,6 +488,7 @@ def plan(
         planned_until = held - timedelta(microseconds=1)
     cancel = tuple(t for t in skipped_missed if t in created)
     skipped = len(skipped_missed) + len(skipped_busy)
+    skipped += item.recurrence.calendar_skipped(item.planned_until, planned_until)
     runs = item.runs + len(to_create)
     result = _finish(item, policy, now, lookahead, to_create, cancel, skipped, planned_until, runs, held, rng)
     return _release_backlog(result, item, now)
