@@ -108,19 +108,32 @@ class CalendarWalls:
             source = self.next_match(cursor)
             if source is None or source > last:
                 return
-            cursor = source + _ONE_DAY
             rolled = self.target(source)
             if rolled is None:
                 if source > after:
                     yield source, None, True
+                cursor = source + _ONE_DAY
                 continue
-            if rolled <= after:
-                continue  # rolled onto a date already given (it fires once there)
-            if rolled > last:
+            following = self._after_source(source, rolled)
+            if rolled > after:  # else rolled onto a date already given: it fires once there
+                if rolled > last:
+                    return
+                own = rolled == source or self._matches(rolled)
+                yield rolled, (None if own else source), False
+                after = rolled
+            if following is None:
                 return
-            own = rolled == source or self._matches(rolled)
-            yield rolled, (None if own else source), False
-            after = rolled
+            cursor = following
+
+    def _after_source(self, source: date, rolled: date) -> date | None:
+        """Where the next date to look at is, once ``source`` went to ``rolled``: the dates between
+        roll to the same date (so a long run of holidays costs one step, not one per day)."""
+        if rolled >= source:  # a business day, or rolled forward: every date up to rolled goes there
+            return rolled + _ONE_DAY
+        resume = self.calendar.next_business_day(source)  # rolled back: so does the rest of the run…
+        if resume is None or self.roll == Roll.PRECEDING:
+            return resume
+        return resume.replace(day=1)  # …under modified_following, up to the month that rolls forward
 
     def _matches(self, day: date) -> bool:
         return self.next_match(day) == day

@@ -10,6 +10,7 @@ a distinct holiday, so a search ends within ``len(holidays) + 1`` steps — at m
 
 from __future__ import annotations
 
+from calendar import monthrange
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from enum import StrEnum
@@ -59,15 +60,19 @@ class BusinessCalendar:
     holidays: frozenset[date] = frozenset()
     timezone: str | None = None
     _workday_steps: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    """For each weekday (0 = Sunday), how many days forward the next non-weekend day is…"""
+    _workday_back: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    """…and how many days back the previous one is."""
 
     def __post_init__(self) -> None:
         if len(self.weekend) > MAX_WEEKEND_DAYS or not self.weekend <= set(range(7)):
             raise ValueError(f"weekend must be at most {MAX_WEEKEND_DAYS} of the days 0-6")
         if len(self.holidays) > MAX_HOLIDAYS:
             raise ValueError(f"at most {MAX_HOLIDAYS} holidays")
-        # for each weekday (0 = Sunday), how many days forward the next non-weekend day is
         steps = tuple(next(k for k in range(7) if (d + k) % 7 not in self.weekend) for d in range(7))
+        back = tuple(next(k for k in range(7) if (d - k) % 7 not in self.weekend) for d in range(7))
         object.__setattr__(self, "_workday_steps", steps)
+        object.__setattr__(self, "_workday_back", back)
 
     def is_business_day(self, day: date) -> bool:
         return schedule_weekday(day) not in self.weekend and day not in self.holidays
@@ -93,10 +98,10 @@ class BusinessCalendar:
     def previous_business_day(self, day: date, until: date | None = None) -> date | None:
         """The last business day on or before ``day`` (None if it would be before ``until``, or before
         the first date). At most ``len(holidays) + 1`` steps."""
+        back = self._workday_back
         for _ in range(len(self.holidays) + 1):
-            back = next(k for k in range(7) if (schedule_weekday(day) - k) % 7 not in self.weekend)
             try:
-                day -= timedelta(days=back)
+                day -= timedelta(days=back[schedule_weekday(day)])
             except OverflowError:
                 return None
             if until is not None and day < until:
@@ -127,7 +132,7 @@ class BusinessCalendar:
         """The ``n``th business day of the month (``-1`` the last, ``-2`` the one before…), or None
         when the month has fewer than ``abs(n)`` business days."""
         first = date(year, month, 1)
-        last = (date(year + 1, 1, 1) if month == 12 else date(year, month + 1, 1)) - _ONE_DAY
+        last = date(year, month, monthrange(year, month)[1])
         found: date | None = None
         if n > 0:
             cursor = first

@@ -99,3 +99,15 @@ def test_the_planner_skips_and_counts_or_rolls_and_fires_once() -> None:
     assert planned(Roll.SKIP) == ([monday_9], 2)  # Saturday's and Sunday's, counted
     assert planned(Roll.FOLLOWING) == ([monday_9], 0)  # both rolled onto Monday 09:00: one fire
     assert planned(Roll.PRECEDING) == ([monday_9], 0)  # both rolled back onto Friday, already planned
+
+
+@pytest.mark.parametrize("roll", list(Roll))
+def test_a_long_closure_costs_one_step_not_one_per_day(roll: Roll) -> None:
+    """An every-second schedule over 5,000 consecutive holidays: the rolls jump the run (this took
+    minutes for ``preceding`` when every day of the run was rolled on its own)."""
+    first = date(2026, 1, 1)
+    calendar = BusinessCalendar(frozenset(), frozenset(first + timedelta(days=k) for k in range(MAX_HOLIDAYS)))
+    recurrence = Recurrence(parse_schedule({"second": "*"}), calendar=calendar, roll=roll)
+    found = recurrence.occurrences(datetime(2026, 1, 1, tzinfo=UTC), 3)
+    reopening = datetime.combine(first + timedelta(days=MAX_HOLIDAYS), datetime.min.time(), UTC)
+    assert [o.at for o in found] == [reopening + timedelta(seconds=s) for s in range(3)]
