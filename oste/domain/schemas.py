@@ -427,7 +427,7 @@ INLINE_CALENDAR = _obj(
         },
         "holidays": {
             "type": "array",
-            "items": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+            "items": {"type": "string", "minLength": 10, "maxLength": 10, "format": "date"},
             "maxItems": MAX_HOLIDAYS,
             "default": [],
             "description": f"holiday dates (YYYY-MM-DD), at most {MAX_HOLIDAYS}",
