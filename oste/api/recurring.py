@@ -19,6 +19,8 @@ from oste.api.requests import iso, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.domain import records as r
 from oste.domain import schemas
+from oste.domain.calendar_walls import check_fires_on_calendar
+from oste.domain.calendars import parse_inline_calendar
 from oste.domain.recurrence import (
     DstAmbiguous,
     DstNonexistent,
@@ -235,9 +237,22 @@ async def preview(request: Request) -> Response:
     policy = policy_values({k: data[k] for k in ("dst_nonexistent", "dst_ambiguous") if k in data})
     after = parse_time(data["after"], "after") if "after" in data else ctx(request).store.clock.now()
     check_schedule_time(after, "after")
-    recurrence = Recurrence(schedule, **_dst(policy))
+    recurrence = Recurrence(schedule, **_dst(policy), **_calendar(data, schedule, after))
     found = recurrence.occurrences(after, data.get("count", 10), annotate_skipped=True)
     return json(render.preview(schedule.timezone, found))
+
+
+def _calendar(data: dict[str, Any], schedule: Schedule, after: datetime) -> dict[str, Any]:
+    """A preview's inline calendar and roll (Recurrence arguments), checked to let the schedule fire."""
+    if "calendar" not in data:
+        if schedule.business_day is not None:
+            raise InvalidInput.field(
+                "schedule/business_day", "needs a calendar: give `calendar` with its weekend and holidays"
+            )
+        return {}
+    calendar, roll = parse_inline_calendar(data["calendar"], schedule.timezone)
+    check_fires_on_calendar(schedule, calendar, roll, after)
+    return {"calendar": calendar, "roll": roll}
 
 
 RECURRING = SOLUTION + "/recurring-activities"

@@ -166,16 +166,19 @@ def preview(timezone: str, occurrences: list[Any]) -> dict[str, Any]:
     return {
         "timezone": timezone,
         "fire_times": [iso(o.at) for o in occurrences if o.fires],
-        "occurrences": [
-            {
-                "at": iso(o.at),
-                "local_time": o.local.isoformat(),
-                "fires": o.fires,
-                "dst": o.dst.value if o.dst else None,
-            }
-            for o in occurrences
-        ],
+        "occurrences": [_preview_entry(o) for o in occurrences],
     }
+
+
+def _preview_entry(o: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"at": iso(o.at), "local_time": o.local.isoformat(), "fires": o.fires}
+    if o.nominal is not None:
+        entry["nominal"] = iso(o.nominal)
+        entry["rolled"] = True
+    if o.skipped:
+        entry["skipped"] = True
+    entry["dst"] = o.dst.value if o.dst else None
+    return entry
 
 
 def execution(e: r.Execution) -> dict[str, Any]:

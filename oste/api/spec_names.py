@@ -27,6 +27,7 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "CatchupPolicy": ("latest", "all", "skip"),
     "OverlapPolicy": ("allow", "skip", "buffer_one"),
     "DstNote": ("shifted", "skipped", "first", "second", "first_skipped", "second_skipped"),
+    "CalendarRoll": ("skip", "following", "preceding", "modified_following"),
     "QueueState": ("due", "future", "running", "dead"),
     "ApiKeyScope": ("read", "write", "keys"),
     "BreakerState": ("closed", "open", "half_open"),

@@ -27,6 +27,8 @@ from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.cron import CronTrigger
 
+from oste.domain.calendar_walls import CalendarWalls, Wall
+from oste.domain.calendars import BusinessCalendar, Roll
 from oste.domain.schedule import LATEST_SCHEDULE_TIME, Schedule, day_of_week_names
 from oste.errors import InvalidInput
 
@@ -83,6 +85,8 @@ MISFIRE_GRACE = 5.0
 """Seconds an occurrence may be late before it counts as missed (and the catch-up policy applies)."""
 MAX_PER_PLAN = 1000
 """Occurrences enumerated per recurring activity in one planning step; a longer backlog takes several."""
+SKIPPED_LISTED = 100
+"""Occurrences a business calendar skips listed at most in one preview (the rest are skipped unlisted)."""
 _SCAN_LIMIT = 100_000
 """Local times examined at most in one enumeration (a schedule whose times are all skipped stops)."""
 _ONE_SECOND = timedelta(seconds=1)
@@ -151,13 +155,21 @@ class Occurrence:
 
     at: datetime
     local: datetime
-    """The naive local wall-clock time the cron fields matched."""
+    """The naive local wall-clock time the cron fields matched (after a calendar roll)."""
     dst: DstNote | None = None
+    nominal: datetime | None = None
+    """The instant it was rolled from by the business calendar (None: not rolled)."""
+    skipped: bool = False
+    """On a weekend day or holiday under ``roll: skip`` (listed only in previews)."""
 
     @property
     def fires(self) -> bool:
-        """False for a local time the DST policy dropped (listed only in previews)."""
-        return self.dst not in _DROPPED
+        """False for a local time the DST policy or the calendar dropped (listed only in previews)."""
+        return self.dst not in _DROPPED and not self.skipped
+
+    @property
+    def rolled(self) -> bool:
+        return self.nominal is not None
 
 
 @dataclass(frozen=True)
@@ -167,7 +179,22 @@ class Recurrence:
     schedule: Schedule
     nonexistent: DstNonexistent = DstNonexistent.SHIFT
     ambiguous: DstAmbiguous = DstAmbiguous.FIRST
+    calendar: BusinessCalendar | None = None
+    """Weekend days and holidays (their dates in the schedule's time zone)."""
+    roll: Roll = Roll.FOLLOWING
+    """What an occurrence on a weekend day or holiday of ``calendar`` does."""
     _trigger: CronTrigger | None = field(default=None, compare=False, repr=False)
+    _calendar_walls: CalendarWalls | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.calendar is None and self.schedule.business_day is not None:
+            raise ValueError("a business_day schedule needs a calendar")
+        if self.calendar is not None:
+            if self.calendar.timezone not in (None, self.schedule.timezone):
+                raise ValueError("a calendar in another time zone than the schedule's is not supported")
+            object.__setattr__(
+                self, "_calendar_walls", CalendarWalls(self.schedule, self.calendar, self.roll)
+            )
 
     @property
     def zone(self) -> ZoneInfo:
@@ -198,7 +225,8 @@ class Recurrence:
     ) -> list[Occurrence]:
         """Occurrences strictly after ``after`` in instant order, at most ``count``, none after ``until``.
 
-        With ``annotate_skipped`` the local times the DST policy dropped are listed too (``at`` is the
+        With ``annotate_skipped`` the local times the DST policy dropped (and up to ``SKIPPED_LISTED``
+        that a business calendar skipped) are listed too (``at`` is the
         instant they would have had; they do not count towards ``count``), for previews.
         """
         if count is None and until is None:
@@ -208,8 +236,9 @@ class Recurrence:
         limit = min(until, end) if until and end else (until or end)
         found: list[Occurrence] = []
         fired = 0
-        for occurrence in self._ordered(floor, limit):
-            dropped = occurrence.dst in _DROPPED
+        listed = SKIPPED_LISTED if annotate_skipped else 0
+        for occurrence in self._ordered(floor, limit, listed):
+            dropped = not occurrence.fires
             if dropped and not annotate_skipped:
                 continue
             found.append(occurrence)
@@ -218,21 +247,33 @@ class Recurrence:
                 break
         return found
 
-    def _ordered(self, floor: datetime, limit: datetime | None) -> Iterator[Occurrence]:
+    def calendar_skipped(self, after: datetime, until: datetime) -> int:
+        """How many occurrences in (``after``, ``until``] the business calendar skipped (``roll:
+        skip``): each would have fired but for a weekend day or holiday. For the planner's count."""
+        if self._calendar_walls is None or self.roll != Roll.SKIP or until <= after:
+            return 0
+        start, end = self.schedule.start_at, self.schedule.end_at
+        floor = max(after, start - timedelta(microseconds=1)) if start else after
+        limit = min(until, end) if end else until
+        found = self._ordered(floor, limit, _SCAN_LIMIT)
+        return sum(1 for o in found if o.skipped and o.dst not in _DROPPED)
+
+    def _ordered(self, floor: datetime, limit: datetime | None, listed: int = 0) -> Iterator[Occurrence]:
         """Occurrences > floor in instant order (resolved local times can be out of order by the DST
         shift in a fall-back hour: hold each until no later local time can produce an earlier one)."""
         zone = self.zone
         held: list[Occurrence] = []
         seen: set[datetime] = set()
-        for wall in self._walls(floor):
+        for item in self._walls(floor, listed):
+            wall = item.local
             earliest_next = _as_utc(wall, zone, max_offset=True)
             held.sort(key=lambda o: o.at)
             while held and held[0].at < earliest_next:
                 yield held.pop(0)
             if limit is not None and earliest_next > limit:
                 break
-            for occurrence in self._resolve(wall, zone):
-                key = occurrence.at if occurrence.dst not in _DROPPED else None
+            for occurrence in self._annotated(item, zone):
+                key = occurrence.at if occurrence.fires else None
                 if occurrence.at <= floor or (limit is not None and occurrence.at > limit):
                     continue
                 if key is not None:
@@ -243,8 +284,20 @@ class Recurrence:
         held.sort(key=lambda o: o.at)
         yield from held
 
-    def _walls(self, floor: datetime) -> Iterator[datetime]:
-        """Local wall-clock times matching the cron fields, from a little before ``floor``'s local time."""
+    def _annotated(self, item: Wall, zone: ZoneInfo) -> list[Occurrence]:
+        """The instants of one local time, with what the calendar did to it."""
+        found = self._resolve(item.local, zone)
+        if item.skipped:
+            return [replace(o, skipped=True) for o in found]
+        if item.nominal is not None:
+            nominal = self._resolve(item.nominal, zone)
+            at = next((o.at for o in nominal if o.fires), nominal[0].at)
+            return [replace(o, nominal=at) for o in found]
+        return found
+
+    def _walls(self, floor: datetime, listed: int = 0) -> Iterator[Wall]:
+        """Local wall-clock times matching the cron fields, from a little before ``floor``'s local time
+        (rolled by the calendar; at most ``listed`` calendar-skipped ones)."""
         zone = self.zone
         if floor >= LATEST_SCHEDULE_TIME:
             return  # nothing can be computed past year 9999 in every zone
@@ -253,13 +306,19 @@ class Recurrence:
         first, second = local.replace(fold=0).utcoffset(), local.replace(fold=1).utcoffset()
         if first is not None and second is not None and first != second:
             wall -= abs(first - second)  # in a repeated hour, earlier local times may still be ahead
+        if self._calendar_walls is not None:
+            for item in self._calendar_walls.walls(wall, listed):
+                if item.local >= _LAST_WALL.replace(tzinfo=None):
+                    return
+                yield item
+            return
         trigger = self.wall_trigger()
         now = wall.replace(tzinfo=UTC)
         for _ in range(_SCAN_LIMIT):
             fire = trigger.get_next_fire_time(None, now)
             if fire is None or fire >= _LAST_WALL:
                 return
-            yield fire.replace(tzinfo=None)
+            yield Wall(fire.replace(tzinfo=None))
             now = fire + _ONE_SECOND
 
     def _resolve(self, wall: datetime, zone: ZoneInfo) -> list[Occurrence]:
@@ -430,6 +489,7 @@ def plan(
         planned_until = held - timedelta(microseconds=1)
     cancel = tuple(t for t in skipped_missed if t in created)
     skipped = len(skipped_missed) + len(skipped_busy)
+    skipped += item.recurrence.calendar_skipped(item.planned_until, planned_until)
     runs = item.runs + len(to_create)
     result = _finish(item, policy, now, lookahead, to_create, cancel, skipped, planned_until, runs, held, rng)
     return _release_backlog(result, item, now)

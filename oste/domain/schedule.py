@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
 
+from oste.domain.calendars import parse_business_day
 from oste.errors import InvalidInput
 
 FIELDS = ("year", "month", "day", "week", "day_of_week", "hour", "minute", "second")
@@ -109,6 +110,9 @@ class Schedule:
     timezone: str = "UTC"
     start_at: datetime | None = None
     end_at: datetime | None = None
+    business_day: int | None = None
+    """The Nth (``-N``: Nth-last) business day of the month, in place of ``day``/``day_of_week``/``week``:
+    only a business calendar can say which days those are."""
 
     def trigger(self) -> CronTrigger:
         """The APScheduler trigger for this schedule (day of week already translated)."""
@@ -157,6 +161,7 @@ def parse_schedule(
         raise InvalidInput.field(
             field, "must be an object with either 'cron' or cron fields such as 'minute'"
         )
+    raw, business_day = _business_day(raw, field)
     if "cron" in raw:
         if len(raw) > 1:
             raise InvalidInput.field(field, "give either 'cron' or cron fields, not both")
@@ -165,7 +170,7 @@ def parse_schedule(
         unknown = sorted(set(raw) - set(FIELDS))
         if unknown:
             raise InvalidInput.field(
-                f"{field}/{unknown[0]}", f"is not a schedule field; use {', '.join(FIELDS)}"
+                f"{field}/{unknown[0]}", f"is not a schedule field; use {', '.join(FIELDS)} or business_day"
             )
         fields = {}
         for name in FIELDS:
@@ -182,12 +187,26 @@ def parse_schedule(
         _check_field(name, value, f"{field}/{name}" if "cron" not in raw else f"{field}/cron")
     if start_at and end_at and end_at <= start_at:
         raise InvalidInput.field("end_at", "must be after start_at")
-    schedule = Schedule(fields, str(timezone), start_at, end_at)
+    schedule = Schedule(fields, str(timezone), start_at, end_at, business_day)
     try:
         schedule.trigger()
     except ValueError as exc:
         raise InvalidInput.field(field, f"is not a valid schedule: {exc}") from None
     return schedule
+
+
+def _business_day(raw: dict[str, Any], field: str) -> tuple[dict[str, Any], int | None]:
+    """The schedule without its ``business_day``, and that (validated; it excludes the day fields)."""
+    if "business_day" not in raw:
+        return raw, None
+    rest = dict(raw)
+    business_day = parse_business_day(rest.pop("business_day"), f"{field}/business_day")
+    clash = sorted({"cron", "day", "day_of_week", "week"} & set(rest))
+    if clash:
+        raise InvalidInput.field(
+            f"{field}/business_day", f"picks the day itself: give it without {', '.join(clash)}"
+        )
+    return rest, business_day
 
 
 FIRING_HORIZON_YEARS = 50

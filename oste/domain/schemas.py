@@ -13,6 +13,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.validators import Draft202012Validator, extend
 
 from oste.domain import receiver_auth as ra
+from oste.domain.calendars import MAX_BUSINESS_DAY, MAX_HOLIDAYS, Roll
 from oste.domain.fastschema import compile_check
 from oste.domain.parameters import SLUG
 from oste.domain.records import MAX_RATE_LIMIT, MIN_RATE_LIMIT, VERBS
@@ -67,7 +68,7 @@ HEADER_VALUE: dict[str, Any] = {
         },
     ]
 }
-SCHEDULE = {
+SCHEDULE: dict[str, Any] = {
     "type": "object",
     "description": "either `cron` (5 or 6 fields, or @daily…) or cron fields; day_of_week 0 = Sunday",
     "properties": {
@@ -397,9 +398,62 @@ RECURRING_CREATE = _obj(
     ("activity_type", "schedule"),
 )
 RECURRING_PATCH = _patch(RECURRING_CREATE, drop=())
+CALENDAR_SCHEDULE = {
+    **SCHEDULE,
+    "description": SCHEDULE["description"]
+    + "; or `business_day` (with a calendar) in place of day, day_of_week and week",
+    "properties": {
+        **SCHEDULE["properties"],
+        "business_day": {
+            "type": "string",
+            "pattern": "^-?[0-9]{1,2}$",
+            "description": f"the Nth business day of the month (1…{MAX_BUSINESS_DAY}) or the Nth-last "
+            f"(-1…-{MAX_BUSINESS_DAY}); needs a calendar",
+        },
+    },
+}
+INLINE_CALENDAR = _obj(
+    {
+        "name": {
+            **SLUG_SCHEMA,
+            "description": "a company's named calendar (not available yet: give the calendar inline)",
+        },
+        "weekend": {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 0, "maximum": 7},
+            "maxItems": 14,
+            "default": [0, 6],
+            "description": "weekend days, numbered as day_of_week (0 = Sunday … 6 = Saturday); at most six",
+        },
+        "holidays": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 10, "maxLength": 10, "format": "date"},
+            "maxItems": MAX_HOLIDAYS,
+            "default": [],
+            "description": f"holiday dates (YYYY-MM-DD), at most {MAX_HOLIDAYS}",
+        },
+        "timezone": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 64,
+            "description": "the place whose dates the holidays are; default (and for now the only choice): "
+            "the schedule's time zone",
+        },
+        "roll": {
+            "type": "string",
+            "enum": [r.value for r in Roll],
+            "default": "following",
+            "description": "an occurrence on a weekend day or holiday: skip it, or move it to the next "
+            "(following), previous (preceding) business day, or the next unless that is in another month "
+            "(modified_following), at the same local time",
+        },
+    },
+    description="a business calendar: weekend days and holidays, and what an occurrence on one does",
+)
 SCHEDULE_PREVIEW = _obj(
     {
-        "schedule": SCHEDULE,
+        "schedule": CALENDAR_SCHEDULE,
+        "calendar": INLINE_CALENDAR,
         "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
         "start_at": SCHEDULE_TIME,
         "end_at": SCHEDULE_TIME,
@@ -620,6 +674,16 @@ SCHEDULE_PREVIEW_RESULT = _obj(
                     "at": DATETIME,
                     "local_time": {"type": "string", "description": "local wall-clock time, no offset"},
                     "fires": {"type": "boolean"},
+                    "nominal": {
+                        **DATETIME,
+                        "description": "the instant the calendar rolled this occurrence from",
+                    },
+                    "rolled": {"type": "boolean", "description": "present (true) on a rolled occurrence"},
+                    "skipped": {
+                        "type": "boolean",
+                        "description": "present (true) on an occurrence on a weekend day or holiday under "
+                        "roll skip: it does not fire",
+                    },
                     "dst": {
                         "type": ["string", "null"],
                         "enum": [
