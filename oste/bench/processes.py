@@ -178,15 +178,28 @@ class OsteProcesses:
         )
         return env
 
-    def _spawn(self, command: str, name: str) -> OsteProcess:
+    def _spawn(
+        self,
+        command: str,
+        name: str,
+        prefix: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> OsteProcess:
+        """Start ``oste COMMAND`` as node ``name``; ``prefix`` runs it through a command that execs it
+        (``ip netns exec NAME``), ``env`` adds or overrides variables (libfaketime's)."""
         log = self.work_dir / f"{name}.log"
-        with log.open("wb") as out:
+        with log.open("ab") as out:
             popen = subprocess.Popen(
-                [*oste_command(), command], env=self.env(name), stdout=out, stderr=subprocess.STDOUT
+                [*prefix, *oste_command(), command],
+                env={**self.env(name), **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         process = OsteProcess(command, popen, log)
         self.started.append(process)
         return process
+
+    spawn = _spawn
 
     async def start(self) -> None:
         """Start the processes; return when the API answers ``/readyz`` (the workers are checked by the
@@ -199,6 +212,10 @@ class OsteProcesses:
         else:
             await self._wait_ready(self._spawn("serve", "bench-serve"))
         self.check_alive()
+
+    async def wait_ready(self, process: OsteProcess) -> None:
+        """Until the API answers ``/readyz`` (``process`` is named if it fails to)."""
+        await self._wait_ready(process)
 
     async def _wait_ready(self, process: OsteProcess) -> None:
         deadline = time.monotonic() + START_WITHIN
