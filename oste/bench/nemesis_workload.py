@@ -27,7 +27,7 @@ from oste.bench.client import instant
 TICK = 0.1
 IN_FLIGHT = 32
 """Requests a client has open at once; the others wait their turn (not counted in their timeout)."""
-REQUEST_TIMEOUT = 5.0
+REQUEST_TIMEOUT = 20.0
 """Seconds a client waits for an answer (a SIGSTOPped process answers nothing)."""
 RETRY_FOR = 90.0
 """Seconds a single create is retried with its key before the client gives up on it."""
