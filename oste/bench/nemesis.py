@@ -378,7 +378,7 @@ async def _run(
     client = OsteClient(processes.base_url, processes.admin_token)
     try:
         if pair:
-            await processes.wait_ready(crew.add(Slot("api", "api")))
+            await processes.wait_ready(crew.add(Slot("api", "api")), WORKERS_READY_WITHIN)
             for index in range(1, opts.workers + 1):
                 inside = index == 1 and island is not None
                 slot = Slot(f"worker-{index}", "worker")
@@ -389,7 +389,7 @@ async def _run(
             async with probe.database(url):
                 await probe.wait_for_workers(opts.workers, WORKERS_READY_WITHIN, crew.check)
         else:
-            await processes.wait_ready(crew.add(Slot("serve", "serve")))
+            await processes.wait_ready(crew.add(Slot("serve", "serve")), WORKERS_READY_WITHIN)
         began_wall = time.time() + 3.0
         key, recurring = await _tenant(client, receiver_url, began_wall, seconds)
         workload = Workload(

@@ -213,12 +213,12 @@ class OsteProcesses:
             await self._wait_ready(self._spawn("serve", "bench-serve"))
         self.check_alive()
 
-    async def wait_ready(self, process: OsteProcess) -> None:
+    async def wait_ready(self, process: OsteProcess, within: float = START_WITHIN) -> None:
         """Until the API answers ``/readyz`` (``process`` is named if it fails to)."""
-        await self._wait_ready(process)
+        await self._wait_ready(process, within)
 
-    async def _wait_ready(self, process: OsteProcess) -> None:
-        deadline = time.monotonic() + START_WITHIN
+    async def _wait_ready(self, process: OsteProcess, within: float = START_WITHIN) -> None:
+        deadline = time.monotonic() + within
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             while time.monotonic() < deadline:
                 self.check_alive()
@@ -228,7 +228,7 @@ class OsteProcesses:
                             return
                 await asyncio.sleep(0.1)
         raise RuntimeError(
-            f"`oste {process.role}` was not ready within {START_WITHIN:.0f} s:\n{process.tail()}"
+            f"`oste {process.role}` was not ready within {within:.0f} s:\n{process.tail()}"
         )
 
     def check_alive(self) -> None:

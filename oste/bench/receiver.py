@@ -48,7 +48,7 @@ import orjson
 
 from oste import eventloop
 
-READY_WITHIN = 30.0
+READY_WITHIN = 120.0
 ENTRY = "from oste.bench.receiver import main; main()"
 FIRE_PATH = b"/fire/"
 FLAKY_PATH = b"/flaky/"

@@ -23,8 +23,8 @@ import pytest
 
 from oste.settings import Settings
 from tests.conftest import PG_ADMIN_DSN, require_postgres
-from tests.engine_support import Receiver
-from tests.fault_receiver import store_oracle
+from tests.engine_support import Receiver, answer_ok
+from tests.fault_receiver import delayed, store_oracle
 from tests.integration.api.conftest import api_client, assert_problem, db_rows
 from tests.served import serve
 
@@ -122,6 +122,7 @@ async def _wait(what: str, check: object, within: float = 60.0) -> None:
         await asyncio.sleep(0.2)
 
 
+@pytest.mark.timeout(480)
 async def test_a_full_postgres_tablespace_answers_503_keeps_results_and_recovers(tmp_path: Path) -> None:
     require_postgres()
     receiver = await Receiver().start()
@@ -161,7 +162,10 @@ async def _full_then_freed(base: str, token: str, receiver: Receiver, volume: Pa
                 acknowledged.extend(a["id"] for a in answer.json()["activities"])
             return answer
 
-        await batch(0, "PT3S")  # due while the disk is full: fired then, results written when they can be
+        # in flight when the disk fills: answered 3 s later, their results written once there is room
+        receiver.behaviour = delayed(3.0)
+        await batch(0, "PT0.2S")
+        await receiver.wait_for(50, within=60)
         filler = await asyncio.to_thread(_fill, volume)
         refused = None
         for n in range(1, 200):
@@ -175,8 +179,8 @@ async def _full_then_freed(base: str, token: str, receiver: Receiver, volume: Pa
         assert "disk is full" in problem["detail"], problem
         not_ready = await http.get("/readyz")
         assert not_ready.status_code == 503 and "full" in not_ready.text, not_ready.text
-        await receiver.wait_for(200, within=60)  # fired while full
-
+        await asyncio.sleep(5)  # the results of the requests in flight are refused meanwhile, and kept
+        receiver.behaviour = answer_ok
         filler.unlink()  # space is back
 
         async def ready() -> bool:
