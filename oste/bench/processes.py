@@ -227,9 +227,7 @@ class OsteProcesses:
                         if response.status == 200:
                             return
                 await asyncio.sleep(0.1)
-        raise RuntimeError(
-            f"`oste {process.role}` was not ready within {within:.0f} s:\n{process.tail()}"
-        )
+        raise RuntimeError(f"`oste {process.role}` was not ready within {within:.0f} s:\n{process.tail()}")
 
     def check_alive(self) -> None:
         """Raise, with the end of its log, if any OSTE process has exited."""
