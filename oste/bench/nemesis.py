@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from oste.bench import faults, probe
 from oste.bench.checker import Arrival, Fault, History, check
 from oste.bench.client import OsteClient, instant
@@ -63,6 +65,8 @@ CRON = "*/2 * * * * *"
 KINDS = ("ok", "flaky", "dead")
 STOP_WITHIN = 45.0
 WORKERS_READY_WITHIN = 180.0
+READY_WITHIN = 300.0
+"""Seconds a restarted API may take to answer again (the next fault on it waits for that)."""
 """Seconds the workers may take to start and share the partitions (a busy machine is slow to start)."""
 SETTLE_POLL = 1.0
 COMPANY, SOLUTION = "nemesis", "shop"
@@ -138,6 +142,20 @@ class Crew:
         self.signal(name, signal.SIGTERM)
         await self.ended(name)
         self.start(name, extra)
+
+    async def answering(self, name: str, within: float) -> None:
+        """Until the API answers ``/readyz`` again (or its process ended, or ``within`` passed)."""
+        deadline = time.monotonic() + within
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while time.monotonic() < deadline:
+                process = self.slots[name].process
+                if process is None or process.popen.poll() is not None:
+                    return  # the supervisor starts it again
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.get(self.processes.base_url + "/readyz") as response:
+                        if response.status == 200:
+                            return
+                await asyncio.sleep(0.2)
 
     def check(self) -> None:
         """Raise, with the end of its log, if a process ended on its own (while starting up)."""
@@ -220,6 +238,8 @@ class Nemesis:
             await crew.ended(name)
             await asyncio.sleep(fault.seconds)
             crew.start(name)
+            if name in ("api", "serve"):  # the fault lasts until it answers again: a slow start is part of it
+                await crew.answering(name, READY_WITHIN)
         elif fault.kind == "sigstop":
             crew.signal(name, signal.SIGSTOP)
             await asyncio.sleep(fault.seconds)
