@@ -6,6 +6,7 @@ it replaces the occurrences not fired yet; pausing or deleting cancels them.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -31,7 +32,7 @@ from oste.domain.recurrence import (
 from oste.domain.recurring_values import MAX_POLICY_DURATION as MAX_POLICY_DURATION
 from oste.domain.recurring_values import policy_values as policy_values
 from oste.domain.recurring_values import schedule_of as schedule_of
-from oste.domain.schedule import check_schedule_time
+from oste.domain.schedule import Schedule, check_schedule_time
 from oste.errors import InvalidInput
 from oste.operations.creation import TypeCache
 from oste.operations.recurring import next_fire_at, next_fire_times

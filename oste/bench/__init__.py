@@ -85,6 +85,7 @@ def assemble(options: BenchOptions, outcome: dict[str, Any]) -> dict[str, Any]:
     }
     problems = verdict(oste, "OSTE", outcome.get("allowed_duplicates", 0))
     problems += verdict(limit, "the limit") if limit else []
+    problems += outcome.get("violations", [])  # the nemesis checker's
     if limit and limit.get("one_process"):
         problems += verdict(limit["one_process"], "the one-process limit")
     result["ok"] = not problems

@@ -71,7 +71,9 @@ class BenchOptions:
     kill_at: float | None = None
     """``crash``: the share of the burst delivered when worker 1 is killed (None: 0.3)."""
     minutes: float | None = None
-    """``soak``: how long it runs, in minutes."""
+    """``soak``, ``nemesis``: how long it runs, in minutes."""
+    seed: int | None = None
+    """``nemesis``: the seed of the injection schedule (None: a random one, reported)."""
     output: Path | None = None
     """``soak``: where the per-minute table is saved too (CSV if the name ends in .csv, else JSON)."""
     run_limit: bool = True

@@ -178,15 +178,28 @@ class OsteProcesses:
         )
         return env
 
-    def _spawn(self, command: str, name: str) -> OsteProcess:
+    def _spawn(
+        self,
+        command: str,
+        name: str,
+        prefix: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> OsteProcess:
+        """Start ``oste COMMAND`` as node ``name``; ``prefix`` runs it through a command that execs it
+        (``ip netns exec NAME``), ``env`` adds or overrides variables (libfaketime's)."""
         log = self.work_dir / f"{name}.log"
-        with log.open("wb") as out:
+        with log.open("ab") as out:
             popen = subprocess.Popen(
-                [*oste_command(), command], env=self.env(name), stdout=out, stderr=subprocess.STDOUT
+                [*prefix, *oste_command(), command],
+                env={**self.env(name), **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         process = OsteProcess(command, popen, log)
         self.started.append(process)
         return process
+
+    spawn = _spawn
 
     async def start(self) -> None:
         """Start the processes; return when the API answers ``/readyz`` (the workers are checked by the
@@ -200,8 +213,12 @@ class OsteProcesses:
             await self._wait_ready(self._spawn("serve", "bench-serve"))
         self.check_alive()
 
-    async def _wait_ready(self, process: OsteProcess) -> None:
-        deadline = time.monotonic() + START_WITHIN
+    async def wait_ready(self, process: OsteProcess, within: float = START_WITHIN) -> None:
+        """Until the API answers ``/readyz`` (``process`` is named if it fails to)."""
+        await self._wait_ready(process, within)
+
+    async def _wait_ready(self, process: OsteProcess, within: float = START_WITHIN) -> None:
+        deadline = time.monotonic() + within
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             while time.monotonic() < deadline:
                 self.check_alive()
@@ -210,9 +227,7 @@ class OsteProcesses:
                         if response.status == 200:
                             return
                 await asyncio.sleep(0.1)
-        raise RuntimeError(
-            f"`oste {process.role}` was not ready within {START_WITHIN:.0f} s:\n{process.tail()}"
-        )
+        raise RuntimeError(f"`oste {process.role}` was not ready within {within:.0f} s:\n{process.tail()}")
 
     def check_alive(self) -> None:
         """Raise, with the end of its log, if any OSTE process has exited."""

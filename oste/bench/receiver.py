@@ -15,6 +15,12 @@ For ``oste bench soak``, two more paths fail on purpose, and are recorded with t
 ``/flaky/{n}`` is answered 503 the first time (n, scheduled-for) arrives and 200 after (a retry), and
 ``/dead/{n}`` always 400 (a permanent failure: a dead letter).
 
+For ``oste bench nemesis``, ``/n/{kind}/{n}`` records every request with the headers the checker
+needs — ``[activity id, Idempotency-Key, OSTE-Scheduled-For, arrival epoch, status answered]``, read
+with ``GET /_history/<i>`` from the i-th on — and answers by kind: ``ok`` 200, ``flaky`` 503 the
+first time a key arrives and 200 after, ``dead`` 400. ``POST /_hang/<seconds>`` makes it hang for that
+long: a request arriving meanwhile is never answered (recorded with status 0) until its client gives up.
+
 For ``oste bench hog``, ``/sleep/{seconds}/{n}`` is a slow receiver: answered 200 only after
 ``seconds``; it is not recorded as an arrival, only counted (``GET /_held``: how many arrived, how
 many are open now, and the most open at once).
@@ -42,12 +48,17 @@ import orjson
 
 from oste import eventloop
 
-READY_WITHIN = 30.0
+READY_WITHIN = 120.0
 ENTRY = "from oste.bench.receiver import main; main()"
 FIRE_PATH = b"/fire/"
 FLAKY_PATH = b"/flaky/"
 DEAD_PATH = b"/dead/"
 SLEEP_PATH = b"/sleep/"
+NEMESIS_PATH = b"/n/"
+HISTORY_FROM = b"/_history/"
+HANG_PATH = b"/_hang/"
+ACTIVITY_HEADER = b"oste-activity-id"
+KEY_HEADER = b"idempotency-key"
 RECORDS_FROM = b"/_records/"
 LOGS_PATH = b"/logs/"
 SCHEDULED_HEADER = b"oste-scheduled-for"
@@ -68,6 +79,25 @@ class Arrivals:
     """Log-roller batches POSTed to ``/logs/…`` and their (compressed) body bytes."""
     held: dict[str, int] = field(default_factory=lambda: {"arrived": 0, "open": 0, "peak_open": 0})
     """Requests to ``/sleep/…``: arrived, open now (not yet answered), the most open at once."""
+    history: list[tuple[str, str, str, float, int]] = field(default_factory=list)
+    """``/n/…`` requests: activity id, key, scheduled-for, arrival, status answered (0: hung)."""
+    answered_keys: set[str] = field(default_factory=set)
+    hang_until: float = 0.0
+
+    def nemesis(self, url: bytes, activity: str, key: str, scheduled: str) -> bytes | None:
+        """Answer (None: hang) a ``/n/{kind}/{n}`` request, and record it."""
+        now = time.time()
+        if now < self.hang_until:
+            answer, status = None, 0
+        elif url.startswith(b"/n/dead/"):
+            answer, status = REFUSED, 400
+        elif url.startswith(b"/n/flaky/") and key not in self.answered_keys:
+            answer, status = UNAVAILABLE, 503
+        else:
+            answer, status = OK_EMPTY, 200
+        self.answered_keys.add(key)
+        self.history.append((activity, key, scheduled, now, status))
+        return answer
 
     def hold(self) -> None:
         held = self.held
@@ -103,7 +133,10 @@ class ReceiverProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.url = b""
         self.scheduled = b""
+        self.activity = b""
+        self.key = b""
         self.answer = OK_EMPTY
+        self.hanging = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream protocol's is a Transport
@@ -121,13 +154,20 @@ class ReceiverProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.url = b""
         self.scheduled = b""
+        self.activity = b""
+        self.key = b""
 
     def on_url(self, url: bytes) -> None:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == SCHEDULED_HEADER:
+        lowered = name.lower()
+        if lowered == SCHEDULED_HEADER:
             self.scheduled = value
+        elif lowered == ACTIVITY_HEADER:
+            self.activity = value
+        elif lowered == KEY_HEADER:
+            self.key = value
 
     def on_body(self, body: bytes) -> None:
         if self.url.startswith(LOGS_PATH):
@@ -145,9 +185,21 @@ class ReceiverProtocol(asyncio.Protocol):
             self.answer = REFUSED
         elif url.startswith(SLEEP_PATH):
             self.arrivals.hold()
+        elif url.startswith(NEMESIS_PATH):
+            answer = self.arrivals.nemesis(
+                url, self.activity.decode(), self.key.decode(), self.scheduled.decode()
+            )
+            self.hanging = answer is None
+            self.answer = answer or OK_EMPTY
 
     def on_message_complete(self) -> None:
         assert self.transport is not None
+        if self.url.startswith(NEMESIS_PATH):
+            if not self.hanging:  # a hung request is never answered: its client gives up
+                self.transport.write(self.answer)
+                if not self.parser.should_keep_alive():
+                    self.transport.close()
+            return
         if self.url.startswith(SLEEP_PATH):
             seconds = _sleep_seconds(self.url)
             keep_alive = self.parser.should_keep_alive()
@@ -186,6 +238,12 @@ class ReceiverProtocol(asyncio.Protocol):
             return _json(self.arrivals.records)
         if method == b"GET" and url.startswith(RECORDS_FROM) and url[len(RECORDS_FROM) :].isdigit():
             return _json(self.arrivals.records[int(url[len(RECORDS_FROM) :]) :])
+        if method == b"GET" and url.startswith(HISTORY_FROM) and url[len(HISTORY_FROM) :].isdigit():
+            return _json(self.arrivals.history[int(url[len(HISTORY_FROM) :]) :])
+        if method == b"POST" and url.startswith(HANG_PATH):
+            with contextlib.suppress(ValueError):
+                self.arrivals.hang_until = time.time() + float(url[len(HANG_PATH) :])
+                return _json({"hang_until": self.arrivals.hang_until})
         if method == b"POST" and url == b"/_reset":
             return _json(self.arrivals.reset())
         return NOT_FOUND
@@ -206,12 +264,12 @@ def _json(value: Any) -> bytes:
     return head.encode() + body
 
 
-async def serve(port: int) -> None:
-    """Listen on 127.0.0.1:``port`` (0: any free port), print ``ready <port>``, run until killed."""
+async def serve(port: int, host: str = "127.0.0.1") -> None:
+    """Listen on ``host``:``port`` (0: any free port), print ``ready <port>``, run until killed."""
     arrivals = Arrivals()
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
+    sock.bind((host, port))
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: ReceiverProtocol(arrivals), sock=sock, backlog=4096)
     print(f"ready {sock.getsockname()[1]}", flush=True)
@@ -222,7 +280,10 @@ async def serve(port: int) -> None:
 class ReceiverProcess:
     """The receiver as a child process; ``url`` is where OSTE and the limit send their requests."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        """Where it listens: loopback, or every address (a network namespace's worker reaches it over
+        a veth link)."""
         self.process: asyncio.subprocess.Process | None = None
         self.port = 0
         self._session: aiohttp.ClientSession | None = None
@@ -238,7 +299,7 @@ class ReceiverProcess:
 
     async def start(self) -> ReceiverProcess:
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", ENTRY, stdout=asyncio.subprocess.PIPE
+            sys.executable, "-c", ENTRY, "--host", self.host, stdout=asyncio.subprocess.PIPE
         )
         assert self.process.stdout is not None
         line = await asyncio.wait_for(self.process.stdout.readline(), READY_WITHIN)
@@ -270,6 +331,14 @@ class ReceiverProcess:
         """Requests to ``/sleep/…``: arrived, open now, the most open at once."""
         return await self._call("GET", "/_held")
 
+    async def history(self, start: int = 0) -> list[tuple[str, str, str, float, int]]:
+        """``/n/…`` requests from the ``start``-th on (``oste bench nemesis``)."""
+        return [tuple(item) for item in await self._call("GET", f"/_history/{start}")]
+
+    async def hang(self, seconds: float) -> None:
+        """Hang (answer nothing at ``/n/…``) for ``seconds`` from now."""
+        await self._call("POST", f"/_hang/{seconds}")
+
     async def reset(self) -> None:
         await self._call("POST", "/_reset")
 
@@ -288,9 +357,10 @@ class ReceiverProcess:
 def main() -> None:
     parser = argparse.ArgumentParser(description="The oste bench receiver (started by `oste bench`).")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        eventloop.run(serve(args.port))
+        eventloop.run(serve(args.port, args.host))
 
 
 if __name__ == "__main__":

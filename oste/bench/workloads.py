@@ -277,6 +277,12 @@ async def _schema(harness: Harness) -> Result:
     return await run_schema(harness)
 
 
+async def _nemesis(harness: Harness) -> Result:
+    from oste.bench.nemesis import nemesis as run_nemesis
+
+    return await run_nemesis(harness)
+
+
 async def _soak(harness: Harness) -> Result:
     from oste.bench.soak import soak as run_soak
 
@@ -294,6 +300,7 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "rollers": served.rollers,
     "crash": _crash,
     "soak": _soak,
+    "nemesis": _nemesis,
     "hog": _hog,
     "fairness": _fairness,
     "schema": _schema,

@@ -172,6 +172,9 @@ def add_bench_parser(commands: Any) -> None:
         "          --workers 2 or more): duplicates against their bound\n"
         "  soak    --rate R activities a second created through the API for --minutes M, fired, shipped\n"
         "          by the log rollers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)\n"
+        "  nemesis faults at random and overlapping (SIGKILL, SIGSTOP, database restart and failover,\n"
+        "          partition, clock skew, a hanging receiver) for --minutes under a mixed workload at\n"
+        "          --rate activities/s (20), then a checker over the whole history; --seed replays it\n"
         "  hog     company A's --count requests held 30 s by a slow receiver (300) beside company B's\n"
         "          --rate per second for --duration seconds (300/s, 40 s): B's lag\n"
         "  fairness one company's --singles creates alone, while another holds --count event streams\n"
@@ -193,6 +196,7 @@ def add_bench_parser(commands: Any) -> None:
             "rollers",
             "crash",
             "soak",
+            "nemesis",
             "fairness",
             "hog",
             "schema",
@@ -212,8 +216,9 @@ def add_bench_parser(commands: Any) -> None:
     )
     add("--executions", type=int, help="stats/ui: executions seeded (default: as many as activities)")
     add("--requests", type=int, default=200, help="stats/ui: requests timed per route or page (default 200)")
-    add("--rate", type=int, default=300, help="steady/soak/hog: activities due per second (default 300)")
-    add("--minutes", type=float, help="soak: minutes it runs (default 10)")
+    add("--rate", type=int, help="steady/soak/hog/nemesis: activities due per second (300; nemesis 20)")
+    add("--minutes", type=float, help="soak/nemesis: minutes it runs (default 10; nemesis 3)")
+    add("--seed", type=int, help="nemesis: the seed of its fault schedule (default: random, reported)")
     add("--kill-at", type=float, help="crash: share of the burst delivered when worker 1 is killed (0.3)")
     add("--output", help="soak: a file the per-minute table is saved to as well (.csv, else JSON)")
     add("--duration", type=float, help="steady/cron: seconds the workload lasts")
@@ -366,7 +371,8 @@ def _bench(args: argparse.Namespace) -> int:
     options = BenchOptions(
         workload=args.workload,
         count=args.count,
-        rate=args.rate,
+        rate=args.rate if args.rate is not None else (20 if args.workload == "nemesis" else 300),
+        seed=args.seed,
         duration=args.duration,
         stored=args.stored,
         recurring=args.recurring,

@@ -78,6 +78,7 @@ class Executor:
         on_defer: Callable[[Deferral], None] | None = None,
         may_send: Callable[[], bool] | None = None,
         latest: Callable[[DispatchTarget], DispatchTarget] | None = None,
+        expired: Callable[[Claim], bool] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -99,6 +100,9 @@ class Executor:
         self.latest = latest
         """The newest version of a type the node has read since a claim was made (its URI and
         credentials together): a claim that waited for its instant or a slot fires with it."""
+        self.expired = expired
+        """True for a claim whose lease ended before it could be sent (the node was stopped or cut off
+        past it): it is not sent, since another node may be sending it already; its rescue sends it."""
         self.may_send = may_send
         """False while too many completions wait to be written: no new request starts then, so a crash
         repeats at most the requests in flight plus one batch of unwritten completions."""
@@ -187,6 +191,9 @@ class Executor:
             claim = self._waiting.pop(now, len(self._in_flight))
             if claim is None:
                 break
+            if self.expired is not None and self.expired(claim):
+                self._waiting.done(claim)  # dropped unsent: the claim is no longer this node's
+                continue
             destination: str | None = None
             verdict = Verdict.GO
             if self.gate is not None:

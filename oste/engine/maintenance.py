@@ -38,7 +38,9 @@ class LeaseKeeper:
 
     async def run_once(self) -> LeaseResult:
         now = self.clock.now()
-        tokens = self.book.expiring(now + timedelta(seconds=self.lease_seconds / 2))
+        # A lease already over (the node was stopped or cut off past it) is not extended: another node
+        # may have rescued the claim, and the claim is not sent (``Executor``'s ``expired``).
+        tokens = self.book.expiring(now + timedelta(seconds=self.lease_seconds / 2)) - self.book.expiring(now)
         if not tokens:
             return LeaseResult()
         until = now + timedelta(seconds=self.lease_seconds)

@@ -64,6 +64,10 @@ class ClaimBook:
             del self._per_token[claim.claim_token]
             del self._leases[claim.claim_token]
 
+    def lease_of(self, claim: Claim) -> datetime | None:
+        """When the lease of a held claim ends, as this node last wrote it (None: not held)."""
+        return self._leases.get(claim.claim_token) if claim.activity_id in self._claims else None
+
     def expiring(self, before: datetime) -> set[uuid.UUID]:
         """Tokens of held claims whose lease ends before ``before``."""
         return {token for token, until in self._leases.items() if until < before}

@@ -142,6 +142,7 @@ class Engine:
             on_defer=self.deferrals.add,
             may_send=self._may_send,
             latest=self.store.latest_target,
+            expired=self._lease_over,
         )
         self.keeper = DestinationKeeper(self.gate, self.storage.destinations, node.id, self.executor.pump)
         self.gate.wake = self.keeper.wake
@@ -227,6 +228,20 @@ class Engine:
     def _may_send(self) -> bool:
         """False while a whole batch of completions waits to be written (see ``Executor.may_send``)."""
         return self.writer is None or self.writer.unwritten < self.config.completions.batch_size
+
+    def _lease_over(self, claim: Claim) -> bool:
+        """True (and the claim forgotten) when its lease ended before it was sent: see ``Executor``."""
+        until = self.book.lease_of(claim)
+        if until is None or until > self.clock.now():
+            return False
+        self.book.remove(claim)
+        log.warning(
+            "activity %s not sent: its claim's lease ended %.1f s ago, before it could be sent (this "
+            "node was stopped or cut off); it is rescued and sent once, by whichever node claims it",
+            claim.activity_id,
+            (self.clock.now() - until).total_seconds(),
+        )
+        return True
 
     def _written(self, claims: list[Claim]) -> None:
         for claim in claims:

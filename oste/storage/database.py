@@ -10,6 +10,7 @@ import logging
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -162,7 +163,8 @@ async def open_database(url: str, apply_migrations: bool = True, require_current
         ) from None
     _quiet_driver_outages()
     await warn_without_session_settings(urlsplit(url).username)
-    log.info("database ready: %s", describe(normalise_url(url)))
+    FULL.where = describe(normalise_url(url))
+    log.info("database ready: %s", FULL.where)
     return dialect
 
 
@@ -222,11 +224,52 @@ _ACTIONS = {
     "find and end it (only one `oste serve` may use a SQLite file).",
     "full": "free space on the volume of the SQLite file; OSTE resumes by itself once there is room.",
     "io": "check the SQLite file and its volume (permissions, mount, disk health).",
+    "disk-full": "free space on the database server's data volume (the tablespace named above); OSTE "
+    "resumes by itself once there is room.",
     "resources": "the database server is out of connections, memory or disk; raise its limits or "
     "lower OSTE's pool size (maxsize in OSTE_DATABASE_URL).",
     "read-only": "the database refuses writes (a standby after a failover?); point OSTE_DATABASE_URL "
     "at the primary.",
 }
+
+
+FULL_FOR = 10.0
+"""Seconds after the last write refused for lack of space that the storage still counts as full."""
+
+
+class FullDisk:
+    """Whether this process's writes were refused for lack of space lately (``/readyz`` asks).
+
+    Set by the outage classification each time a write fails because the volume is full (SQLite's
+    ``SQLITE_FULL``, PostgreSQL's ``disk_full``, 53100); the first time of an episode logs one ERROR line
+    naming the database and the failure. It counts as full until ``FULL_FOR`` seconds pass without such
+    a failure: the engine keeps retrying its writes meanwhile, so a full volume keeps it set, and one
+    freed lets it lapse. ``clock`` is monotonic time (injectable)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.where = "the database"
+        self.last: float | None = None
+        self.reason = ""
+
+    def refused(self, reason: str) -> None:
+        if not self.full:
+            log.error(
+                "the disk of %s is full: %s. Writes are refused (503) until space is freed there; "
+                "nothing acknowledged is lost, and OSTE resumes by itself.",
+                self.where,
+                reason,
+            )
+        self.last = self.clock()
+        self.reason = reason
+
+    @property
+    def full(self) -> bool:
+        return self.last is not None and self.clock() - self.last < FULL_FOR
+
+
+FULL = FullDisk()
+"""This process's notice of a full disk."""
 
 
 def outage(exc: BaseException) -> Unavailable | None:
@@ -315,6 +358,9 @@ def _classify(exc: BaseException) -> Unavailable | None:
     if isinstance(exc, asyncpg.InternalClientError) and "another operation" in str(exc):
         # a connection whose server died mid-statement, still marked busy by the statement it lost
         return _unavailable("the database connection was lost", "connection", exc)
+    if isinstance(exc, asyncpg.DiskFullError):
+        FULL.refused(str(exc).strip())
+        return _unavailable("the database server's disk is full", "disk-full", exc)
     if isinstance(exc, asyncpg.InsufficientResourcesError):
         return _unavailable("the database server is out of resources", "resources", exc)
     if isinstance(exc, asyncpg.ReadOnlySQLTransactionError):
@@ -323,6 +369,8 @@ def _classify(exc: BaseException) -> Unavailable | None:
         known = _SQLITE_OUTAGES.get(exc.sqlite_errorcode & 0xFF)
         if known is not None:
             what, kind = known
+            if kind == "full":
+                FULL.refused(f"{exc} ({FULL.where})")
             wait = LOCKED_RETRY_AFTER_SECONDS if kind == "locked" else RETRY_AFTER_SECONDS
             return _unavailable(what, kind, exc, wait)
     return None

@@ -36,11 +36,11 @@ from oste.domain import records as r
 from oste.domain.clock import Clock
 from oste.domain.ids import hash_secret, new_api_key, new_id, new_signing_secret
 from oste.domain.receiver_auth import auth_document, auth_from_document
-from oste.errors import Conflict, InvalidInput, NotFound
+from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
 from oste.storage import models as m
 from oste.storage.activity_inserts import insert_activities
 from oste.storage.changes import cancel_scheduled
-from oste.storage.database import raises_unavailable
+from oste.storage.database import FULL, RETRY_AFTER_SECONDS, raises_unavailable
 from oste.storage.dialects import json_of, optional_time_of, optional_uuid_of
 from oste.storage.quotas import USAGE_NAMES, count, reset_scheduled_bound
 
@@ -241,8 +241,14 @@ class Store:
         self.clock = clock
 
     async def ping(self) -> None:
-        """Raise Unavailable unless the database answers a trivial query."""
+        """Raise Unavailable unless the database answers a trivial query, and its disk has not refused
+        a write for lack of space lately (``FullDisk``: it reads, but cannot take a write)."""
         await m.Company.all().limit(1).values_list("id", flat=True)
+        if FULL.full:
+            raise Unavailable(
+                f"the disk of {FULL.where} is full ({FULL.reason}); free space there, OSTE resumes by itself",
+                retry_after=RETRY_AFTER_SECONDS,
+            )
 
     # --- companies -------------------------------------------------------------------------------
 
