@@ -159,6 +159,7 @@ OSTE processes, kill, cut or skew them, or measure fairness and lag figures run 
 single worker (the group ``serial``): no two of them compete for the machine's cores at once."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give every test an ``xdist_group``: ``serial`` for the :data:`SERIAL` paths, else its file, so a
     worker runs a file's tests together (its module fixtures are built once) and files spread over the
