@@ -30,12 +30,8 @@ lint: dev
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# Parallel workers for `make test` (pytest-xdist; the tests that must not overlap share one worker, see
-# tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
-TEST_WORKERS ?= 3
-
 test: lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest
 
 test-slow: dev
 	$(BIN)/pytest -m slow -s

@@ -146,32 +146,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         pool.submit(lambda: asyncio.run(drop())).result()
 
 
-SERIAL = (
-    "tests/acceptance/",
-    "tests/security/test_api_fairness.py",
-    "tests/security/test_breaker_isolation.py",
-    "tests/security/test_lag_figures.py",
-    "tests/security/test_outbound_slots.py",
-    "tests/security/test_quota_exactness.py",
-)
-"""Under ``make test``'s parallel workers (pytest-xdist, ``--dist loadgroup``), the tests that start
-OSTE processes, kill, cut or skew them, or measure fairness and lag figures run one after another on a
-single worker (the group ``serial``): no two of them compete for the machine's cores at once."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test an ``xdist_group``: ``serial`` for the :data:`SERIAL` paths, else its file, so a
-    worker runs a file's tests together (its module fixtures are built once) and files spread over the
-    workers. Without ``-n`` the marks change nothing."""
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        path = item.nodeid.split("::", 1)[0]
-        group = "serial" if path.startswith(SERIAL) else path
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A URL of a fresh, empty database: a SQLite file in tmp_path, or a new PostgreSQL database."""
