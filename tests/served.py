@@ -36,9 +36,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(workdir: Path, ready_within: float = 30.0, **settings: str) -> Iterator[Served]:
+def serve(workdir: Path, ready_within: float = 90.0, **settings: str) -> Iterator[Served]:
     """Run `oste serve` in ``workdir`` (its SQLite file lands there) with a known admin token and the
-    given ``OSTE_*`` settings; wait for /readyz; terminate it (SIGTERM, then SIGKILL) at the end."""
+    given ``OSTE_*`` settings; wait for /readyz; terminate it (SIGTERM, then SIGKILL) at the end.
+
+    ``ready_within`` is a deadline, not a wait: a quiet machine is ready in a few seconds, but starting
+    `oste` imports the whole engine, and at a load of 18 on two cores that alone took over 30 s."""
     port = free_port()
     token = "adm_" + secrets.token_urlsafe(32)  # the admin token must be 32+ characters
     env = {k: v for k, v in os.environ.items() if not k.startswith("OSTE_")}

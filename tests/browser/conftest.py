@@ -47,12 +47,14 @@ def oste_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield served
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """Debian's Chromium, headless, launched by Playwright (sync API).
+    """Debian's Chromium, headless, launched by Playwright (sync API), once per test file; each test
+    opens contexts of its own in it (own cookies, storage and viewport), as the ``page`` fixture does.
 
-    Per test, not per session: the sync API keeps an event loop running in the main thread while it is
-    open, and pytest-asyncio cannot run the async tests that come after it in the same session."""
+    Per file, not per session: the sync API keeps an event loop running in the main thread while it is
+    open, and pytest-asyncio cannot run the async tests that come after it in the same session. The files
+    here hold sync tests only, and the browser is closed when the file's last test is done."""
     require_chromium()
     from playwright.sync_api import sync_playwright
 
