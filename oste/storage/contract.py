@@ -144,6 +144,11 @@ class Tenants(Protocol):
         """The company an unrevoked key belongs to, or None."""
         ...
 
+    async def used_idempotency_keys(self, solution: r.Solution, keys: Sequence[str]) -> dict[str, str | None]:
+        """Which of ``keys`` the solution's activities already hold: key -> that activity's request
+        hash (one query; `oste import` skips lines already stored). Reads outside any transaction."""
+        ...
+
     async def create_solution(self, company: r.Company, values: dict[str, Any]) -> r.Solution:
         """Create a solution in a company (values validated by the caller); a signing secret is generated."""
         ...
@@ -447,6 +452,11 @@ class ActivityPages(Protocol):
         """``page`` and ``total`` of the same filter, a parameter search resolved once for both."""
         ...
 
+    async def last_errors(self, activities: list[r.Activity]) -> dict[uuid.UUID, str]:
+        """What went wrong in each given activity's last attempt (its error, else its HTTP status), in
+        one query over the execution index; activities never attempted are left out."""
+        ...
+
 
 @runtime_checkable
 class TypeChange(Protocol):
@@ -729,12 +739,13 @@ class Stats(Protocol):
         from the database (before a scrape); an outage leaves them as they were."""
         ...
 
-    async def deployment(self) -> StatsReport:
-        """The whole deployment's report (with nodes and roller backlogs)."""
+    async def deployment(self, history: tuple[int, int] = ...) -> StatsReport:
+        """The whole deployment's report (with nodes and roller backlogs); ``history``: (minutes,
+        minutes per point) of its series (default the last hour by minute)."""
         ...
 
-    async def company(self, company: r.Company) -> StatsReport:
-        """One company's report."""
+    async def company(self, company: r.Company, history: tuple[int, int] = ...) -> StatsReport:
+        """One company's report; ``history`` as for ``deployment``."""
         ...
 
     async def solution(self, company: r.Company, solution: r.Solution) -> StatsReport:
