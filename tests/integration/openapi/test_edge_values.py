@@ -18,6 +18,7 @@ import pytest
 
 from oste.server import create_app
 from oste.settings import Settings
+from tests.conftest import migrated
 
 TOKEN = "edge-admin-token"
 SOLUTION = "/v1/companies/acme/solutions/shop"
@@ -27,6 +28,7 @@ PING = {"activity_type": "ping", "parameter": {"SongId": 7}}
 @pytest.fixture
 async def client(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The app on a fresh database (SQLite and PostgreSQL) with company acme, solution shop, type ping."""
+    await migrated(database_url)  # a copy of the session's migrated template: migrating took seconds
     app = create_app(Settings(data_dir=tmp_path, database_url=database_url), TOKEN)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with contextlib.AsyncExitStack() as stack:
