@@ -3,6 +3,10 @@
 Indexes follow the engine's queries: scheduled activities by next_attempt_at; lookups by object id;
 listings by (solution, state, id); held leases by lease_expires_at; ended activities by (state,
 finished_at). The three phase indexes are partial, so a claim or completion writes fewer index entries.
+
+Every model sets ``_no_comments``: without it Tortoise reads each model's source back with ``inspect``
+(re-parsing this whole file once per model) to find ``#:`` field comments, which OSTE does not use; that
+was a third of the time every ``oste`` command spent importing (tests/unit/test_models_import.py).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class WhereIndex(Index):
 
 
 class Company(Model):
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     name = fields.CharField(max_length=63, unique=True)
     qos_level = fields.IntField(default=1)
@@ -50,6 +56,8 @@ class Company(Model):
 
 
 class ApiKey(Model):
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     company: fields.ForeignKeyRelation[Company] = fields.ForeignKeyField(
         "oste.Company", related_name="api_keys", on_delete=fields.CASCADE
@@ -70,6 +78,8 @@ class ApiKey(Model):
 
 
 class Solution(Model):
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     company: fields.ForeignKeyRelation[Company] = fields.ForeignKeyField(
         "oste.Company", related_name="solutions", on_delete=fields.CASCADE
@@ -95,6 +105,8 @@ class Solution(Model):
 
 
 class ActivityType(Model):
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     company_id = fields.UUIDField()
     solution: fields.ForeignKeyRelation[Solution] = fields.ForeignKeyField(
@@ -131,6 +143,8 @@ class ActivityType(Model):
 
 
 class RecurringActivity(Model):
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     company_id = fields.UUIDField()
     solution_id = fields.UUIDField(db_index=True)
@@ -176,6 +190,8 @@ class RecurringActivity(Model):
 
 
 class Activity(Model):
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     company_id = fields.UUIDField()
     solution_id = fields.UUIDField()
@@ -237,6 +253,8 @@ class Activity(Model):
 
 
 class Execution(Model):
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     activity: fields.ForeignKeyRelation[Activity] = fields.ForeignKeyField(
         "oste.Activity", related_name="executions", on_delete=fields.CASCADE
@@ -263,6 +281,8 @@ class Audit(Model):
     """Who changed what, when: one row per API operation that changed something (a bulk change is one
     row with its filter and counts). ``solution_id`` is null for company-level operations."""
 
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     company_id = fields.UUIDField()
     solution_id = fields.UUIDField(null=True)
@@ -287,6 +307,8 @@ class Audit(Model):
 class Node(Model):
     """A registered engine node (seed 001's sysid): unique per store, heartbeating while alive."""
 
+    _no_comments = True  # see the module's docstring
+
     id = fields.CharField(max_length=64, primary_key=True)
     name = fields.CharField(max_length=255)
     role = fields.CharField(max_length=16)
@@ -299,6 +321,8 @@ class Node(Model):
 
 class PartitionLease(Model):
     """Which node holds a partition, until when."""
+
+    _no_comments = True  # see the module's docstring
 
     partition = fields.SmallIntField(primary_key=True, generated=False)
     owner = fields.CharField(max_length=64, null=True)
@@ -315,6 +339,8 @@ class LogRoller(Model):
     the pending batch (``batch_id`` and its ``batch_ids``) is written before it is sent, so a retry
     carries the same id and the same records; the rest are counters an operator reads.
     """
+
+    _no_comments = True  # see the module's docstring
 
     id = fields.UUIDField(primary_key=True)
     solution_id = fields.UUIDField()
@@ -342,6 +368,8 @@ class UiSession(Model):
     """A management UI sign-in (``oste.ui.sessions``): kept in the database so that any ``oste api``
     process behind a load balancer knows it. The id is the SHA-256 of the cookie's session id."""
 
+    _no_comments = True  # see the module's docstring
+
     id = fields.CharField(max_length=64, primary_key=True)
     csrf = fields.CharField(max_length=64)
     signed_in = fields.BooleanField(default=False)
@@ -366,6 +394,8 @@ class StatsMinute(Model):
     Written by each node's completion writer as an upsert of the few keys of a batch; pruned after a
     day. Stats are sums over these rows, never scans of executions.
     """
+
+    _no_comments = True  # see the module's docstring
 
     id = fields.UUIDField(primary_key=True)
     minute = fields.BigIntField()
@@ -405,6 +435,8 @@ class ActivityEvent(Model):
     row can never appear behind a position already streamed.
     """
 
+    _no_comments = True  # see the module's docstring
+
     seq = fields.BigIntField(primary_key=True)
     txid = fields.BigIntField(default=0)
     solution_id = fields.UUIDField()
@@ -427,6 +459,8 @@ class ActivityEvent(Model):
 class EventSubscription(Model):
     """A solution whose state changes are recorded as events until ``until`` (a stream connected)."""
 
+    _no_comments = True  # see the module's docstring
+
     solution_id = fields.UUIDField(primary_key=True)
     until = fields.DatetimeField()
 
@@ -437,6 +471,8 @@ class EventSubscription(Model):
 class Destination(Model):
     """A destination's circuit breaker and in-flight cap (``oste.domain.destinations``), shared by every
     node. A row exists once a node saw a failure there, or an operator set it."""
+
+    _no_comments = True  # see the module's docstring
 
     destination = fields.CharField(max_length=300, primary_key=True)
     state = fields.CharField(max_length=9, default="closed")
@@ -463,6 +499,8 @@ class CompanyCircuit(Model):
     """One company's own circuit breaker at a destination (``oste.domain.destinations``): its failures
     open it for that company only. A row exists once the company's requests failed there."""
 
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     destination = fields.CharField(max_length=300)
     company_id = fields.UUIDField()
@@ -485,6 +523,8 @@ class DestinationUser(Model):
     """Which companies sent requests to a destination (the list a company's key sees is limited to
     these), refreshed at most once a minute per pair."""
 
+    _no_comments = True  # see the module's docstring
+
     id = fields.UUIDField(primary_key=True)
     destination = fields.CharField(max_length=300)
     company_id = fields.UUIDField()
@@ -499,6 +539,8 @@ class DestinationUser(Model):
 class DestinationGrant(Model):
     """Slots of a capped destination one node may fill, until ``expires_at`` (renewed while it uses
     them). The grants of live nodes never add up to more than the cap."""
+
+    _no_comments = True  # see the module's docstring
 
     id = fields.UUIDField(primary_key=True)
     destination = fields.CharField(max_length=300)

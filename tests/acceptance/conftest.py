@@ -11,11 +11,13 @@ from oste.domain.clock import SystemClock
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
 from tests.acceptance.test_engine_workers import Workers
+from tests.conftest import migrated
 
 
 @pytest.fixture
 async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
     """Several worker processes share PostgreSQL (on SQLite one `oste serve` owns every partition)."""
+    await migrated(postgres_url)
     await open_database(postgres_url)
     try:
         yield Store(SystemClock())

@@ -16,6 +16,7 @@ from oste.domain.clock import SystemClock
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
 from tests.acceptance.test_cli import clean_env
+from tests.conftest import migrated
 from tests.factories import T0, make_activities, make_activity_type, make_company, make_solution
 
 OSTE = str(Path(sys.executable).parent / "oste")
@@ -30,6 +31,7 @@ async def oste(*args: str) -> subprocess.CompletedProcess[str]:
 
 async def setup(url: str) -> tuple[r.Company, r.Solution, r.Solution, r.ActivityType, r.ActivityType]:
     """A company with two solutions (source and target), each with the types ``song`` and ``album``."""
+    await migrated(url)
     await open_database(url)
     try:
         store = Store(SystemClock())

@@ -24,6 +24,7 @@ from aiohttp import web
 from oste.storage.database import close_database, open_database
 from oste.storage.notices import CHANNEL
 from tests.acceptance.test_engine_workers import OSTE, Workers
+from tests.conftest import migrated
 from tests.engine_support import Receiver, free_port
 
 pytestmark = pytest.mark.timeout(90)
@@ -90,6 +91,7 @@ async def listening(http: httpx.AsyncClient, path: str, database_url: str) -> as
 
 @pytest.fixture
 async def api_process(postgres_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    await migrated(postgres_url)
     await open_database(postgres_url)  # migrated before either process starts
     try:
         with oste_api(postgres_url, tmp_path) as (url, token):

@@ -16,6 +16,7 @@ import pytest
 from oste.domain.clock import SystemClock
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
+from tests.conftest import migrated
 from tests.factories import make_type
 
 pytestmark = pytest.mark.timeout(180)
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _seed(url: str) -> None:
+    await migrated(url)
     await open_database(url)
     try:
         store = Store(SystemClock())

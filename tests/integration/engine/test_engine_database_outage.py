@@ -14,7 +14,7 @@ from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.storage.database import close_database, open_database
 from oste.storage.store import Store
-from tests.conftest import fresh_postgres_database
+from tests.conftest import fresh_postgres_database, migrated
 from tests.engine_support import Receiver, fast_config
 from tests.factories import make_activities, make_type
 from tests.faults import FaultyProxy
@@ -28,6 +28,7 @@ async def test_worker_engine_survives_a_cut_and_fires_what_fell_due(
 ) -> None:
     async with fresh_postgres_database() as url, FaultyProxy(5432) as proxy:
         proxied = proxy.url_for(url)
+        await migrated(url)
         await open_database(proxied)
         engine = Engine(config=fast_config())
         try:

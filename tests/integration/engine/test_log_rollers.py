@@ -24,6 +24,7 @@ from oste.server import engine_config_of
 from oste.storage.database import close_database, open_database
 from oste.storage.log_shipping import RollerStore
 from oste.storage.store import Store
+from tests.conftest import migrated
 from tests.engine_support import (
     Receiver,
     eventually,
@@ -291,6 +292,7 @@ async def test_a_solution_leased_by_another_node_is_left_alone(
 async def test_two_postgres_workers_never_ship_the_same_record_twice(
     postgres_url: str, receiver: Receiver
 ) -> None:
+    await migrated(postgres_url)
     await open_database(postgres_url)
     log_receiver = await LogReceiver(delay=0.02).start()
     try:

@@ -9,12 +9,14 @@ from oste.domain.clock import SystemClock
 from oste.server import serve_metrics_port
 from oste.settings import Settings
 from oste.storage.database import close_database, open_database
+from tests.conftest import migrated
 from tests.engine_support import free_port
 
 
 async def test_a_worker_serves_probes_and_metrics_on_its_metrics_port(sqlite_url: str) -> None:
     port = free_port()
     settings = Settings(database_url=sqlite_url, metrics_port=port)
+    await migrated(sqlite_url)
     await open_database(sqlite_url)
     stop = await serve_metrics_port(settings, port, SystemClock())
     try:
