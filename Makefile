@@ -30,8 +30,12 @@ lint: dev
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# `make test` runs the suite on two workers (pytest-xdist): each test file stays on one worker, so a
+# file's shared servers are built once and its tests never overlap. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-slow: dev
 	$(BIN)/pytest -m slow -s
