@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_DETAILED = 20
-"""Failing fields a validation problem's ``detail`` spells out (its ``errors`` lists every one)."""
+"""Failing fields a validation problem's ``detail`` spells out (its ``errors`` lists more)."""
+
+MAX_LISTED = 1000
+"""Failing fields a validation problem's ``errors`` lists; past it, ``errors_total`` counts them all. A
+1,000-item batch whose every parameter fails 50 ways would otherwise answer 50,000 entries (megabytes)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,9 @@ class InvalidInput(OsteError):
         """An error naming every one of ``errors``, the first ``MAX_DETAILED`` spelled out in the detail."""
         found = list(errors)
         detail = "; ".join(f"{e.field or 'body'}: {e.reason}" for e in found[:MAX_DETAILED])
-        if len(found) > MAX_DETAILED:
+        if len(found) > MAX_LISTED:
+            detail += f"; and {len(found) - MAX_DETAILED} more (errors lists the first {MAX_LISTED})"
+        elif len(found) > MAX_DETAILED:
             detail += f"; and {len(found) - MAX_DETAILED} more (see errors)"
         return cls(detail, found)
 

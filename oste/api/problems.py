@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
-from oste.errors import InvalidInput, OsteError, TooMany, Unavailable
+from oste.errors import MAX_LISTED, InvalidInput, OsteError, TooMany, Unavailable
 from oste.storage import STORAGE_EXCEPTIONS, outage
 
 log = logging.getLogger("oste.api")
@@ -63,8 +63,10 @@ async def oste_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, InvalidInput):
         extra["errors"] = [
             {"field": e.field, "pointer": "/" + e.field if e.field else "", "reason": e.reason}
-            for e in exc.errors
+            for e in exc.errors[:MAX_LISTED]
         ]
+        if len(exc.errors) > MAX_LISTED:
+            extra["errors_total"] = len(exc.errors)
     if isinstance(exc, (Unavailable, TooMany)) and exc.retry_after is not None:
         extra["retry_after"] = exc.retry_after
     if exc.status >= 500:

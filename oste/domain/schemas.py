@@ -726,7 +726,7 @@ PROBLEM: dict[str, Any] = {
                 "the first: a wrong shape and a wrong value alike (a type with a bad `uri_pattern`, a "
                 "`timeout` of `10s` and an invalid `parameter_schema` names all three), and in a batch "
                 "every failing field of every item (`activities/3/parameter/SongId`). The `detail` "
-                "spells out the first 20."
+                "spells out the first 20; the list holds at most 1,000 (`errors_total` counts past that)."
             ),
             "items": {
                 **_obj(
@@ -742,6 +742,11 @@ PROBLEM: dict[str, Any] = {
                 ),
                 "description": "One failing field and why",
             },
+        },
+        "errors_total": {
+            "type": "integer",
+            "minimum": 1001,
+            "description": "How many fields failed, when more than the 1,000 that `errors` lists",
         },
     },
     "required": ["type", "title", "status", "detail"],

@@ -64,3 +64,16 @@ async def test_a_batch_names_every_bad_field_of_every_item(sqlite_api: Api) -> N
     assert {"activities/1/parameter", "activities/1/delay", "activities/2/scheduled_for"} <= fields, problem
     assert "activities/2/retries" in fields, problem
     assert "activities/0" not in {"/".join(f.split("/")[:2]) for f in fields}, problem
+
+
+async def test_a_batch_failing_past_a_thousand_fields_lists_the_first_thousand_and_counts_them_all(
+    sqlite_api: Api,
+) -> None:
+    """A 1,000-item batch whose items each fail twice: 2,000 failing fields, 1,000 listed, all counted."""
+    tenant = await sqlite_api.tenant()
+    bad = {"activity_type": tenant.activity_type, "parameter": {}, "delay": "soon"}
+    problem = assert_problem(await sqlite_api.post(tenant.activities, {"activities": [bad] * 1000}), 422)
+    assert len(problem["errors"]) == 1000, len(problem["errors"])
+    assert problem["errors_total"] == 2000, problem["errors_total"]
+    assert problem["errors"][0]["field"].startswith("activities/0/"), problem["errors"][0]
+    assert "1000 of 1000 activities are invalid" in problem["detail"], problem["detail"]
