@@ -434,6 +434,7 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
         args.solution,
         rejects=args.rejects,
         progress=not args.no_progress,
+        max_parameter_bytes=settings.max_parameter_bytes,
     )
     return 3 if result.rejected else 0
 

@@ -28,6 +28,7 @@ from oste.errors import Conflict, FieldError, InvalidInput, NotFound
 from oste.operations import SYSTEM, Operations
 from oste.operations.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
 from oste.operations.filters import activity_filter, type_ids
+from oste.operations.validation import DEFAULT_MAX_PARAMETER_BYTES
 from oste.storage import MAX_PAGE, Store, close_database, open_database
 
 CHUNK_LINES = 1000
@@ -89,12 +90,13 @@ class Importer:
         on_reject: Callable[[Rejected], None],
         on_progress: Callable[[int], None] = lambda consumed: None,
         chunk_lines: int = CHUNK_LINES,
+        max_parameter_bytes: int = DEFAULT_MAX_PARAMETER_BYTES,
     ) -> None:
         self.store = operations.context.store
         self.solution = solution
         self.activities = operations.activities
         self._company: r.Company | None = None
-        self.cache = TypeCache(self.store, solution)
+        self.cache = TypeCache(self.store, solution, max_parameter_bytes)
         self.on_reject = on_reject
         self.on_progress = on_progress
         self.chunk_lines = chunk_lines
@@ -299,9 +301,11 @@ async def import_file(
     solution: str,
     rejects: str | None = None,
     progress: bool = True,
+    max_parameter_bytes: int = DEFAULT_MAX_PARAMETER_BYTES,
 ) -> ImportResult:
     """`oste import`: stream ``path`` (``-`` = standard input) into a solution, with a progress bar
-    and every rejected line on standard error (and as JSON lines in ``rejects``, if given)."""
+    and every rejected line on standard error (and as JSON lines in ``rejects``, if given); a parameter
+    larger than ``max_parameter_bytes`` (``OSTE_MAX_PARAMETER_BYTES``, as the API's) is rejected."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -330,7 +334,8 @@ async def import_file(
     await open_database(database_url, require_current=True)
     try:
         target = await _solution(operations.context.store, company, solution)
-        importer = Importer(operations, target, reject, lambda n: bar.advance(task, n))
+        advance = lambda n: bar.advance(task, n)  # noqa: E731
+        importer = Importer(operations, target, reject, advance, max_parameter_bytes=max_parameter_bytes)
         with bar:
             result = await importer.run(source)
     finally:

@@ -22,10 +22,10 @@ from tests.factories import T0, make_activities, make_activity_type, make_compan
 OSTE = str(Path(sys.executable).parent / "oste")
 
 
-async def oste(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``oste ARGS`` as a user would (no OSTE_* from this environment) and wait for it."""
+async def oste(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """Run ``oste ARGS`` as a user would (no OSTE_* from this environment but ``settings``) and wait."""
     return await asyncio.to_thread(
-        subprocess.run, [OSTE, *args], capture_output=True, text=True, env=clean_env(), timeout=120
+        subprocess.run, [OSTE, *args], capture_output=True, text=True, env=clean_env(**settings), timeout=120
     )
 
 
@@ -184,6 +184,20 @@ async def test_import_reports_bad_lines_by_number_and_stores_the_good_ones(
     assert rerun.returncode == 3, rerun.stderr
     assert "11 lines: 2 activities created, 1 already stored, 8 rejected" in rerun.stdout
     assert len(await stored(database_url, company.name, source.name)) == 5
+
+
+async def test_import_holds_parameters_to_the_deployments_size_cap(sqlite_url: str, tmp_path: Path) -> None:
+    """`OSTE_MAX_PARAMETER_BYTES` bounds what `oste import` stores, as it bounds the API's creates."""
+    company, source, _, _, _ = await setup(sqlite_url)
+    data = tmp_path / "sizes.jsonl"
+    small = {**GOOD, "parameter": {**GOOD["parameter"], "Note": "x" * 500}}
+    large = {**GOOD, "parameter": {**GOOD["parameter"], "Note": "x" * 1500}}
+    data.write_text(json.dumps(small) + "\n" + json.dumps(large) + "\n")
+    args = ["--database-url", sqlite_url, "--company", company.name, "--solution", source.name]
+    result = await oste("import", str(data), *args, "--no-progress", OSTE_MAX_PARAMETER_BYTES="1024")
+    assert result.returncode == 3, result.stderr
+    assert "2 lines: 1 activities created, 0 already stored, 1 rejected" in result.stdout, result.stdout
+    assert "line 2: parameter" in result.stderr and "at most 1,024" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(
