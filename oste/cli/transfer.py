@@ -330,12 +330,14 @@ async def import_file(
             text = line.text.decode("utf-8", "replace")
             reject_file.write(orjson.dumps({"line": line.line, "errors": errors, "text": text}) + b"\n")
 
+    def progressed(consumed: int) -> None:
+        bar.advance(task, consumed)
+
     started = time.monotonic()
     await open_database(database_url, require_current=True)
     try:
         target = await _solution(operations.context.store, company, solution)
-        advance = lambda n: bar.advance(task, n)  # noqa: E731
-        importer = Importer(operations, target, reject, advance, max_parameter_bytes=max_parameter_bytes)
+        importer = Importer(operations, target, reject, progressed, max_parameter_bytes=max_parameter_bytes)
         with bar:
             result = await importer.run(source)
     finally:
