@@ -39,6 +39,7 @@ def render(d: Destination, default_cap: int | None) -> dict[str, Any]:
         "own_max_in_flight": d.max_in_flight,
         "scope": d.scope,
         "opened_by": str(d.opened_by) if d.opened_by is not None else None,
+        "last_hour": last_hour(d),
     }
     if d.shown_scope is None:  # the operator's view
         shown["companies"] = [
@@ -52,6 +53,19 @@ def render(d: Destination, default_cap: int | None) -> dict[str, Any]:
             for c in d.companies
         ]
     return shown
+
+
+def last_hour(d: Destination) -> dict[str, Any] | None:
+    """The requests sent there in the last hour (the caller's own, or every company's for the operator)."""
+    h = d.last_hour
+    if h is None:
+        return None
+    return {
+        "attempts": h.attempts,
+        "failed": h.failed,
+        "error_rate": h.error_rate,
+        "latency": {"p50": h.latency_p50, "p95": h.latency_p95, "max": h.latency_max},
+    }
 
 
 def _page(request: Request, rows: list[Destination]) -> Response:

@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from oste.domain.records import Outcome
+from oste.domain.stats import DestinationHealth
 from oste.errors import InvalidInput
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -142,6 +143,8 @@ class Destination:
     """The operator's view: every company's own breaker there that is not closed or counts failures."""
     shown_scope: str | None = None
     """A company's view: which breaker its state comes from (``company`` or ``destination``)."""
+    last_hour: DestinationHealth | None = None
+    """Requests sent there in the last hour (a company's own, or every company's); None: none."""
 
     @property
     def scope(self) -> str:

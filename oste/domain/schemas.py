@@ -828,6 +828,34 @@ DESTINATION = _obj(
             "description": "The cap in effect (its own, else OSTE_DESTINATION_MAX_IN_FLIGHT; null: none)",
         },
         "own_max_in_flight": {"type": ["integer", "null"], "description": "The cap set for this destination"},
+        "last_hour": {
+            "type": ["object", "null"],
+            "description": "Requests that reached this destination in the last hour: in a company's view its "
+            "own, in the operator's every company's (null: none)",
+            "properties": {
+                "attempts": {"type": "integer", "minimum": 0},
+                "failed": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Attempts whose outcome was failed, retry or error (a 4xx, 408/425/429, a "
+                    "5xx, a timeout or a network error)",
+                },
+                "error_rate": {"type": ["number", "null"], "description": "failed / attempts"},
+                "latency": {
+                    "type": "object",
+                    "description": "Request durations in seconds (p50 and p95 estimated from a histogram)",
+                    "properties": {
+                        "p50": {"type": ["number", "null"]},
+                        "p95": {"type": ["number", "null"]},
+                        "max": {"type": ["number", "null"]},
+                    },
+                    "required": ["p50", "p95", "max"],
+                    "additionalProperties": False,
+                },
+            },
+            "required": ["attempts", "failed", "error_rate", "latency"],
+            "additionalProperties": False,
+        },
     },
     (
         "destination",

@@ -91,6 +91,69 @@ class Tally:
         }
 
 
+FAILING_OUTCOMES = frozenset({"failed", "retry", "error"})
+"""Outcomes that count against a destination's error rate: the receiver answered with a failure, asked
+to come back (408/425/429), or did not answer in time (a network error, a timeout, a 5xx)."""
+
+
+@dataclass
+class DestinationRollup:
+    """Requests one company sent to one destination in one minute: how many, how many failed, and their
+    durations as a histogram over the ``LAG_BUCKETS`` edges (seconds) with the longest."""
+
+    minute: int
+    destination: str
+    company_id: uuid.UUID
+    attempts: int = 0
+    failed: int = 0
+    buckets: list[int] = field(default_factory=lambda: [0] * BUCKET_COUNT)
+    latency_max: float = 0.0
+
+    def add(self, failed: bool, seconds: float) -> None:
+        self.attempts += 1
+        if failed:
+            self.failed += 1
+        seconds = max(seconds, 0.0)
+        self.buckets[bucket_of(seconds)] += 1
+        if seconds > self.latency_max:
+            self.latency_max = seconds
+
+    def merge(self, other: DestinationRollup) -> None:
+        self.attempts += other.attempts
+        self.failed += other.failed
+        for i, n in enumerate(other.buckets):
+            self.buckets[i] += n
+        self.latency_max = max(self.latency_max, other.latency_max)
+
+
+@dataclass(frozen=True)
+class DestinationHealth:
+    """A destination's requests over a window (the last hour) as one company, or the operator, sees
+    them: how many, how many failed, and their durations (seconds; p50/p95 estimated from buckets)."""
+
+    attempts: int
+    failed: int
+    latency_p50: float | None
+    latency_p95: float | None
+    latency_max: float | None
+
+    @property
+    def error_rate(self) -> float | None:
+        """Failed attempts as a share of all (None without attempts)."""
+        return round(self.failed / self.attempts, 4) if self.attempts else None
+
+
+def health_of(attempts: int, failed: int, buckets: Sequence[int], latency_max: float) -> DestinationHealth:
+    """A window's health from its summed destination rollups."""
+    return DestinationHealth(
+        attempts,
+        failed,
+        percentile(buckets, 0.50, latency_max),
+        percentile(buckets, 0.95, latency_max),
+        round(latency_max, 6) if attempts else None,
+    )
+
+
 def percentile(buckets: Sequence[int], q: float, lag_max: float) -> float | None:
     """The ``q`` quantile of a lag histogram, interpolated linearly inside its bucket and capped at
     ``lag_max``; None when the histogram is empty."""

@@ -16,10 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from oste.domain.claims import Claim, Completion
+from oste.domain.destinations import static_destination
 from oste.domain.records import ActivityState
 from oste.domain.recurrence import MISFIRE_GRACE
-from oste.domain.stats import OUTCOMES, Rollup, minute_of
+from oste.domain.stats import FAILING_OUTCOMES, OUTCOMES, DestinationRollup, Rollup, minute_of
 from oste.engine.delivery_log import UNKNOWN_NAMES, delivery_log, log_batch, log_delivery
+from oste.engine.destinations import destination_for
 from oste.engine.metrics import (
     DEAD_LETTERS,
     DELIVERIES,
@@ -30,10 +32,15 @@ from oste.engine.metrics import (
     OTHER,
 )
 from oste.engine.rollups import RollupWriter
+from oste.errors import InvalidInput
 from oste.storage import StatsStore
 
 log = logging.getLogger("oste.engine.metrics")
 _OUTCOME_INDEX = {name: i for i, name in enumerate(OUTCOMES)}
+_FAILING = frozenset(_OUTCOME_INDEX[name] for name in FAILING_OUTCOMES if name in _OUTCOME_INDEX)
+MAX_DESTINATION_PATTERNS = 10_000
+"""URI patterns whose destination is remembered (a host that depends on the parameter is read per
+delivery); past this the memory is cleared and refilled."""
 OK = _OUTCOME_INDEX["ok"]
 DEAD = ActivityState.DEAD
 
@@ -54,6 +61,8 @@ class DeliveryRecorder:
         self._children: dict[uuid.UUID, tuple[Any, ...]] = {}
         self._names: dict[uuid.UUID, tuple[str, str, str]] = {}
         self._type_labels: set[tuple[str, str, str]] = set()
+        self._destinations: dict[str, str | None] = {}
+        """Each URI pattern's destination (None: its host depends on the parameter)."""
 
     async def record(self, batch: Sequence[tuple[Claim, Completion]], stale: int = 0) -> None:
         """Count a written batch (``stale``: how many of its completions were ignored)."""
@@ -99,6 +108,7 @@ class DeliveryRecorder:
         warnings_on = delivery_log.isEnabledFor(logging.WARNING)
         names = self._names
         rollups = self.rollups.buffer
+        destinations = self.rollups.destinations
         counts: dict[tuple[uuid.UUID, int], int] = {}
         dead_counts: dict[uuid.UUID, int] = {}
         lag_max = 0.0
@@ -116,7 +126,8 @@ class DeliveryRecorder:
             if dead:
                 dead_counts[type_id] = dead_counts.get(type_id, 0) + 1
             observe_lag(lag)
-            DURATIONS[index].observe(report.duration_ms / 1000.0)
+            seconds = report.duration_ms / 1000.0
+            DURATIONS[index].observe(seconds)
             minute = minute_of(report.started_at)
             rollup = rollups.get((minute, type_id))
             if rollup is None:
@@ -124,6 +135,10 @@ class DeliveryRecorder:
                     minute, target.company_id, target.solution_id, type_id
                 )
             rollup.add(index, lag)
+            if report.reached_receiver:
+                self._count_request(
+                    claim, index in _FAILING, report.duration_ms / 1000.0, minute, destinations
+                )
             if lag > lag_max:
                 lag_max = lag
             if index != OK or dead or report.error is not None:
@@ -140,6 +155,44 @@ class DeliveryRecorder:
             children[type_id][-1].inc(n)
         if info_on and unlined:  # a batch whose every attempt has its own line needs no sum
             log_batch(counts, names, lag_max)
+
+    def _count_request(
+        self,
+        claim: Claim,
+        failed: bool,
+        seconds: float,
+        minute: int,
+        destinations: dict[tuple[int, str, uuid.UUID], DestinationRollup],
+    ) -> None:
+        """Add a request that reached its receiver to its destination's rollup of the minute."""
+        destination = self._destination_of(claim)
+        if destination is None:
+            return
+        company_id = claim.target.company_id
+        key = (minute, destination, company_id)
+        used = destinations.get(key)
+        if used is None:
+            used = destinations[key] = DestinationRollup(minute, destination, company_id)
+        used.add(failed, seconds)
+
+    def _destination_of(self, claim: Claim) -> str | None:
+        """The claim's destination: remembered per URI pattern, read per delivery when the host depends
+        on the parameter (None when it cannot be read: the attempt already said why)."""
+        pattern = claim.uri_override or claim.target.uri_pattern
+        known = self._destinations.get(pattern, _UNKNOWN)
+        if known is _UNKNOWN:
+            try:
+                known = static_destination(pattern)
+            except InvalidInput:  # a bad URI: the attempt already said why
+                known = None
+            if len(self._destinations) >= MAX_DESTINATION_PATTERNS:
+                self._destinations.clear()
+            self._destinations[pattern] = known
+        return known if known is not None else destination_for(claim)
+
+
+_UNKNOWN = "\0"
+"""Not looked up yet (no destination is a NUL)."""
 
 
 def fire_lag(claim: Claim, started_at: datetime) -> float:

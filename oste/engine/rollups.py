@@ -1,9 +1,11 @@
 """RollupWriter: the service that writes the delivery statistics' per-minute rollups.
 
 ``DeliveryRecorder`` adds each written delivery to ``buffer`` (one ``Rollup`` per minute and activity
-type); this service writes what was buffered every ``interval`` seconds in one small upsert, prunes
-rollups older than ``RETENTION_MINUTES`` once a minute, and keeps what it could not write for the next
-run (at most ``MAX_BUFFERED_ROLLUPS`` keys while the database is unreachable). Never raises.
+type) and each request that reached a receiver to ``destinations`` (one ``DestinationRollup`` per
+minute, destination and company); this service writes what was buffered every ``interval`` seconds in
+small upserts, prunes rollups older than ``RETENTION_MINUTES`` once a minute, and keeps what it could
+not write for the next run (at most ``MAX_BUFFERED_ROLLUPS`` keys each while the database is
+unreachable). Never raises.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from oste.domain.stats import Rollup
+from oste.domain.stats import DestinationRollup, Rollup
 from oste.storage import RETENTION_MINUTES, StatsStore
 
 log = logging.getLogger("oste.engine.metrics")
@@ -39,6 +41,8 @@ class RollupWriter:
         self.interval = interval
         self.buffer: dict[tuple[int, uuid.UUID], Rollup] = {}
         """Rollups not written yet, by (minute, activity type): ``DeliveryRecorder`` adds to them."""
+        self.destinations: dict[tuple[int, str, uuid.UUID], DestinationRollup] = {}
+        """Destination rollups not written yet, by (minute, destination, company)."""
         self._pruned_minute = 0
 
     async def run_once(self) -> RollupResult:
@@ -47,13 +51,23 @@ class RollupWriter:
             return RollupResult()
         rollups = list(self.buffer.values())
         self.buffer.clear()
+        destinations = list(self.destinations.values())
+        self.destinations.clear()
         try:
             await self.store.write_rollups(rollups)
         except Exception as exc:
             for rollup in rollups:  # merge back: nothing is counted twice, nothing lost
                 self._merge_back(rollup)
+            for destination in destinations:
+                self._merge_back_destination(destination)
             log.warning("writing delivery rollups failed (kept for the next try): %s", exc)
             return RollupResult()
+        try:  # the types' rollups are written: a failure here keeps only the destinations' for later
+            await self.store.write_destination_rollups(destinations)
+        except Exception as exc:
+            for destination in destinations:
+                self._merge_back_destination(destination)
+            log.warning("writing destination rollups failed (kept for the next try): %s", exc)
         minute = max(r.minute for r in rollups)
         if minute > self._pruned_minute:
             self._pruned_minute = minute
@@ -75,3 +89,12 @@ class RollupWriter:
         for i, n in enumerate(rollup.buckets):
             kept.buckets[i] += n
         kept.lag_max = max(kept.lag_max, rollup.lag_max)
+
+    def _merge_back_destination(self, rollup: DestinationRollup) -> None:
+        key = (rollup.minute, rollup.destination, rollup.company_id)
+        kept = self.destinations.get(key)
+        if kept is None:
+            if len(self.destinations) < MAX_BUFFERED_ROLLUPS:
+                self.destinations[key] = rollup
+            return
+        kept.merge(rollup)

@@ -54,6 +54,7 @@ from oste.storage.circuits import (
 )
 from oste.storage.database import raises_unavailable
 from oste.storage.dialects import optional_time_of, time_of
+from oste.storage.stats import destination_health
 
 USERS_REFRESH = timedelta(minutes=1)
 """How often a (destination, company) pair's ``seen_at`` is written again at most."""
@@ -110,7 +111,7 @@ class DestinationStore:
         if row is None and not await m.DestinationUser.filter(destination=destination).exists():
             raise NotFound(f"destination {destination!r} was never sent to and has no settings")
         shared = record(row) if row is not None else closed(destination, self.clock.now())
-        return (await self._views([shared], company_id))[0]
+        return (await self._with_health(await self._views([shared], company_id), company_id))[0]
 
     async def listing(
         self, company_id: uuid.UUID | None = None, after: str | None = None
@@ -137,7 +138,12 @@ class DestinationStore:
         rows = {row.destination: row for row in await m.Destination.filter(destination__in=chosen)}
         now = self.clock.now()
         shared = [record(rows[name]) if name in rows else closed(name, now) for name in chosen]
-        return await self._views(shared, company_id)
+        return await self._with_health(await self._views(shared, company_id), company_id)
+
+    async def _with_health(self, views: list[Destination], company_id: uuid.UUID | None) -> list[Destination]:
+        """Each destination with its last hour's requests: the company's own, or every company's."""
+        health = await destination_health([d.destination for d in views], company_id, self.clock.now())
+        return [dataclasses.replace(d, last_hour=health.get(d.destination)) for d in views]
 
     async def _views(self, shared: list[Destination], company_id: uuid.UUID | None) -> list[Destination]:
         names = [d.destination for d in shared]

@@ -427,6 +427,42 @@ class StatsMinute(Model):
         unique_together = (("minute", "activity_type_id"),)
 
 
+class DestinationMinute(Model):
+    """Requests of one company to one destination in one minute (unix minutes): attempts, failed
+    ones, a duration histogram (the ``LAG_BUCKETS`` edges, one column per bucket) and the longest.
+
+    Written with the activity types' rollups (``oste.engine.rollups``) as an upsert per key; read for
+    the destinations' last hour; pruned with them."""
+
+    _no_comments = True  # see the module's docstring
+
+    id = fields.UUIDField(primary_key=True)
+    destination = fields.CharField(max_length=300)
+    minute = fields.BigIntField()
+    company_id = fields.UUIDField()
+    attempts = fields.IntField(default=0)
+    failed = fields.IntField(default=0)
+    dur_b00 = fields.IntField(default=0)
+    dur_b01 = fields.IntField(default=0)
+    dur_b02 = fields.IntField(default=0)
+    dur_b03 = fields.IntField(default=0)
+    dur_b04 = fields.IntField(default=0)
+    dur_b05 = fields.IntField(default=0)
+    dur_b06 = fields.IntField(default=0)
+    dur_b07 = fields.IntField(default=0)
+    dur_b08 = fields.IntField(default=0)
+    dur_b09 = fields.IntField(default=0)
+    dur_b10 = fields.IntField(default=0)
+    dur_b11 = fields.IntField(default=0)
+    dur_b12 = fields.IntField(default=0)
+    dur_b13 = fields.IntField(default=0)
+    latency_max = fields.FloatField(default=0.0)
+
+    class Meta:
+        table = "destination_minute"
+        unique_together = (("destination", "minute", "company_id"),)
+
+
 class ActivityEvent(Model):
     """One activity state change of a solution that has a stream subscriber (``oste.storage.events``).
 

@@ -32,12 +32,15 @@ from oste.domain.stats import (
     OUTCOMES,
     SERIES_MINUTES,
     Count,
+    DestinationHealth,
+    DestinationRollup,
     NodeStats,
     QueueDepth,
     RollerBacklog,
     Rollup,
     StatsReport,
     Throttled,
+    health_of,
     minute_of,
     series_of,
     windows_of,
@@ -68,6 +71,19 @@ _COLUMNS = (
     *_BUCKET_COLUMNS,
     "lag_max",
 )
+_DURATION_COLUMNS = tuple(f"dur_b{i:02d}" for i in range(BUCKET_COUNT))
+_DESTINATION_COLUMNS = (
+    "id",
+    "destination",
+    "minute",
+    "company_id",
+    "attempts",
+    "failed",
+    *_DURATION_COLUMNS,
+    "latency_max",
+)
+HEALTH_MINUTES = 60
+"""A destination's health covers the last hour (and the current minute)."""
 _TYPE_JOIN = "activity_type t JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = s.company_id"
 
 
@@ -133,12 +149,42 @@ class StatsStore:
         ]
         await connections.get("default").execute_many(sql, values)
 
-    async def prune(self, before_minute: int) -> None:
-        """Delete rollups of minutes before ``before_minute``."""
-        sql = _Sql()
-        await sql.conn.execute_query(
-            f"DELETE FROM stats_minute WHERE minute < {sql.add(before_minute)}", sql.values
+    async def write_destination_rollups(self, rollups: Sequence[DestinationRollup]) -> None:
+        """Add ``rollups`` to the destinations' stored ones (an upsert per key, as ``write_rollups``)."""
+        if not rollups:
+            return
+        strategy = dialect_of(connections.get("default"))
+        marks = ", ".join(strategy.placeholder(i + 1) for i in range(len(_DESTINATION_COLUMNS)))
+        adds = ", ".join(
+            f"{c} = destination_minute.{c} + excluded.{c}" for c in ("attempts", "failed", *_DURATION_COLUMNS)
         )
+        sql = (
+            f"INSERT INTO destination_minute ({', '.join(_DESTINATION_COLUMNS)}) VALUES ({marks}) "
+            f"ON CONFLICT (destination, minute, company_id) DO UPDATE SET {adds}, "
+            f"latency_max = {strategy.greatest}(destination_minute.latency_max, excluded.latency_max)"
+        )
+        values = [
+            [
+                strategy.encode_uuid(uuid.uuid4()),
+                u.destination,
+                u.minute,
+                strategy.encode_uuid(u.company_id),
+                u.attempts,
+                u.failed,
+                *u.buckets,
+                u.latency_max,
+            ]
+            for u in sorted(rollups, key=lambda u: (u.destination, u.minute, str(u.company_id)))  # lock order
+        ]
+        await connections.get("default").execute_many(sql, values)
+
+    async def prune(self, before_minute: int) -> None:
+        """Delete rollups (the activity types' and the destinations') of minutes before ``before_minute``."""
+        for table in ("stats_minute", "destination_minute"):
+            sql = _Sql()
+            await sql.conn.execute_query(
+                f"DELETE FROM {table} WHERE minute < {sql.add(before_minute)}", sql.values
+            )
 
     async def type_names(self, type_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str, str]]:
         """(company, solution, activity type) names of each type id that still exists."""
@@ -442,3 +488,31 @@ SHIPPING_WAITING = Gauge(
     f"{COUNT_CAP} per period. The same from every process: use max().",
     ["kind"],
 )
+
+
+async def destination_health(
+    destinations: Sequence[str], company_id: uuid.UUID | None, now: datetime
+) -> dict[str, DestinationHealth]:
+    """Each of ``destinations``' last ``HEALTH_MINUTES`` (one company's requests, or with None every
+    company's): one grouped read over the rollups' (destination, minute) key."""
+    if not destinations:
+        return {}
+    sql = _Sql()
+    names = ", ".join(sql.add(d) for d in destinations)
+    where = f"destination IN ({names}) AND minute >= {sql.add(minute_of(now) - HEALTH_MINUTES)}"
+    if company_id is not None:
+        where += f" AND company_id = {sql.add(company_id)}"
+    sums = ", ".join(f"SUM({c}) AS {c}" for c in ("attempts", "failed", *_DURATION_COLUMNS))
+    rows = await sql.rows(
+        f"SELECT destination, {sums}, MAX(latency_max) AS latency_max FROM destination_minute "
+        f"WHERE {where} GROUP BY destination"
+    )
+    return {
+        str(row["destination"]): health_of(
+            int(row["attempts"] or 0),
+            int(row["failed"] or 0),
+            [int(row[c] or 0) for c in _DURATION_COLUMNS],
+            float(row["latency_max"] or 0.0),
+        )
+        for row in rows
+    }

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from oste.domain.stats import Rollup, minute_of
+from oste.domain.stats import DestinationRollup, Rollup, minute_of
 from oste.storage import stats as stats_module
-from oste.storage.stats import StatsService, StatsStore
+from oste.storage.stats import HEALTH_MINUTES, StatsService, StatsStore, destination_health
 from oste.storage.store import Store
 from tests.factories import make_activities, make_type
 
@@ -37,6 +37,42 @@ async def test_rollups_add_up_per_key_and_old_ones_are_pruned(store: Store) -> N
     await writer.prune(minute - 1000)
     names = await writer.type_names([kind.id, uuid.uuid4()])
     assert names == {kind.id: ("acme", "songs", kind.name)}
+
+
+async def test_destination_rollups_add_up_per_key_read_per_company_and_are_pruned(store: Store) -> None:
+    now = store.clock.now()
+    minute = minute_of(now)
+    a, b = uuid.uuid4(), uuid.uuid4()
+    here, there = "https://r.example:443", "https://s.example:443"
+
+    def used(
+        at: int, company: uuid.UUID, failed: bool, seconds: float, where: str = here
+    ) -> DestinationRollup:
+        one = DestinationRollup(at, where, company)
+        one.add(failed, seconds)
+        return one
+
+    writer = StatsStore()
+    await writer.write_destination_rollups(
+        [
+            used(minute, a, False, 0.02),
+            used(minute - HEALTH_MINUTES - 5, a, True, 9.0),
+            used(minute, b, True, 1.5),
+        ]
+    )
+    await writer.write_destination_rollups(
+        [used(minute, a, True, 0.2), used(minute - 1, a, False, 0.01, there)]
+    )
+    mine = await destination_health([here, there], a, now)
+    assert (mine[here].attempts, mine[here].failed, mine[here].error_rate) == (2, 1, 0.5)
+    assert mine[here].latency_max == pytest.approx(0.2)  # the old minute is outside the hour
+    assert mine[there].attempts == 1
+    every = await destination_health([here], None, now)
+    assert (every[here].attempts, every[here].failed, every[here].latency_max) == (3, 2, pytest.approx(1.5))
+    assert await destination_health(["https://never.example:443"], None, now) == {}
+    await writer.prune(minute)
+    assert (await destination_health([here, there], a, now))[here].attempts == 2
+    assert there not in await destination_health([here, there], a, now)  # its minute was pruned
 
 
 async def test_queue_counts_stop_at_the_cap_and_limited_types_count_as_throttled(

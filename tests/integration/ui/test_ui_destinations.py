@@ -9,6 +9,8 @@ import pytest
 
 from oste.domain.clock import SystemClock
 from oste.domain.destinations import BreakerPolicy
+from oste.domain.stats import DestinationRollup, minute_of
+from oste.storage import StatsStore
 from oste.storage.destinations import DestinationStore, Observation
 from tests.integration.ui.conftest import Browser, UiWorld
 
@@ -92,3 +94,27 @@ async def test_a_company_sees_its_own_failures_and_the_operator_every_companys(
     everyone = (await admin.get("/ui/destinations")).text
     row = everyone.split(shared, 1)[1].split("</tr>", 1)[0]
     assert f"{world.other.company}: open, 5" in row and "Close circuit…" in row
+
+
+async def test_each_destination_shows_its_last_hours_requests_error_rate_and_latency(
+    admin: Browser, company: Browser, world: UiWorld
+) -> None:
+    """Issue 39 (O11): the page's "Last hour" column, from the rollups the engine writes: a company's
+    own requests, the operator's every company's."""
+    destination = f"https://{uuid.uuid4().hex[:12]}.example.com:443"
+    one = uuid.UUID((await world.api.get(world.one.path.split("/solutions/")[0], expect=200)).json()["id"])
+    other = uuid.uuid4()
+    await DestinationStore(SystemClock()).note_users([(destination, one)])
+    minute = minute_of(SystemClock().now())
+    mine = DestinationRollup(minute, destination, one)
+    for failed, seconds in ((False, 0.02), (True, 0.04), (False, 0.03)):
+        mine.add(failed, seconds)
+    theirs = DestinationRollup(minute, destination, other)
+    theirs.add(True, 2.0)
+    await StatsStore().write_destination_rollups([mine, theirs])
+
+    page = (await company.get("/ui/destinations")).text
+    assert "Last hour" in page and "3 sent, 33.3% failed" in page, page
+    assert "max 40 ms" in page, page
+    every = (await admin.get("/ui/destinations")).text
+    assert "4 sent, 50.0% failed" in every and "max 2.00 s" in every, every
