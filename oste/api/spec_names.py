@@ -48,6 +48,8 @@ LIFTED: dict[str, tuple[str, ...]] = {
     "OutcomeCounts": ("Stats", "series", "items", "outcomes"),
     "RollerBacklog": ("Stats", "rollers", "additionalProperties"),
     "CompanyBreaker": ("Destination", "companies", "items"),
+    "DestinationLastHour": ("Destination", "last_hour"),
+    "RequestLatency": ("Destination", "last_hour", "latency"),
 }
 """Inline objects of other components to name: component, then property names (``items`` for an array's
 items, ``additionalProperties`` for a map's values). A nullable one is named without its null."""
