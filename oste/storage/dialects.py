@@ -475,7 +475,14 @@ class SqliteDialect(Dialect):
     session_settings = False
     settle_statement = "PRAGMA wal_checkpoint(TRUNCATE)"
 
-    url_defaults = {"journal_mode": "WAL", "synchronous": "NORMAL", "busy_timeout": "5000"}
+    url_defaults = {
+        "journal_mode": "WAL",
+        "synchronous": "NORMAL",
+        "busy_timeout": "5000",
+        # no checkpoint inside a commit: the process's Checkpointer copies the log back, off the
+        # request path (oste.storage.checkpoints)
+        "wal_autocheckpoint": "0",
+    }
 
     def connection_identity(self, client: Any) -> tuple[Any, ...]:
         return (self.name, getattr(client, "filename", None))
