@@ -32,7 +32,7 @@ from tortoise.transactions import in_transaction
 from oste.domain import records as r
 from oste.domain.ids import new_id
 from oste.errors import Conflict, Unavailable
-from oste.eventloop import pause
+from oste.eventloop import pause, write_turn
 from oste.storage import models as m
 from oste.storage.dialects import PreparedRows, dialect_of
 from oste.storage.events import Change, record, record_statement, subscribed_solutions
@@ -173,14 +173,13 @@ async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> Pre
         rows.append(_row(created[-1], item.request_hash))
     streamed = await subscribed_solutions(now) if created else frozenset()
     wanted = [Change(a.id, "created") for a in created if a.solution_id in streamed]
-    prepared = PreparedActivities(
-        tuple(created),
-        dialect.prepare_rows("activity", COLUMNS, rows),
-        record_statement(dialect, wanted, now) if wanted else None,
-    )
-    if yielding:
-        await pause()  # the light requests that came meanwhile go first, then the transaction opens
-    return prepared
+    prepared_rows = dialect.prepare_rows("activity", COLUMNS, rows)
+    await (pause() if yielding else asyncio.sleep(0))
+    events = record_statement(dialect, wanted, now) if wanted else None
+    if yielding and not dialect.pooled:
+        # the transaction will hold the one connection: light requests go first
+        await write_turn()
+    return PreparedActivities(tuple(created), prepared_rows, events)
 
 
 async def write_prepared(prepared: PreparedActivities) -> list[r.Activity]:

@@ -557,6 +557,9 @@ class SqliteDialect(Dialect):
         # GIL released, where executemany took it back for every row from the event loop's thread.
         names = tuple(name for name, _ in columns)
         uuids = [i for i, (_, sql_type) in enumerate(columns) if sql_type == "uuid"]
+        # instants encoded here as the driver's adapter would (isoformat with a space), not in the
+        # transaction's statement
+        times = [i for i, (_, sql_type) in enumerate(columns) if sql_type == "timestamptz"]
         one = f"({', '.join('?' * len(columns))})"
         size = max(1, min(ROWS_PER_STATEMENT, SQLITE_VARIABLES // len(columns)))
         head = f"INSERT INTO {table} ({', '.join(names)}) VALUES "
@@ -569,6 +572,9 @@ class SqliteDialect(Dialect):
                 for i in uuids:
                     if item[i] is not None:
                         item[i] = str(item[i])
+                for i in times:
+                    if isinstance(item[i], datetime):
+                        item[i] = item[i].isoformat(" ")
                 values.extend(item)
             statements.append((head + ", ".join([one] * len(part)), values))
         return PreparedRows(table, names, statements=tuple(statements))
