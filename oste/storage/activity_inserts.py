@@ -154,8 +154,10 @@ async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> Pre
     """Build what inserting ``new`` takes (records with fresh ids, encoded rows, the insert and event
     statements) without holding a transaction; ``write_prepared`` writes it. Outside a transaction a
     big batch pauses every ``YIELD_EVERY`` rows (``oste.eventloop.pause``: an API heavy request lets the
-    light requests in flight finish first); inside one on SQLite only a plain yield, as that
-    transaction holds the one connection those requests would wait for."""
+    light requests in flight finish first), and on SQLite ends with ``oste.eventloop.write_turn`` (the
+    write will hold the one connection: an API heavy request waits for a pause in light requests);
+    inside a transaction on SQLite only a plain yield, as that transaction holds the one connection
+    those requests would wait for."""
     now = _utc(now)
     db = m.Activity._meta.db
     dialect = dialect_of(db)
@@ -174,7 +176,8 @@ async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> Pre
     streamed = await subscribed_solutions(now) if created else frozenset()
     wanted = [Change(a.id, "created") for a in created if a.solution_id in streamed]
     prepared_rows = dialect.prepare_rows("activity", COLUMNS, rows)
-    await (pause() if yielding else asyncio.sleep(0))
+    if yielding:
+        await pause()
     events = record_statement(dialect, wanted, now) if wanted else None
     if yielding and not dialect.pooled:
         # the transaction will hold the one connection: light requests go first
