@@ -12,8 +12,9 @@ from a connection of its own, on a thread, every ``INTERVAL`` seconds:
   waits for, or blocks, a writer or a reader. Once it has copied the whole log, the next commit starts
   the log over from its beginning (and truncates the file to the connection's ``journal_size_limit``).
 - ``TRUNCATE`` when nothing was written since the last look (the log is idle) or the log grew past
-  ``LARGE_WAL`` (a reader held the passive ones back): it waits for the writer in progress, blocks new
-  ones while it copies what is left, and empties the file. When idle there is little left to copy.
+  ``LARGE_WAL`` (a reader held the passive ones back): it blocks new writers while it copies what is
+  left and empties the file; when idle there is little left to copy. It never waits: with a writer
+  or a reader in its way (a backup's snapshot) it copies what it can and tries at the next look.
 
 The checkpointer's connection opens the existing file after ``keep_sqlite_private`` made it private;
 SQLite gives the ``-wal`` and ``-shm`` files the database file's mode (0600). A backup's read
@@ -37,8 +38,10 @@ INTERVAL = 1.0
 """Seconds between two looks at the log."""
 LARGE_WAL = 64 * 1024 * 1024
 """Bytes of log past which a checkpoint waits for the writer and empties the log (``TRUNCATE``)."""
-BUSY_TIMEOUT_MS = 1000
-"""How long the checkpointer's ``TRUNCATE`` waits for the writer in progress before it tries later."""
+BUSY_TIMEOUT_MS = 0
+"""How long the checkpointer waits for a writer or reader in its way: not at all. A ``TRUNCATE``
+that waited would block every new writer meanwhile (a backup's long read would then stall the
+API's commits); instead it copies what it can and tries again at the next look."""
 
 
 def wal_size(database: Path) -> int:
