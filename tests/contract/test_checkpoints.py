@@ -5,6 +5,7 @@ while commits come, a TRUNCATE empties the log once they stop, and the files sta
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -77,4 +78,37 @@ async def test_a_large_log_is_emptied_even_while_commits_come(sqlite_url: str) -
         finally:
             await checker.stop()
     finally:
+        await close_database()
+
+
+async def test_a_readers_snapshot_never_makes_the_checkpointer_block_writers(sqlite_url: str) -> None:
+    """A backup holds a read transaction for its whole copy: the checkpointer's TRUNCATE must not wait
+    for it (waiting would block every new writer meanwhile); it copies what it can and goes on."""
+    path = Path(sqlite_url.removeprefix("sqlite://"))
+    await migrated(sqlite_url)
+    await open_database(sqlite_url)
+    await checkpoints.stop_checkpointer()
+    reader = sqlite3.connect(path, isolation_level=None)
+    try:
+        await _write(100)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM filler").fetchone()  # a snapshot, as a backup holds
+        await _write(100)
+        checker = Checkpointer(path)
+        try:
+            await checker.run_once()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            assert await checker.run_once() == "TRUNCATE"  # idle: tried, and given up at once
+            await _write(100)  # and the next commit does not wait for it either
+            assert loop.time() - started < 1.0
+            assert wal_size(path) > 0  # the reader still needs the log
+            reader.execute("COMMIT")
+            assert await checker.run_once() == "PASSIVE"
+            assert await checker.run_once() == "TRUNCATE"
+            assert wal_size(path) == 0
+        finally:
+            await checker.stop()
+    finally:
+        reader.close()
         await close_database()
