@@ -26,6 +26,19 @@ async def pause() -> None:
     await (hook() if hook is not None else asyncio.sleep(0))
 
 
+WRITE_TURN: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("oste_write_turn", default=None)
+"""What heavy work awaits before a write transaction that holds a shared connection (SQLite's one):
+set by the API's heavy requests to a wait for a pause in light requests (``oste.api.fairness``);
+unset, a plain yield."""
+
+
+async def write_turn() -> None:
+    """Before long work's write transaction on a connection every request shares: let light requests
+    go first (in a heavy API request, until they pause, for a bounded time)."""
+    hook = WRITE_TURN.get()
+    await (hook() if hook is not None else asyncio.sleep(0))
+
+
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """``uvloop.new_event_loop`` when uvloop is importable, else None (asyncio's default loop)."""
     try:

@@ -16,6 +16,11 @@ take the process from every other with them:
   are being served it pauses (``MAX_PAUSE`` at most per checkpoint), so another company's single
   create is not queued behind a thousand validations. Streams, long-polls and heavy requests
   ``step_aside``: they do not count as light while they wait or work.
+- **Light writes first.** On SQLite a heavy request's write transaction holds the process's one
+  connection, and a light request arriving meanwhile waits for all of it. So before it opens, the
+  heavy request waits for a pause in light requests (``write_turn``: none in flight and none ended
+  for ``QUIET``), ``WRITE_WAIT`` at most: light requests coming back to back are delayed by a heavy
+  write at most once per ``WRITE_WAIT``. (On PostgreSQL writes do not share a connection: no wait.)
 
 Every 429 is an RFC 9457 problem naming the cap (``cap``: its setting) and its value (``limit``),
 with ``Retry-After``. The caps count per API process: behind several ``oste api`` processes a company
@@ -38,13 +43,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from oste.domain import records as r
 from oste.errors import TooMany
-from oste.eventloop import PAUSE
+from oste.eventloop import PAUSE, WRITE_TURN
 
 CHUNK = 25
 """Items a heavy request handles between two checkpoints."""
 MAX_PAUSE = 0.05
 """Seconds a checkpoint waits at most for light requests to finish: a constant flow of light
 requests slows heavy work, never stops it."""
+QUIET = 0.01
+"""Seconds with no light request in flight that count as a pause in them, for ``write_turn``."""
+WRITE_WAIT = 1.0
+"""Seconds a heavy request's write transaction waits at most for a pause in light requests
+(``write_turn``): while light requests come back to back, a heavy write delays them at most once
+a second."""
 HEAVY_WAIT = 30.0
 """Seconds a heavy request waits at most for its turn before it answers 429."""
 RETRY_HELD = 5
@@ -86,6 +97,8 @@ class ApiShares:
         self.light = 0
         """Light requests being served now."""
         self._quiet: asyncio.Event | None = None
+        self._light_ended = 0.0
+        """The event loop's time the last light request ended (still light)."""
         self._streams: dict[uuid.UUID, int] = {}
         self._long_polls: dict[uuid.UUID, int] = {}
         self._heavy: dict[uuid.UUID, int] = {}
@@ -100,6 +113,13 @@ class ApiShares:
         self.light += 1
         if self._quiet is not None:
             self._quiet.clear()
+
+    def ended(self, scope: Scope) -> None:
+        """A request ended (noted for ``write_turn`` when it was light to its end)."""
+        mark = scope.get(_LIGHT)
+        if mark and mark[0]:
+            self._light_ended = asyncio.get_running_loop().time()
+        self.step_aside(scope)
 
     def step_aside(self, scope: Scope) -> None:
         """The request no longer counts as light (it waits, streams, or is heavy itself)."""
@@ -120,6 +140,22 @@ class ApiShares:
             self._quiet = asyncio.Event()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._quiet.wait(), MAX_PAUSE)
+
+    async def write_turn(self) -> None:
+        """Before a heavy request's write transaction on a connection every request shares (SQLite's
+        one: a light request arriving meanwhile waits for the whole transaction): wait until light
+        requests pause (none in flight and none ended for ``QUIET``: back-to-back requests leave
+        shorter gaps), ``WRITE_WAIT`` at most."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WRITE_WAIT
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                return
+            since = now - self._light_ended
+            if self.light <= 0 and since >= QUIET:
+                return
+            await asyncio.sleep(min(max(QUIET - since, 0.001), deadline - now))
 
     async def chunked(self, items: list[Any]) -> AsyncIterator[Any]:
         """``items`` one by one, with a ``checkpoint`` every ``CHUNK``."""
@@ -202,9 +238,11 @@ class ApiShares:
         try:
             await self._turn(company.id)
             pausing = PAUSE.set(self.checkpoint)  # the store's chunked work pauses as ours does
+            writing = WRITE_TURN.set(self.write_turn)  # and its shared-connection writes wait their turn
             try:
                 yield
             finally:
+                WRITE_TURN.reset(writing)
                 PAUSE.reset(pausing)
                 self._pass_turn()
         finally:
@@ -279,4 +317,4 @@ class LightRequests:
         try:
             await self.app(scope, receive, send)
         finally:
-            self.shares.step_aside(scope)
+            self.shares.ended(scope)

@@ -60,8 +60,11 @@ class ActivityOperations:
         actor.require(WRITE, "create activities")
         if not items:
             return []
+        # everything the insert needs is built first: the transaction (on SQLite, the one connection
+        # every other request waits for) holds only the statements
+        prepared = await self.store.prepare_activities(list(items))
         async with self.context.storage.atomic():
-            created = await self.store.create_activities(list(items))
+            created = await self.store.write_prepared_activities(prepared)
             if audit:
                 await self._audit(actor, company, solution, "create", None, {"count": len(created)})
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, len(items), written=True)

@@ -20,21 +20,22 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.backends.base.client import BaseDBAsyncClient, TransactionalDBClient
 from tortoise.exceptions import DBConnectionError, IntegrityError
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
 from oste.domain.ids import new_id
 from oste.errors import Conflict, Unavailable
-from oste.eventloop import pause
+from oste.eventloop import pause, write_turn
 from oste.storage import models as m
-from oste.storage.dialects import dialect_of
-from oste.storage.events import Change, record, subscribed_solutions
+from oste.storage.dialects import PreparedRows, dialect_of
+from oste.storage.events import Change, record, record_statement, subscribed_solutions
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "uuid"),
@@ -138,31 +139,81 @@ def _row(a: r.Activity, request_hash: str | None, off_schedule: bool = False) ->
     )
 
 
-async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list[r.Activity]:
-    """Insert validated activities all-or-nothing in one statement, in the order given; their records.
+@dataclass(frozen=True)
+class PreparedActivities:
+    """New activities made ready before the transaction that writes them opens (``prepare_activities``):
+    their records, their rows with every value encoded and the statements built, and the statement of
+    their ``created`` events (the streamed solutions'). The transaction then only runs the statements."""
 
-    Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is written
-    then) and Unavailable when the database cannot be reached.
-    """
-    if not new:
-        return []
+    created: tuple[r.Activity, ...]
+    rows: PreparedRows
+    events: tuple[str, list[Any]] | None
+
+
+async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> PreparedActivities:
+    """Build what inserting ``new`` takes (records with fresh ids, encoded rows, the insert and event
+    statements) without holding a transaction; ``write_prepared`` writes it. Outside a transaction a
+    big batch pauses every ``YIELD_EVERY`` rows (``oste.eventloop.pause``: an API heavy request lets the
+    light requests in flight finish first), and on SQLite ends with ``oste.eventloop.write_turn`` (the
+    write will hold the one connection: an API heavy request waits for a pause in light requests);
+    inside a transaction on SQLite only a plain yield, as that transaction holds the one connection
+    those requests would wait for."""
     now = _utc(now)
+    db = m.Activity._meta.db
+    dialect = dialect_of(db)
+    yielding = dialect.pooled or not isinstance(db, TransactionalDBClient)
     partitions = {
         kind.id: (kind.partition, kind.limited)
         for kind in {item.activity_type.id: item.activity_type for item in new}.values()
     }
     created: list[r.Activity] = []
     rows: list[tuple[Any, ...]] = []
-    # a big batch lets other requests run while its rows are built; on SQLite only a plain yield, as
-    # the caller's transaction holds the one connection those requests would wait for
-    shared = dialect_of(m.Activity._meta.db).pooled
     for index, item in enumerate(new):
         if index and index % YIELD_EVERY == 0:
-            await (pause() if shared else asyncio.sleep(0))
+            await (pause() if yielding else asyncio.sleep(0))
         created.append(new_activity_record(item, now, partitions[item.activity_type.id]))
         rows.append(_row(created[-1], item.request_hash))
-    await _write(created, rows, now, None, None, False, CONFLICT)
-    return created
+    streamed = await subscribed_solutions(now) if created else frozenset()
+    wanted = [Change(a.id, "created") for a in created if a.solution_id in streamed]
+    prepared_rows = dialect.prepare_rows("activity", COLUMNS, rows)
+    if yielding:
+        await pause()
+    events = record_statement(dialect, wanted, now) if wanted else None
+    if yielding and not dialect.pooled:
+        # the transaction will hold the one connection: light requests go first
+        await write_turn()
+    return PreparedActivities(tuple(created), prepared_rows, events)
+
+
+async def write_prepared(prepared: PreparedActivities) -> list[r.Activity]:
+    """Write what ``prepare_activities`` built, all or nothing (in the caller's transaction when there
+    is one); the records, in the order given. Raises Conflict if an idempotency key or a recurring
+    occurrence already exists (nothing is written then) and Unavailable when the database cannot be
+    reached."""
+    if not prepared.created:
+        return []
+    try:
+        async with in_transaction() as tx:  # the rows and their created events, or neither
+            await dialect_of(tx).insert_prepared(tx, prepared.rows)
+            if prepared.events is not None:
+                await tx.execute_query(*prepared.events)
+    except IntegrityError:
+        raise Conflict(CONFLICT) from None
+    except DBConnectionError as exc:
+        raise Unavailable(f"the database is unreachable: {exc}") from None
+    return list(prepared.created)
+
+
+async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list[r.Activity]:
+    """Insert validated activities all-or-nothing in one statement, in the order given; their records
+    (``prepare_activities`` then ``write_prepared``).
+
+    Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is written
+    then) and Unavailable when the database cannot be reached.
+    """
+    if not new:
+        return []
+    return await write_prepared(await prepare_activities(new, now))
 
 
 async def write_activities(

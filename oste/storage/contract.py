@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from oste.domain.parameters import ParameterRules
     from oste.domain.recurrence import Overlap
     from oste.domain.stats import Count, NodeStats, QueueDepth, RollerBacklog, StatsReport, Throttled
+    from oste.storage.activity_inserts import PreparedActivities
     from oste.storage.circuits import Breaker, HostObservation, Observation
     from oste.storage.dialects import Dialect
     from oste.storage.events import Change, Event
@@ -209,6 +210,21 @@ class Tenants(Protocol):
 
     async def create_activities(self, new: list[r.NewActivity]) -> list[r.Activity]:
         """Insert validated activities all-or-nothing, in one transaction, in the order given.
+
+        Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is
+        written then)."""
+        ...
+
+    async def prepare_activities(self, new: list[r.NewActivity]) -> PreparedActivities:
+        """``create_activities``' work that needs no transaction, done now: records with fresh ids,
+        encoded rows, the insert's and the ``created`` events' statements. Call it before the
+        transaction that writes them opens (``write_prepared_activities``), so that transaction holds
+        the connection only for the statements."""
+        ...
+
+    async def write_prepared_activities(self, prepared: PreparedActivities) -> list[r.Activity]:
+        """Write what ``prepare_activities`` built, all-or-nothing, in the caller's transaction when
+        there is one; the records, in the order given.
 
         Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is
         written then)."""

@@ -24,6 +24,7 @@ from tortoise.exceptions import BaseORMException, DBConnectionError
 from tortoise.migrations.api import migrate as run_migrations
 
 from oste.errors import OsteError, Unavailable
+from oste.storage.checkpoints import start_checkpointer, stop_checkpointer
 from oste.storage.config import COMMAND_TIMEOUT, normalise_url, tortoise_config
 from oste.storage.dialects import DRIVER_LOGGERS, Dialect, dialect_for_url, dialect_of
 from oste.storage.schema import SchemaVersion, migration_lock, read_version
@@ -163,6 +164,9 @@ async def open_database(url: str, apply_migrations: bool = True, require_current
         ) from None
     _quiet_driver_outages()
     await warn_without_session_settings(urlsplit(url).username)
+    path = dialect.file_of(url) if dialect.local_file else None
+    if path is not None and str(path) not in ("", ":memory:"):
+        await start_checkpointer(path)  # the log is copied back off the request path
     FULL.where = describe(normalise_url(url))
     log.info("database ready: %s", FULL.where)
     return dialect
@@ -170,6 +174,7 @@ async def open_database(url: str, apply_migrations: bool = True, require_current
 
 async def close_database() -> None:
     """Close every connection (an unclosed aiosqlite thread would hang process exit)."""
+    await stop_checkpointer()
     await Tortoise.close_connections()
     await asyncio.sleep(0)
 

@@ -475,7 +475,14 @@ class SqliteDialect(Dialect):
     session_settings = False
     settle_statement = "PRAGMA wal_checkpoint(TRUNCATE)"
 
-    url_defaults = {"journal_mode": "WAL", "synchronous": "NORMAL", "busy_timeout": "5000"}
+    url_defaults = {
+        "journal_mode": "WAL",
+        "synchronous": "NORMAL",
+        "busy_timeout": "5000",
+        # no checkpoint inside a commit: the process's Checkpointer copies the log back, off the
+        # request path (oste.storage.checkpoints)
+        "wal_autocheckpoint": "0",
+    }
 
     def connection_identity(self, client: Any) -> tuple[Any, ...]:
         return (self.name, getattr(client, "filename", None))
@@ -550,6 +557,9 @@ class SqliteDialect(Dialect):
         # GIL released, where executemany took it back for every row from the event loop's thread.
         names = tuple(name for name, _ in columns)
         uuids = [i for i, (_, sql_type) in enumerate(columns) if sql_type == "uuid"]
+        # instants encoded here as the driver's adapter would (isoformat with a space), not in the
+        # transaction's statement
+        times = [i for i, (_, sql_type) in enumerate(columns) if sql_type == "timestamptz"]
         one = f"({', '.join('?' * len(columns))})"
         size = max(1, min(ROWS_PER_STATEMENT, SQLITE_VARIABLES // len(columns)))
         head = f"INSERT INTO {table} ({', '.join(names)}) VALUES "
@@ -562,6 +572,9 @@ class SqliteDialect(Dialect):
                 for i in uuids:
                     if item[i] is not None:
                         item[i] = str(item[i])
+                for i in times:
+                    if isinstance(item[i], datetime):
+                        item[i] = item[i].isoformat(" ")
                 values.extend(item)
             statements.append((head + ", ".join([one] * len(part)), values))
         return PreparedRows(table, names, statements=tuple(statements))

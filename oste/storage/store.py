@@ -38,7 +38,12 @@ from oste.domain.ids import hash_secret, new_api_key, new_id, new_signing_secret
 from oste.domain.receiver_auth import auth_document, auth_from_document
 from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
 from oste.storage import models as m
-from oste.storage.activity_inserts import insert_activities
+from oste.storage.activity_inserts import (
+    PreparedActivities,
+    insert_activities,
+    prepare_activities,
+    write_prepared,
+)
 from oste.storage.changes import cancel_scheduled
 from oste.storage.database import FULL, RETRY_AFTER_SECONDS, raises_unavailable
 from oste.storage.dialects import json_of, optional_time_of, optional_uuid_of
@@ -485,6 +490,21 @@ class Store:
         written then).
         """
         return await insert_activities(new, self.clock.now())
+
+    async def prepare_activities(self, new: list[r.NewActivity]) -> PreparedActivities:
+        """``create_activities``' work that needs no transaction, done now: records with fresh ids,
+        encoded rows, the insert's and the ``created`` events' statements. Call it before the
+        transaction that writes them opens (``write_prepared_activities``), so that transaction holds
+        the connection only for the statements."""
+        return await prepare_activities(new, self.clock.now())
+
+    async def write_prepared_activities(self, prepared: PreparedActivities) -> list[r.Activity]:
+        """Write what ``prepare_activities`` built, all-or-nothing, in the caller's transaction when
+        there is one; the records, in the order given.
+
+        Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is
+        written then)."""
+        return await write_prepared(prepared)
 
     async def create_activity_once(
         self,

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from oste.api import fairness
 from oste.api.fairness import ApiShares, Caps
 from oste.errors import TooMany
+from oste.eventloop import WRITE_TURN
 
 
 def _company(name: str) -> Any:
@@ -127,3 +128,56 @@ async def test_a_checkpoint_waits_for_light_requests_at_most_a_little() -> None:
     started = loop.time()
     await shares.checkpoint()
     assert loop.time() - started < fairness.MAX_PAUSE
+
+
+async def test_a_heavy_write_waits_for_a_pause_in_light_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fairness, "QUIET", 0.05)
+    monkeypatch.setattr(fairness, "WRITE_WAIT", 30.0)
+    shares = ApiShares()
+    light = {"type": "http"}
+    shares.began(light)
+    waiting = asyncio.create_task(shares.write_turn())
+    await asyncio.sleep(0.02)
+    assert not waiting.done()  # a light request is in flight
+    shares.ended(light)
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # it just ended: the next one may come at once
+    await asyncio.wait_for(waiting, 5)  # then the pause is long enough
+    started = asyncio.get_running_loop().time()
+    await shares.write_turn()  # quiet already: no wait
+    assert asyncio.get_running_loop().time() - started < fairness.QUIET
+
+
+async def test_light_requests_back_to_back_delay_a_heavy_write_at_most_write_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fairness, "QUIET", 0.05)
+    monkeypatch.setattr(fairness, "WRITE_WAIT", 0.2)
+    shares = ApiShares()
+    stop = asyncio.Event()
+
+    async def back_to_back() -> None:
+        while not stop.is_set():
+            scope = {"type": "http"}
+            shares.began(scope)
+            await asyncio.sleep(0.005)
+            shares.ended(scope)
+            await asyncio.sleep(0.001)
+
+    flow = asyncio.create_task(back_to_back())
+    try:
+        await asyncio.sleep(0.02)
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(shares.write_turn(), 5)
+        assert asyncio.get_running_loop().time() - started >= 0.2  # never quiet: it waited its bound
+    finally:
+        stop.set()
+        await flow
+
+
+async def test_a_heavy_request_sets_the_write_turn_its_store_work_awaits() -> None:
+    shares = ApiShares()
+    assert WRITE_TURN.get() is None
+    async with shares.heavy(request(), _company("a")):
+        assert WRITE_TURN.get() == shares.write_turn
+    assert WRITE_TURN.get() is None

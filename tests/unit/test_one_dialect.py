@@ -24,6 +24,7 @@ ALLOWED = {
     # the storage room's implementations of one dialect's features, reached through the Dialect
     "oste/storage/backup.py": "`oste backup` copies a SQLite file (refused for a server database)",
     "oste/storage/writer_lock.py": "the one engine process per SQLite file names SQLite in its messages",
+    "oste/storage/checkpoints.py": "the SQLite log's checkpointer, on a connection of its own",
     "oste/storage/database.py": "the drivers' outage errors classified into Unavailable",
     "oste/storage/schema.py": "each dialect's migration lock and version read",
     "oste/storage/config.py": "the PostgreSQL pool's session settings",
