@@ -35,6 +35,7 @@ from oste.storage import StatsStore
 log = logging.getLogger("oste.engine.metrics")
 _OUTCOME_INDEX = {name: i for i, name in enumerate(OUTCOMES)}
 OK = _OUTCOME_INDEX["ok"]
+EXPIRED = _OUTCOME_INDEX["expired"]
 DEAD = ActivityState.DEAD
 
 
@@ -115,16 +116,17 @@ class DeliveryRecorder:
             dead = completion.state is DEAD
             if dead:
                 dead_counts[type_id] = dead_counts.get(type_id, 0) + 1
-            observe_lag(lag)
-            DURATIONS[index].observe(report.duration_ms / 1000.0)
+            if index != EXPIRED:  # never sent: neither a lag nor a request's duration
+                observe_lag(lag)
+                DURATIONS[index].observe(report.duration_ms / 1000.0)
             minute = minute_of(report.started_at)
             rollup = rollups.get((minute, type_id))
             if rollup is None:
                 rollup = rollups[(minute, type_id)] = Rollup(
                     minute, target.company_id, target.solution_id, type_id
                 )
-            rollup.add(index, lag)
-            if lag > lag_max:
+            rollup.add(index, lag if index != EXPIRED else None)
+            if lag > lag_max and index != EXPIRED:
                 lag_max = lag
             if index != OK or dead or report.error is not None:
                 if info_on or (dead and warnings_on):
