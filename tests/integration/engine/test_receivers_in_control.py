@@ -5,11 +5,14 @@ attempt starts after it, ended ``expired`` unsent even when nothing would claim 
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
@@ -138,18 +141,6 @@ async def test_abort_is_a_dead_letter_at_once_whatever_retries_are_left(
     assert len(receiver.hits) == 1
 
 
-async def test_an_abort_reason_is_bounded_and_redacted(
-    store: Store, receiver: Receiver, engine: Engine
-) -> None:
-    secret = "k3y-" + "s" * 28
-    kind = await make_type(store, receiver.url + "/x", headers={"X-Key": r.Header(secret, True)})
-    receiver.behaviour = respond(422, headers={"OSTE-Abort": f"bad key {secret} " + "x" * 5000})
-    done = await settled(store, await one(store, kind))
-    [run] = await executions_of(store, done)
-    assert done.state == r.ActivityState.DEAD and run.outcome == r.Outcome.FAILED
-    assert secret not in (run.error or "") and len(run.error or "") <= 600
-
-
 # --- expiry ---------------------------------------------------------------------------------------
 
 
@@ -214,3 +205,44 @@ async def test_types_that_set_none_of_this_behave_as_before(
     assert done.state == r.ActivityState.DEAD and done.expires_at is None and done.snoozes == 0
     runs = await executions_of(store, done)
     assert [e.outcome for e in runs] == [r.Outcome.ERROR, r.Outcome.FAILED]
+
+
+# --- the receiver of docs/receivers.md ------------------------------------------------------------
+
+
+def steering_receiver_code() -> str:
+    page = (Path(__file__).parents[3] / "docs" / "receivers.md").read_text()
+    section = page.split("## Steering OSTE from the receiver", 1)[1]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)[0]
+
+
+async def test_the_documented_receiver_aborts_snoozes_and_succeeds(store: Store, engine: Engine) -> None:
+    scope: dict[str, Any] = {"__name__": "steering_doc"}
+    exec(compile(steering_receiver_code(), "docs/receivers.md", "exec"), scope)
+    runner = web.AppRunner(scope["app"], access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        kind = await make_type(store, f"http://127.0.0.1:{port}/songs/{{SongId}}", retries=4)
+        now = SystemClock().now()
+        [gone] = await make_activities(store, kind, now, parameter={"SongId": "zz"})
+        dead = await settled(store, gone)
+        assert dead.state == r.ActivityState.DEAD and dead.attempts == 1 and dead.retries == 4
+        assert [e.error for e in await executions_of(store, dead)] == [
+            "aborted by the receiver: no customer zz"
+        ]
+
+        scope["busy"] = True
+        [busy] = await make_activities(store, kind, now, parameter={"SongId": "a1"})
+
+        async def snoozed() -> bool:
+            return (await reload(store, busy)).snoozes == 1
+
+        await eventually(snoozed, within=10)
+        waiting = await reload(store, busy)
+        assert waiting.state == r.ActivityState.SCHEDULED and waiting.attempts == 0 and waiting.retries == 4
+        assert (waiting.next_attempt_at - SystemClock().now()).total_seconds() > 500  # ten minutes off
+    finally:
+        await runner.cleanup()
