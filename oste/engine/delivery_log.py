@@ -123,12 +123,13 @@ def log_delivery(
         error += "; raise the activity type's `timeout` if the receiver needs longer"
     if state is DEAD:
         delivery_log.warning(
-            "dead letter %s %s/%s/%s after attempt %d: %s (%s) in %.1f ms; %s. Fix the cause, then "
+            "dead letter %s %s/%s/%s %s attempt %d: %s (%s) in %.1f ms; %s. Fix the cause, then "
             "requeue it: POST /v1/companies/%s/solutions/%s/activities/%s/requeue",
             activity,
             company,
             solution,
             type_name,
+            "before" if report.outcome == "expired" else "after",
             claim.attempt,
             report.outcome,
             error,

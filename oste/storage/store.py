@@ -632,6 +632,7 @@ class Store:
         reset = {
             "state": r.ActivityState.SCHEDULED,
             "retries": retries,
+            "snoozes": 0,
             "finished_at": None,
             "claim_token": None,
             "claimed_by": None,

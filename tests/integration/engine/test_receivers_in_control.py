@@ -5,6 +5,7 @@ attempt starts after it, ended ``expired`` unsent even when nothing would claim 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -181,6 +182,21 @@ async def test_an_activity_nothing_claims_is_ended_at_its_expires_at(
     [run] = await executions_of(store, done)
     assert run.outcome == r.Outcome.EXPIRED and "expired" in (run.error or "")
     assert run.started_at >= activity.expires_at  # type: ignore[operator]
+
+
+async def test_an_expired_activity_gets_its_dead_letter_handler(
+    store: Store, receiver: Receiver, engine: Engine
+) -> None:
+    """Paused, it is ended by the expirer: its type's ``on_dead_letter`` handler is created and sent
+    (the handler's type is not paused), with the expired execution in its parameter."""
+    await make_type(store, receiver.url + "/handler", name="on-expired")
+    kind = await a_type(store, receiver.url + "/x", paused=True, on_dead_letter="on-expired")
+    activity = await one(store, kind, expires_at=SystemClock().now() + timedelta(seconds=0.3))
+    hits = await receiver.wait_for(1, within=20)
+    assert [hit.path for hit in hits] == ["/handler"]
+    body = json.loads(hits[0].body)
+    assert body["activity"]["id"] == str(activity.id) and body["activity"]["attempts"] == 0
+    assert [e["outcome"] for e in body["executions"]] == ["expired"]
 
 
 async def test_an_activity_due_after_its_expiry_is_never_sent(
