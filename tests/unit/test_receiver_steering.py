@@ -85,3 +85,40 @@ def test_the_receiving_helpers_make_headers_oste_reads_back() -> None:
         snooze(datetime(2030, 1, 1))
     assert abort("customer\r\ndeleted") == {"OSTE-Abort": "customer deleted"}
     assert len(abort("y" * 9000)["OSTE-Abort"]) == 500
+
+
+def test_an_exported_line_carries_expires_at_when_set() -> None:
+    import dataclasses
+    import uuid
+
+    import orjson
+
+    from oste.cli.transfer import export_line
+    from oste.domain import records as r
+
+    base = r.Activity(
+        id=uuid.uuid4(),
+        company_id=uuid.uuid4(),
+        solution_id=uuid.uuid4(),
+        activity_type_id=uuid.uuid4(),
+        activity_type="remind",
+        partition=0,
+        scheduled_for=NOW,
+        next_attempt_at=NOW,
+        parameter={},
+        retries=3,
+        priority=0,
+        object_id=None,
+        state=r.ActivityState.SCHEDULED,
+        attempts=0,
+        last_outcome=None,
+        recurring_activity_id=None,
+        occurrence_at=None,
+        idempotency_key=None,
+        created_at=NOW,
+        updated_at=NOW,
+        finished_at=None,
+    )
+    assert "expires_at" not in orjson.loads(export_line(base))
+    later = dataclasses.replace(base, expires_at=NOW + timedelta(hours=6))
+    assert datetime.fromisoformat(orjson.loads(export_line(later))["expires_at"]) == NOW + timedelta(hours=6)
