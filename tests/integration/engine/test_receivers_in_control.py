@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from prometheus_client import REGISTRY
 
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.engine import Engine
+from oste.storage.stats import StatsService
 from oste.storage.store import Store
 from tests.engine_support import (
     Receiver,
@@ -89,6 +91,8 @@ async def test_three_snoozes_then_success_spend_no_attempt_and_no_retry(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
     kind = await a_type(store, receiver.url + "/x", retries=2)
+    labels = {"outcome": "snoozed", "company": "acme", "solution": "songs", "activity_type": "republish"}
+    counted = REGISTRY.get_sample_value("oste_deliveries_total", labels) or 0.0
     snooze = respond(503, "busy", headers={"OSTE-Snooze": "0.3"})
     receiver.behaviour = in_turn(snooze, snooze, snooze, respond(200, "done"))
     done = await settled(store, await one(store, kind), within=20)
@@ -100,6 +104,12 @@ async def test_three_snoozes_then_success_spend_no_attempt_and_no_retry(
     assert [hit.headers["OSTE-Attempt"] for hit in receiver.hits] == ["1"] * 4
     gaps = [later.at - earlier.at for earlier, later in zip(receiver.hits, receiver.hits[1:], strict=False)]
     assert all(gap >= 0.29 for gap in gaps), gaps  # never back before the snooze is over
+    assert REGISTRY.get_sample_value("oste_deliveries_total", labels) == counted + 3
+    await engine.rollups.run_once()  # the minute's rollups, written now rather than by the service
+    stats = await StatsService(store.clock).solution(
+        await store.get_company("acme"), await store.get_solution(await store.get_company("acme"), "songs")
+    )
+    assert stats.windows["1h"].outcome_counts()["snoozed"] >= 3
 
 
 async def test_one_snooze_past_max_snoozes_counts_as_a_retry(
