@@ -408,7 +408,8 @@ class Executor:
         """The report of an answer carrying ``OSTE-Abort`` (a dead letter at once) or a valid
         ``OSTE-Snooze`` (back later, no retry spent); None for an invalid snooze (ignored)."""
         if aborted is not None:
-            error = redactor.text(abort_reason(aborted))
+            # redacted whole before it is cut: a secret echoed across the cut leaves no prefix behind
+            error = abort_reason(redactor.text(aborted) if redactor else aborted)
             return self._report(started, t0, Outcome.FAILED, status, error, excerpt)
         assert snoozing is not None
         seconds = parse_snooze(snoozing, self.clock.now())

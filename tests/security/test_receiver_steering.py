@@ -45,6 +45,17 @@ async def test_an_abort_reason_is_bounded_and_redacted(
     assert secret not in (run.error or "") and len(run.error or "") <= 600
 
 
+async def test_a_secret_echoed_across_the_abort_reasons_cut_leaves_no_prefix(
+    store: Store, receiver: Receiver, engine: Engine
+) -> None:
+    secret = "k3y-" + "s" * 28
+    kind = await make_type(store, receiver.url + "/x", headers={"X-Key": r.Header(secret, True)})
+    receiver.behaviour = respond(200, headers={"OSTE-Abort": "x" * 490 + secret})
+    done = await settled(store, await one(store, kind))
+    [run] = await executions_of(store, done)
+    assert done.state == r.ActivityState.DEAD and "k3y-" not in (run.error or "")
+
+
 async def test_a_receiver_that_snoozes_forever_ends_after_max_snoozes_and_its_retries(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
