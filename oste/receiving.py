@@ -15,6 +15,12 @@ A receiver calls :func:`verify` with the secret, the request's headers and its r
     except WebhookVerificationError as exc:
         return web.Response(status=401, text=str(exc))
 
+A receiver can also steer what OSTE does next, whatever status it answers, with the headers
+:func:`snooze` and :func:`abort` make::
+
+    return web.Response(status=503, headers=snooze(600))           # back in ten minutes, no retry spent
+    return web.Response(status=200, headers=abort("customer deleted"))  # a dead letter, now
+
 This module stands alone on purpose: it imports only the standard library (no engine, no API, no
 database driver), so a partner can ``pip install oste`` and import it, or copy this one file.
 """
@@ -27,8 +33,10 @@ import hashlib
 import hmac
 import time
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
-__all__ = ["DEFAULT_TOLERANCE", "WebhookVerificationError", "sign", "verify"]
+__all__ = ["DEFAULT_TOLERANCE", "WebhookVerificationError", "abort", "sign", "snooze", "verify"]
 
 DEFAULT_TOLERANCE = 300
 """Seconds a ``webhook-timestamp`` may lie from the receiver's clock, either way (replay window)."""
@@ -120,3 +128,34 @@ def verify(
         "bad signature: no v1 signature matches this secret and body "
         "(wrong or rotated secret, or a body altered or re-encoded on the way)"
     )
+
+
+MAX_SNOOZE = timedelta(days=30)
+"""The longest snooze OSTE honours."""
+MAX_REASON = 500
+"""Characters of an abort reason OSTE keeps."""
+
+
+def snooze(until: float | timedelta | datetime) -> dict[str, str]:
+    """The ``OSTE-Snooze`` header of an answer that puts the activity back for a while without spending
+    one of its retries: ``until`` is seconds, a ``timedelta`` or an aware ``datetime`` (at most 30 days
+    ahead; OSTE caps it there). Its ``max_snoozes`` (default 50) bounds how often; past it, a snooze
+    counts as a ``retry``."""
+    if isinstance(until, datetime):
+        if until.tzinfo is None:
+            raise ValueError("snooze(datetime) needs an aware datetime (with a time zone)")
+        return {"OSTE-Snooze": format_datetime(until.astimezone(UTC), usegmt=True)}
+    seconds = until.total_seconds() if isinstance(until, timedelta) else float(until)
+    if not seconds >= 0:
+        raise ValueError(f"a snooze is zero or more seconds, not {until!r}")
+    seconds = min(seconds, MAX_SNOOZE.total_seconds())
+    text = f"{seconds:.3f}".rstrip("0").rstrip(".")
+    return {"OSTE-Snooze": text}
+
+
+def abort(reason: str) -> dict[str, str]:
+    """The ``OSTE-Abort`` header of an answer that ends the activity at once as a dead letter (outcome
+    ``failed``, ``reason`` in its execution's ``error``), whatever retries it has left. Control
+    characters become spaces; OSTE keeps the first 500 characters."""
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in reason[: MAX_REASON * 2]).split())
+    return {"OSTE-Abort": text[:MAX_REASON] or "aborted"}

@@ -29,6 +29,7 @@ from oste.operations.creation import (
     CHECKPOINT_EVERY,
     TypeCache,
     check_idempotency_key,
+    expiry,
     keyed,
     new_activity,
     validate_each,
@@ -156,6 +157,10 @@ async def patch_activity(request: Request) -> Response:
     due = when(data, api.store.clock.now())
     if due is not None:
         changes["scheduled_for"] = due
+    if "expires_at" in data:
+        changes["expires_at"] = expiry(data, due or activity.scheduled_for)
+    elif due is not None and activity.expires_at is not None and activity.expires_at <= due:
+        raise InvalidInput.field("scheduled_for", "must be before the activity's expires_at")
     if "retries" in data:
         changes["retries"] = data["retries"] if data["retries"] is not None else None
     if "parameter" in data:

@@ -115,7 +115,7 @@ _EXECUTION = {
         "started_at": schemas.DATETIME,
         "finished_at": schemas.DATETIME,
         "duration_ms": {"type": "number"},
-        "outcome": {"type": "string", "enum": ["ok", "failed", "retry", "error", "deferred"]},
+        "outcome": {"type": "string", "enum": schemas.EXECUTION_OUTCOMES},
         "http_status": {"type": ["integer", "null"]},
         "error": _NULLABLE_TEXT,
         "response_excerpt": {**_NULLABLE_TEXT, "description": "First 4 KiB; secret header values redacted"},

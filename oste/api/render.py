@@ -97,6 +97,10 @@ def activity_type(t: r.ActivityType, solution_name: str) -> dict[str, Any]:
         "on_dead_letter": t.on_dead_letter,
         "breaker_failures": t.breaker_failures,
         "auth": shown_auth(t.auth),
+        "retry_statuses": list(t.retry_statuses) if t.retry_statuses is not None else None,
+        "fail_statuses": list(t.fail_statuses) if t.fail_statuses is not None else None,
+        "max_snoozes": t.max_snoozes,
+        "max_lateness": format_duration(t.max_lateness) if t.max_lateness is not None else None,
         "created_at": iso(t.created_at),
         "updated_at": iso(t.updated_at),
     }
@@ -122,6 +126,8 @@ def activity(a: r.Activity) -> dict[str, Any]:
         "depth": a.depth,
         "chain_note": a.chain_note,
         "uri_override": a.uri_override,
+        "expires_at": iso(a.expires_at),
+        "snoozes": a.snoozes,
         "created_at": iso(a.created_at),
         "updated_at": iso(a.updated_at),
     }

@@ -18,8 +18,8 @@ SCHEMA_REF = "#/components/schemas/"
 
 ENUMS: dict[str, tuple[str, ...]] = {
     "ActivityState": ("scheduled", "running", "succeeded", "dead", "cancelled"),
-    "Outcome": ("ok", "failed", "retry", "error"),
-    "ExecutionOutcome": ("ok", "failed", "retry", "error", "deferred"),
+    "Outcome": ("ok", "failed", "retry", "error", "snoozed", "expired"),
+    "ExecutionOutcome": ("ok", "failed", "retry", "error", "deferred", "snoozed", "expired"),
     "Verb": ("POST", "PUT", "PATCH", "DELETE", "GET"),
     "BulkAction": ("cancel", "requeue", "update"),
     "DstAmbiguousPolicy": ("first", "second", "both"),

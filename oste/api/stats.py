@@ -69,8 +69,10 @@ _COUNT = {"type": "integer", "minimum": 0}
 _SECONDS = {"type": ["number", "null"], "minimum": 0}
 _OUTCOMES = {
     "type": "object",
-    "description": "Delivery attempts by outcome: ok (2xx), failed (other 4xx), retry (408/425/429), "
-    "error (5xx, timeout, network)",
+    "description": "Delivery attempts by outcome: ok (2xx), failed (other 4xx, or the receiver's "
+    "OSTE-Abort), retry (408/425/429), error (5xx, timeout, network), snoozed (the receiver's "
+    "OSTE-Snooze), expired (not sent: past expires_at or the type's max_lateness); a type's "
+    "retry_statuses/fail_statuses move statuses between them",
     "properties": {name: _COUNT for name in OUTCOMES},
     "required": list(OUTCOMES),
 }

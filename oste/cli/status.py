@@ -133,13 +133,14 @@ def print_status(stats: dict[str, Any], console: Console, node_timeout: float = 
     console.print(queue)
 
     windows = Table(title="Deliveries", title_justify="left")
-    for column in ("window", "ok", "failed", "retry", "error", "lag p50", "lag p95", "lag p99", "lag max"):
+    outcome_names = ("ok", "failed", "retry", "error", "snoozed", "expired")
+    for column in ("window", *outcome_names, "lag p50", "lag p95", "lag p99", "lag max"):
         windows.add_column(column, justify="left" if column == "window" else "right")
     for name, window in stats["windows"].items():
         outcomes, lag = window["outcomes"], window["lag"]
         windows.add_row(
             name,
-            *(f"{outcomes[o]:,}" for o in ("ok", "failed", "retry", "error")),
+            *(f"{outcomes.get(o, 0):,}" for o in outcome_names),
             *(_seconds(lag[p]) for p in ("p50", "p95", "p99", "max")),
         )
     console.print(windows)

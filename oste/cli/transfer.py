@@ -248,6 +248,8 @@ def export_line(activity: r.Activity) -> bytes:
         "parameter": activity.parameter,
         "priority": activity.priority,
     }
+    if activity.expires_at is not None:
+        line["expires_at"] = iso(activity.expires_at)
     spent = activity.state == r.ActivityState.DEAD and activity.retries <= 0
     if activity.retries >= 0 and not spent:
         line["retries"] = activity.retries

@@ -5,12 +5,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from oste.domain.records import ActivityState, Outcome
 
 if TYPE_CHECKING:
+    from oste.domain.delivery import StatusPolicy
     from oste.domain.receiver_auth import OutboundAuth
 
 IDEMPOTENCY_NAMESPACE = uuid.UUID("6f1d3a52-3c0e-4c59-9f0b-0e5f1d0a0c57")
@@ -86,6 +87,12 @@ class DispatchTarget:
     another one stored reads the type again, so URI and credentials always come from one version."""
     secret_headers: tuple[str, ...] = ()
     """The values of the type's secret static headers (redacted from what the receiver answers)."""
+    status_policy: StatusPolicy | None = None
+    """The type's ``retry_statuses``/``fail_statuses`` (None: the default classification)."""
+    max_snoozes: int = 50
+    """``OSTE-Snooze`` answers an activity of this type may give; one more counts as ``retry``."""
+    max_lateness: float | None = None
+    """Seconds after ``scheduled_for`` past which no attempt of this type starts (None: no bound)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,20 @@ class Claim:
     priority: int = 0
     uri_override: str | None = None
     """The activity's own URI pattern, used instead of ``target.uri_pattern`` when set."""
+    expires_at: datetime | None = None
+    """The activity's own ``expires_at`` (see ``deadline``)."""
+    snoozes: int = 0
+    """``OSTE-Snooze`` answers the activity gave before this attempt."""
+
+    @property
+    def deadline(self) -> datetime | None:
+        """No attempt starts at or after it: the earlier of ``expires_at`` and ``scheduled_for`` plus
+        the type's ``max_lateness`` (None: no bound)."""
+        lateness = self.target.max_lateness
+        late = self.scheduled_for + timedelta(seconds=lateness) if lateness is not None else None
+        if self.expires_at is None:
+            return late
+        return self.expires_at if late is None else min(self.expires_at, late)
 
     @property
     def idempotency_key(self) -> str:
@@ -149,6 +170,8 @@ class AttemptReport:
     unreachable: bool = False
     """True when no connection could be made (refused or reset while connecting, DNS, a TLS handshake
     with OSTE's own trust settings): evidence about the host, not about the request. Never a timeout."""
+    snooze: float | None = None
+    """Seconds a valid ``OSTE-Snooze`` asked for (the outcome is then ``snoozed``)."""
 
 
 @dataclass(frozen=True)

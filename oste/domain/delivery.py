@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 from oste.domain.claims import AttemptReport, Claim, Completion, ExpiredClaim, FollowOn
 from oste.domain.records import ActivityState, Outcome
@@ -16,12 +19,93 @@ MAX_RETRY_AFTER_SECONDS = 86_400.0
 """A receiver's Retry-After is honoured up to one day."""
 
 
-def classify(status: int, success_statuses: tuple[int, ...] | None = None) -> Outcome:
+MAX_SNOOZE_SECONDS = 30 * 86_400.0
+"""An ``OSTE-Snooze`` puts an activity back for at most 30 days."""
+
+MAX_ABORT_REASON = 500
+"""Characters of an ``OSTE-Abort`` reason kept in the execution's ``error``."""
+
+MAX_HEADER_READ = 1_000
+"""Characters of a receiver's ``OSTE-Snooze`` value read at most (a longer one is ignored)."""
+
+ABORTED = "aborted by the receiver"
+SNOOZE_HEADER = "OSTE-Snooze"
+ABORT_HEADER = "OSTE-Abort"
+
+
+@dataclass(frozen=True)
+class StatusPolicy:
+    """A type's ``retry_statuses`` and ``fail_statuses``: codes and classes (``"5xx"``) mapped to an
+    outcome. A specific code wins over a class; what neither names is classified as by default."""
+
+    codes: Mapping[int, Outcome]
+    classes: Mapping[int, Outcome]
+
+    @classmethod
+    def of(cls, retry: Iterable[int | str] | None, fail: Iterable[int | str] | None) -> StatusPolicy | None:
+        """The policy of a type's two lists (None when both are empty: the default costs nothing)."""
+        codes: dict[int, Outcome] = {}
+        classes: dict[int, Outcome] = {}
+        for items, outcome in ((retry or (), Outcome.RETRY), (fail or (), Outcome.FAILED)):
+            for item in items:
+                if isinstance(item, str) and item.endswith("xx"):
+                    classes[int(item[0])] = outcome
+                else:
+                    codes[int(item)] = outcome
+        return cls(codes, classes) if codes or classes else None
+
+    def outcome_of(self, status: int) -> Outcome | None:
+        """The outcome the policy gives ``status``, or None when it names neither it nor its class."""
+        found = self.codes.get(status)
+        return found if found is not None else self.classes.get(status // 100)
+
+
+def check_status_lists(retry: Iterable[Any] | None, fail: Iterable[Any] | None) -> list[tuple[str, str]]:
+    """(field, reason) of every problem of a type's ``retry_statuses``/``fail_statuses``: each item a
+    status code 100-599 or a class ``"1xx"``…``"5xx"``; a code or class in both lists is refused."""
+    problems: list[tuple[str, str]] = []
+    seen: dict[int | str, str] = {}
+    for name, items in (("retry_statuses", retry), ("fail_statuses", fail)):
+        for item in items or ():
+            key = status_item(item)
+            if key is None:
+                problems.append((name, f'{item!r} is not a status code (100-599) or a class such as "5xx"'))
+                continue
+            other = seen.get(key)
+            if other is not None and other != name:
+                problems.append((name, f"{key!r} is also in {other}: a status is retried or fails, not both"))
+            seen[key] = name
+    return problems
+
+
+def status_item(item: Any) -> int | str | None:
+    """A status list's item as stored (an int code, or a class ``"5xx"``), or None when it is neither."""
+    if isinstance(item, bool):
+        return None
+    if isinstance(item, int):
+        return item if 100 <= item <= 599 else None
+    if isinstance(item, str):
+        text = item.strip().lower()
+        if len(text) == 3 and text[0] in "12345" and text[1:] == "xx":
+            return text
+        if len(text) == 3 and text.isdigit() and 100 <= int(text) <= 599:
+            return int(text)
+    return None
+
+
+def classify(
+    status: int, success_statuses: tuple[int, ...] | None = None, policy: StatusPolicy | None = None
+) -> Outcome:
     """The outcome of an HTTP answer.
 
     ``ok`` for 2xx (or exactly the type's ``success_statuses`` when it has them); ``retry`` for
     408/425/429; ``error`` for 5xx; ``failed`` for everything else (other 4xx, unfollowed 3xx, 1xx).
+    A type's status ``policy`` comes first, except for a code its ``success_statuses`` names.
     """
+    if policy is not None and not (success_statuses and status in success_statuses):
+        chosen = policy.outcome_of(status)
+        if chosen is not None:
+            return chosen
     if success_statuses:
         if status in success_statuses:
             return Outcome.OK
@@ -67,6 +151,32 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     return min(max((when - now).total_seconds(), 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
+def parse_snooze(value: str, now: datetime) -> float | None:
+    """Seconds an ``OSTE-Snooze`` value asks for (delta-seconds, or an HTTP date), at most 30 days;
+    None when it is neither (the answer is then classified as if it had no such header)."""
+    text = value.strip()
+    if not text or len(text) > MAX_HEADER_READ:
+        return None
+    if text.isascii() and text.replace(".", "", 1).isdigit() and len(text) <= 20:
+        return min(float(text), MAX_SNOOZE_SECONDS)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return min(max((when - now).total_seconds(), 0.0), MAX_SNOOZE_SECONDS)
+
+
+def abort_reason(value: str) -> str:
+    """The execution's ``error`` of an ``OSTE-Abort`` answer: the reason, control characters turned to
+    spaces, at most ``MAX_ABORT_REASON`` characters (a receiver's header is not trusted)."""
+    text = "".join(ch if ch.isprintable() else " " for ch in value[: MAX_ABORT_REASON * 2]).strip()
+    if len(text) > MAX_ABORT_REASON:
+        text = text[: MAX_ABORT_REASON - 1] + "…"
+    return f"{ABORTED}: {text}" if text else ABORTED
+
+
 def retry_delay(
     attempt: int, base: float, cap: float, retry_after: float | None, rng: random.Random | None = None
 ) -> float:
@@ -104,18 +214,33 @@ def next_step(
 
 
 def conclude(claim: Claim, report: AttemptReport, node: str, rng: random.Random | None = None) -> Completion:
-    """The completion of a claim whose attempt ended with ``report``."""
+    """The completion of a claim whose attempt ended with ``report``.
+
+    A ``snoozed`` attempt is due again after the receiver's snooze with its retries kept; an
+    ``expired`` one is dead. A next attempt is never later than the activity's deadline (its
+    ``expires_at`` or its type's ``max_lateness``): due then, it ends ``expired`` unsent."""
     target = claim.target
-    state, left, at = next_step(
-        report.outcome,
-        claim.retries,
-        claim.attempt,
-        target.backoff_base,
-        target.backoff_max,
-        report.finished_at,
-        report.retry_after,
-        rng,
-    )
+    outcome = report.outcome
+    if outcome == Outcome.SNOOZED:
+        later = timedelta(seconds=report.retry_after or 0.0)
+        state, left, at = ActivityState.SCHEDULED, claim.retries, report.finished_at + later
+    elif outcome == Outcome.EXPIRED:
+        state, left, at = ActivityState.DEAD, claim.retries, None
+    else:
+        state, left, at = next_step(
+            outcome,
+            claim.retries,
+            claim.attempt,
+            target.backoff_base,
+            target.backoff_max,
+            report.finished_at,
+            report.retry_after,
+            rng,
+        )
+    if at is not None and (claim.expires_at is not None or target.max_lateness is not None):
+        deadline = claim.deadline
+        if deadline is not None and at > deadline:
+            at = deadline
     follow = follow_on(state, target.on_success, target.on_success_delay, target.on_dead_letter)
     return Completion(
         claim.activity_id,
@@ -140,6 +265,20 @@ def follow_on(
     if state == ActivityState.DEAD and on_dead_letter:
         return FollowOn("dead_letter", on_dead_letter)
     return None
+
+
+def expired_report(claim: Claim, now: datetime) -> AttemptReport:
+    """The report of a claim past its deadline: no request made, the activity ends ``expired``."""
+    deadline = claim.deadline
+    when = deadline.isoformat() if deadline is not None else "its deadline"
+    return AttemptReport(
+        Outcome.EXPIRED,
+        now,
+        now,
+        0.0,
+        error=f"expired: no attempt starts after {when} (expires_at, or the type's max_lateness)",
+        reached_receiver=False,
+    )
 
 
 def conclude_expired(expired: ExpiredClaim, now: datetime, rng: random.Random | None = None) -> Completion:

@@ -159,9 +159,10 @@ def is_failure(outcome: Outcome | str, http_status: int | None) -> bool:
     A 4xx, a 429 or a refusal of OSTE's own (SSRF guard, a request that cannot be built) says nothing
     bad about the receiver's health.
     """
-    if outcome != Outcome.ERROR:
-        return False
-    return http_status is None or http_status >= 500
+    if outcome == Outcome.ERROR:
+        return http_status is None or http_status >= 500
+    # a 5xx a type's status policy classifies ``retry`` or ``failed`` still says the receiver is unwell
+    return http_status is not None and http_status >= 500 and outcome in (Outcome.RETRY, Outcome.FAILED)
 
 
 def probe_result(

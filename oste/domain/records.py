@@ -70,6 +70,10 @@ class Outcome(StrEnum):
     ERROR = "error"
     DEFERRED = "deferred"
     """Not sent: its destination's circuit breaker was open; no retry was spent (``error`` says why)."""
+    SNOOZED = "snoozed"
+    """The receiver answered ``OSTE-Snooze``: back after that long, no retry spent, attempt not counted."""
+    EXPIRED = "expired"
+    """Not sent: the activity's ``expires_at`` (or its type's ``max_lateness``) had passed; it is dead."""
 
 
 VERBS = ("POST", "PUT", "PATCH", "DELETE", "GET")
@@ -176,6 +180,14 @@ class ActivityType:
     """Failures in a row that open its destination's breaker (None: the setting; 0: never)."""
     auth: OutboundAuth | None = None
     """How its requests authenticate to the receiver (``oste.domain.receiver_auth``), or None."""
+    retry_statuses: tuple[int | str, ...] | None = None
+    """Status codes or classes (``"5xx"``) retried as ``retry`` (None: the default classification)."""
+    fail_statuses: tuple[int | str, ...] | None = None
+    """Status codes or classes that fail at once (dead letter), whatever retries are left."""
+    max_snoozes: int = 50
+    """``OSTE-Snooze`` answers one activity may give; one more is treated as ``retry``."""
+    max_lateness: float | None = None
+    """Seconds after ``scheduled_for`` past which no attempt starts: the activity ends ``expired``."""
 
     @property
     def partition(self) -> int:
@@ -223,6 +235,10 @@ class Activity:
     """Why no follow-on or handler was created when one was configured (or None)."""
     uri_override: str | None = None
     """A URI pattern used instead of its type's from the next attempt on (set by a bulk update)."""
+    expires_at: datetime | None = None
+    """No attempt starts after it: reached unsent or between retries, the activity ends ``expired``."""
+    snoozes: int = 0
+    """``OSTE-Snooze`` answers so far (bounded by the type's ``max_snoozes``)."""
 
 
 @dataclass(frozen=True)
@@ -304,6 +320,7 @@ class NewActivity:
     request_hash: str | None = None
     recurring_activity_id: uuid.UUID | None = None
     occurrence_at: datetime | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from oste.domain import records as r
 from oste.domain.bound_credentials import check_type_move
+from oste.domain.delivery import check_status_lists, status_item
 from oste.domain.fields import parse_duration
 from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
 from oste.domain.receiver_auth import check_auth
@@ -117,7 +118,16 @@ def type_values(
     errors = FieldErrors(earlier)
     values: dict[str, Any] = {
         k: data[k]
-        for k in ("name", "verb", "retries", "max_concurrency", "rate_limit", "paused", "breaker_failures")
+        for k in (
+            "name",
+            "verb",
+            "retries",
+            "max_concurrency",
+            "rate_limit",
+            "paused",
+            "breaker_failures",
+            "max_snoozes",
+        )
         if k in data
     }
     if "uri_pattern" in data:
@@ -138,6 +148,7 @@ def type_values(
         statuses = data["success_statuses"]
         values["success_statuses"] = tuple(sorted(set(statuses))) if statuses is not None else None
     _durations(data, values, errors)
+    _status_policy(data, values, current, errors)
     for name in CHAIN_FIELDS:
         if name in data:
             values[name] = data[name]
@@ -158,12 +169,49 @@ def _durations(data: dict[str, Any], values: dict[str, Any], errors: FieldErrors
         if name in data:
             with errors.check():
                 values[name] = parse_duration(data[name], name, maximum)
+    if "max_lateness" in data:
+        late = data["max_lateness"]
+        with errors.check():
+            values["max_lateness"] = (
+                None if late is None else parse_duration(late, "max_lateness", MAX_LATENESS)
+            )
+            if values["max_lateness"] is not None and values["max_lateness"] <= 0:
+                raise InvalidInput.field("max_lateness", "must be longer than zero, or null for no bound")
     if "on_success_delay" in data:
         delay = data["on_success_delay"]
         with errors.check():
             values["on_success_delay"] = (
                 None if delay is None else parse_duration(delay, "on_success_delay", MAX_ON_SUCCESS_DELAY)
             )
+
+
+MAX_LATENESS = 365 * 86400.0
+"""A type's ``max_lateness`` is at most a year."""
+
+
+def _status_policy(
+    data: dict[str, Any], values: dict[str, Any], current: r.ActivityType | None, errors: FieldErrors
+) -> None:
+    """A type's ``retry_statuses`` and ``fail_statuses`` into ``values`` (codes as ints, classes as
+    ``"5xx"``); a code or class in both lists (the one given and the one stored) is a 422."""
+    names = ("retry_statuses", "fail_statuses")
+    if not any(name in data for name in names):
+        return
+    lists: dict[str, tuple[int | str, ...] | None] = {}
+    for name in names:
+        given = data[name] if name in data else (getattr(current, name) if current is not None else None)
+        if given is None:
+            lists[name] = None
+            continue
+        items = [status_item(item) for item in given]
+        lists[name] = tuple(dict.fromkeys(i for i in items if i is not None)) or None
+    for field, reason in check_status_lists(
+        data.get("retry_statuses", lists["retry_statuses"]), data.get("fail_statuses", lists["fail_statuses"])
+    ):
+        errors.add(InvalidInput.field(field, reason))
+    for name in names:
+        if name in data:
+            values[name] = lists[name]
 
 
 TYPE_DEFAULTS: dict[str, Any] = {
@@ -183,6 +231,10 @@ TYPE_DEFAULTS: dict[str, Any] = {
     "on_dead_letter": None,
     "breaker_failures": None,
     "auth": None,
+    "retry_statuses": None,
+    "fail_statuses": None,
+    "max_snoozes": 50,
+    "max_lateness": None,
 }
 """A created type's values for the fields its body leaves out."""
 

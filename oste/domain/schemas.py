@@ -216,6 +216,16 @@ AUTH_SHOWN: dict[str, Any] = {
     ],
     "description": AUTH["description"] + ' (shown as {"secret": true})',
 }
+STATUS_LIST: dict[str, Any] = {
+    "type": ["array", "null"],
+    "items": {
+        "oneOf": [
+            {"type": "integer", "minimum": 100, "maximum": 599},
+            {"type": "string", "pattern": "^[1-5]xx$"},
+        ]
+    },
+    "maxItems": 100,
+}
 ACTIVITY_TYPE_CREATE = _obj(
     {
         "name": SLUG_SCHEMA,
@@ -272,6 +282,29 @@ ACTIVITY_TYPE_CREATE = _obj(
             "open it)",
         },
         "auth": AUTH,
+        "retry_statuses": {
+            **STATUS_LIST,
+            "description": 'Status codes (429) or classes ("5xx") retried as `retry`, over the default '
+            "classification (2xx ok; 408/425/429 retry; 5xx error; other 4xx failed). A code beats a class",
+        },
+        "fail_statuses": {
+            **STATUS_LIST,
+            "description": "Status codes or classes that fail at once (a dead letter, whatever retries are "
+            "left); a code or class in both lists is refused",
+        },
+        "max_snoozes": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 10000,
+            "description": "`OSTE-Snooze` answers one activity may give (default 50); one more counts as "
+            "`retry`",
+        },
+        "max_lateness": {
+            **DURATION,
+            "type": ["string", "null"],
+            "description": "No attempt starts this long after `scheduled_for` (at most P365D; null: no "
+            "bound): the activity ends `dead` with `last_outcome: expired`, unsent",
+        },
     },
     ("name", "verb", "uri_pattern"),
 )
@@ -284,6 +317,11 @@ ACTIVITY_CREATE = _obj(
         "parameter": PARAMETER,
         "retries": {**RETRIES, "type": ["integer", "null"]},
         "priority": PRIORITY,
+        "expires_at": {
+            **NULLABLE_DATETIME,
+            "description": "No attempt starts at or after it (after `scheduled_for`): reached unsent or "
+            "between retries, the activity ends `dead` with `last_outcome: expired`",
+        },
     },
     ("activity_type",),
 )
@@ -542,7 +580,10 @@ ACTIVITY_TYPE = _obj(
     ("id", "name", "verb", "uri_pattern", "retries", "timeout", "object_id_ref", "headers", "paused"),
 )
 STATE = {"type": "string", "enum": ["scheduled", "running", "succeeded", "dead", "cancelled"]}
-OUTCOME = {"type": ["string", "null"], "enum": ["ok", "failed", "retry", "error", None]}
+OUTCOME = {
+    "type": ["string", "null"],
+    "enum": ["ok", "failed", "retry", "error", "snoozed", "expired", None],
+}
 ACTIVITY = _obj(
     {
         "id": ID,
@@ -579,6 +620,8 @@ ACTIVITY = _obj(
             "description": "A URI pattern used instead of the activity type's `uri_pattern` from the next "
             "attempt on (set by a bulk update's `set.uri`; null: the type's pattern)",
         },
+        "expires_at": NULLABLE_DATETIME,
+        "snoozes": {"type": "integer", "minimum": 0, "description": "`OSTE-Snooze` answers so far"},
         **_TIMES,
     },
     ("id", "activity_type", "scheduled_for", "parameter", "retries", "priority", "state", "attempts"),
@@ -610,6 +653,7 @@ RECURRING = _obj(
     },
     ("id", "activity_type", "schedule", "timezone", "parameter", "priority", "paused", "next_fire_at"),
 )
+EXECUTION_OUTCOMES = ["ok", "failed", "retry", "error", "deferred", "snoozed", "expired"]
 EXECUTION = _obj(
     {
         "id": ID,
@@ -617,7 +661,7 @@ EXECUTION = _obj(
         "started_at": DATETIME,
         "finished_at": DATETIME,
         "duration_ms": {"type": "number"},
-        "outcome": {"type": "string", "enum": ["ok", "failed", "retry", "error", "deferred"]},
+        "outcome": {"type": "string", "enum": EXECUTION_OUTCOMES},
         "http_status": {"type": ["integer", "null"]},
         "error": {"type": ["string", "null"]},
         "response_excerpt": {"type": ["string", "null"]},

@@ -17,7 +17,7 @@ from typing import Any
 
 from oste.domain.fields import iso
 
-OUTCOMES: tuple[str, ...] = ("ok", "failed", "retry", "error")
+OUTCOMES: tuple[str, ...] = ("ok", "failed", "retry", "error", "snoozed", "expired")
 """Outcome names, in the order rollups and reports list them."""
 
 LAG_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -55,8 +55,11 @@ class Rollup:
     buckets: list[int] = field(default_factory=lambda: [0] * BUCKET_COUNT)
     lag_max: float = 0.0
 
-    def add(self, outcome_index: int, lag: float) -> None:
+    def add(self, outcome_index: int, lag: float | None) -> None:
+        """Count an attempt; ``lag`` None for one that was never sent (``expired``: no lag to speak of)."""
         self.outcomes[outcome_index] += 1
+        if lag is None:
+            return
         lag = max(lag, 0.0)
         self.buckets[bucket_of(lag)] += 1
         if lag > self.lag_max:

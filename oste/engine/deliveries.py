@@ -42,6 +42,7 @@ MAX_DESTINATION_PATTERNS = 10_000
 """URI patterns whose destination is remembered (a host that depends on the parameter is read per
 delivery); past this the memory is cleared and refilled."""
 OK = _OUTCOME_INDEX["ok"]
+EXPIRED = _OUTCOME_INDEX["expired"]
 DEAD = ActivityState.DEAD
 
 
@@ -125,21 +126,19 @@ class DeliveryRecorder:
             dead = completion.state is DEAD
             if dead:
                 dead_counts[type_id] = dead_counts.get(type_id, 0) + 1
-            observe_lag(lag)
             seconds = report.duration_ms / 1000.0
-            DURATIONS[index].observe(seconds)
+            if index != EXPIRED:  # never sent: neither a lag nor a request's duration
+                observe_lag(lag)
+                DURATIONS[index].observe(seconds)
             minute = minute_of(report.started_at)
             rollup = rollups.get((minute, type_id))
             if rollup is None:
                 rollup = rollups[(minute, type_id)] = Rollup(
                     minute, target.company_id, target.solution_id, type_id
                 )
-            rollup.add(index, lag)
-            if report.reached_receiver:
-                self._count_request(
-                    claim, index in _FAILING, report.duration_ms / 1000.0, minute, destinations
-                )
-            if lag > lag_max:
+            rollup.add(index, lag if index != EXPIRED else None)
+            self._count_request(claim, index, report.reached_receiver, seconds, minute, destinations)
+            if lag > lag_max and index != EXPIRED:
                 lag_max = lag
             if index != OK or dead or report.error is not None:
                 if info_on or (dead and warnings_on):
@@ -159,12 +158,16 @@ class DeliveryRecorder:
     def _count_request(
         self,
         claim: Claim,
-        failed: bool,
+        index: int,
+        reached: bool,
         seconds: float,
         minute: int,
         destinations: dict[tuple[int, str, uuid.UUID], DestinationRollup],
     ) -> None:
-        """Add a request that reached its receiver to its destination's rollup of the minute."""
+        """Add a request that reached its receiver to its destination's rollup of the minute (one that
+        expired unsent, or never left for want of a token, says nothing about the destination)."""
+        if not reached or index == EXPIRED:
+            return
         destination = self._destination_of(claim)
         if destination is None:
             return
@@ -173,7 +176,7 @@ class DeliveryRecorder:
         used = destinations.get(key)
         if used is None:
             used = destinations[key] = DestinationRollup(minute, destination, company_id)
-        used.add(failed, seconds)
+        used.add(index in _FAILING, seconds)
 
     def _destination_of(self, claim: Claim) -> str | None:
         """The claim's destination: remembered per URI pattern, read per delivery when the host depends

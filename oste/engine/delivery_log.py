@@ -123,17 +123,18 @@ def log_delivery(
         error += "; raise the activity type's `timeout` if the receiver needs longer"
     if state is DEAD:
         delivery_log.warning(
-            "dead letter %s %s/%s/%s after attempt %d: %s (%s) in %.1f ms; %s. Fix the cause, then "
+            "dead letter %s %s/%s/%s %s attempt %d: %s (%s) in %.1f ms; %s. Fix the cause, then "
             "requeue it: POST /v1/companies/%s/solutions/%s/activities/%s/requeue",
             activity,
             company,
             solution,
             type_name,
+            "before" if report.outcome == "expired" else "after",
             claim.attempt,
             report.outcome,
             error,
             report.duration_ms,
-            "not retried (a permanent failure)" if report.outcome == "failed" else "no retry left",
+            _why_dead(str(report.outcome)),
             company,
             solution,
             activity,
@@ -143,7 +144,9 @@ def log_delivery(
     next_step = str(state)
     if completion.next_attempt_at is not None:
         next_step = f"{retry_when(completion.next_attempt_at)} ({completion.retries} retries left)"
-        if report.retry_after is not None:
+        if report.outcome == "snoozed":
+            next_step = f"snoozed: {next_step}, no retry spent"
+        elif report.retry_after is not None:
             next_step += f", as the receiver's Retry-After ({report.retry_after:g} s) asked"
     delivery_log.info(
         "delivery %s %s/%s/%s attempt %d: %s (%s) in %.1f ms, lag %.3f s; %s",
@@ -159,3 +162,11 @@ def log_delivery(
         next_step,
         extra=extra,
     )
+
+
+def _why_dead(outcome: str) -> str:
+    if outcome == "failed":
+        return "not retried (a permanent failure, or the receiver's OSTE-Abort)"
+    if outcome == "expired":
+        return "not sent (past its expires_at or its type's max_lateness)"
+    return "no retry left"

@@ -31,7 +31,16 @@ from yarl import URL
 from oste.domain.bound_credentials import misplaced
 from oste.domain.claims import AttemptReport, Claim, Completion, Deferral, DispatchTarget
 from oste.domain.clock import Clock
-from oste.domain.delivery import classify, conclude, parse_retry_after
+from oste.domain.delivery import (
+    ABORT_HEADER,
+    SNOOZE_HEADER,
+    abort_reason,
+    classify,
+    conclude,
+    expired_report,
+    parse_retry_after,
+    parse_snooze,
+)
 from oste.domain.outbound import OutboundRequest, build_request
 from oste.domain.receiver_auth import MutualTls
 from oste.domain.records import Outcome
@@ -196,7 +205,7 @@ class Executor:
                 continue
             destination: str | None = None
             verdict = Verdict.GO
-            if self.gate is not None:
+            if self.gate is not None and not self._past_deadline(claim):  # expired: ends unsent
                 destination = destination_for(claim)
                 verdict, deferral = self.gate.admit(claim, destination)
                 if verdict == Verdict.DEFER:
@@ -279,8 +288,20 @@ class Executor:
             newest = self.latest(claim.target)
             if newest is not claim.target:
                 claim = dataclasses.replace(claim, target=newest)
+        if self._past_deadline(claim):
+            return conclude(claim, expired_report(claim, self.clock.now()), self.node_id, self.rng)
         report = await self.attempt(claim)
+        if report.snooze is not None and claim.snoozes >= claim.target.max_snoozes:
+            error = f"{report.error}; more than max_snoozes ({claim.target.max_snoozes}): treated as retry"
+            report = dataclasses.replace(report, outcome=Outcome.RETRY, error=error, snooze=None)
         return conclude(claim, report, self.node_id, self.rng)
+
+    def _past_deadline(self, claim: Claim) -> bool:
+        """True when the claim's activity may no longer be attempted (``expires_at``, ``max_lateness``)."""
+        if claim.expires_at is None and claim.target.max_lateness is None:
+            return False
+        deadline = claim.deadline
+        return deadline is not None and self.clock.now() >= deadline
 
     async def attempt(self, claim: Claim) -> AttemptReport:
         """Make the request and report what happened on the wire."""
@@ -363,11 +384,40 @@ class Executor:
             else:
                 excerpt = _decoded(await _read_body(response, limit))
             status = response.status
-            outcome = classify(status, target.success_statuses)
+            outcome = classify(status, target.success_statuses, target.status_policy)
             header = response.headers.get("Retry-After")
             retry_after = parse_retry_after(header, self.clock.now()) if header else None
             error = None if outcome == Outcome.OK else redactor.text(_status_error(response))
+            aborted, snoozing = response.headers.get(ABORT_HEADER), response.headers.get(SNOOZE_HEADER)
+        if aborted is not None or snoozing is not None:  # the receiver's say, over its status
+            steered = self._steered(started, t0, status, excerpt, aborted, snoozing, redactor)
+            if steered is not None:
+                return steered
         return self._report(started, t0, outcome, status, error, excerpt, retry_after)
+
+    def _steered(
+        self,
+        started: datetime,
+        t0: float,
+        status: int,
+        excerpt: str | None,
+        aborted: str | None,
+        snoozing: str | None,
+        redactor: Redactor,
+    ) -> AttemptReport | None:
+        """The report of an answer carrying ``OSTE-Abort`` (a dead letter at once) or a valid
+        ``OSTE-Snooze`` (back later, no retry spent); None for an invalid snooze (ignored)."""
+        if aborted is not None:
+            # redacted whole before it is cut: a secret echoed across the cut leaves no prefix behind
+            error = abort_reason(redactor.text(aborted) if redactor else aborted)
+            return self._report(started, t0, Outcome.FAILED, status, error, excerpt)
+        assert snoozing is not None
+        seconds = parse_snooze(snoozing, self.clock.now())
+        if seconds is None:
+            return None
+        error = f"HTTP {status}: snoozed for {seconds:g} s"
+        report = self._report(started, t0, Outcome.SNOOZED, status, error, excerpt, seconds)
+        return dataclasses.replace(report, snooze=seconds)
 
     def _report(
         self,

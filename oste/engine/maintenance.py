@@ -1,15 +1,18 @@
-"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims),
-AuditPruner (deletes audit entries past their retention) and EventPruner (deletes stream events past
-theirs)."""
+"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims), Expirer
+(ends activities past their deadline that no claim reaches), AuditPruner (deletes audit entries past
+their retention) and EventPruner (deletes stream events past theirs)."""
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from oste.domain.claims import Claim, Completion
 from oste.domain.clock import Clock
+from oste.domain.delivery import conclude, expired_report
 from oste.engine import metrics
 from oste.engine.config import RescuerConfig
 from oste.engine.poller import ClaimBook
@@ -83,6 +86,49 @@ class Rescuer:
                         dead,
                     )
                 return RescueResult(rescheduled, dead)
+
+
+EXPIRE_INTERVAL = 5.0
+"""Seconds between two runs of the expirer."""
+EXPIRE_BATCH = 500
+"""Expired activities one claim of the expirer takes at most."""
+
+
+class Expirer:
+    """Ends activities past their deadline (``expires_at``, the type's ``max_lateness``) that no claim
+    would reach: of a paused company, solution or type, held back by an open breaker, or left in a
+    partition no node claims. Each is claimed, ended ``dead`` with an ``expired`` execution and no
+    request, and written like any completion (events, its dead-letter handler, metrics, the delivery
+    log). What the poller claims is ended the same way by the executor, before any request."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        store: DispatchStore,
+        owner: Callable[[], str],
+        lease_seconds: float,
+        record: Callable[[list[tuple[Claim, Completion]], int], Awaitable[None]],
+    ) -> None:
+        self.clock = clock
+        self.store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.record = record
+
+    async def run_once(self) -> int:
+        ended = 0
+        owner = self.owner()
+        while True:
+            claims = await self.store.claim_expired(owner, EXPIRE_BATCH, self.lease_seconds)
+            if not claims:
+                return ended
+            now = self.clock.now()
+            completions = [conclude(claim, expired_report(claim, now), owner) for claim in claims]
+            written = await self.store.complete(completions)
+            await self.record(list(zip(claims, completions, strict=True)), written.stale)
+            ended += written.applied
+            if len(claims) < EXPIRE_BATCH:
+                return ended
 
 
 AUDIT_CHUNK = 10_000

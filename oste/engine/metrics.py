@@ -26,7 +26,8 @@ OTHER = "other"
 
 DELIVERIES = Counter(
     "oste_deliveries",
-    "Delivery attempts by outcome (ok, failed, retry, error), company, solution and activity type. "
+    "Delivery attempts by outcome (ok, failed, retry, error, snoozed, expired), company, solution and "
+    "activity type. "
     f"At most {MAX_TYPE_LABELS} activity types per process get their own label; "
     'the rest are counted under activity_type="other".',
     ["outcome", "company", "solution", "activity_type"],

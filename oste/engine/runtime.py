@@ -15,7 +15,7 @@ import logging
 import random
 import secrets
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -35,8 +35,10 @@ from oste.engine.log_shipping import shippers_for
 from oste.engine.maintenance import (
     AUDIT_PRUNE_INTERVAL,
     EVENT_PRUNE_INTERVAL,
+    EXPIRE_INTERVAL,
     AuditPruner,
     EventPruner,
+    Expirer,
     LeaseKeeper,
     Rescuer,
 )
@@ -184,6 +186,7 @@ class Engine:
         services = [
             Service("lease keeper", cfg.lease_refresh_interval, keeper.run_once),
             Service("rescuer", cfg.rescuer.interval, rescuer.run_once),
+            Service("expirer", EXPIRE_INTERVAL, self.expirer(lambda: node.id).run_once),
             Service("delivery rollups", self.rollups.interval, self.rollups.run_once),
             Service("audit pruner", AUDIT_PRUNE_INTERVAL, audit.run_once),
             Service("event pruner", EVENT_PRUNE_INTERVAL, events.run_once),
@@ -195,6 +198,10 @@ class Engine:
         shipping = shippers_for(cfg.log_shipping, self.clock, node.id, self.storage.log_shipping)
         services += [Service(shipper.name, shipper.interval, shipper.run_once) for shipper in shipping]
         return services
+
+    def expirer(self, owner: Callable[[], str]) -> Expirer:
+        """The service that ends activities past their deadline that no claim reaches."""
+        return Expirer(self.clock, self.store, owner, self.config.lease_seconds, self.recorder.record)
 
     def _readings(self) -> Readings:
         """This node's gauges, read when scraped (``oste.engine.metrics.watch``)."""
@@ -306,6 +313,9 @@ class Engine:
         outcomes: Counter[str] = Counter()
         stale = 0
         try:
+            expired = await self.expirer(lambda: owner).run_once()
+            if expired:
+                outcomes["expired"] += expired
             while True:
                 claims = await self.store.claim_due(
                     owner,

@@ -40,6 +40,18 @@ def when(data: dict[str, Any], now: datetime, prefix: str = "") -> datetime | No
     return None
 
 
+def expiry(data: dict[str, Any], due: datetime, prefix: str = "") -> datetime | None:
+    """An activity's ``expires_at`` from a body (None when absent or null): after its due instant."""
+    value = data.get("expires_at")
+    if value is None:
+        return None
+    field = join_path(prefix, "expires_at")
+    expires = parse_time(value, field)
+    if expires <= due:
+        raise InvalidInput.field(field, "must be after scheduled_for (no attempt could start)")
+    return expires
+
+
 class TypeCache:
     """Activity types of one solution, each looked up once."""
 
@@ -114,8 +126,12 @@ async def new_activity(
         with errors.check():
             object_id = await cache.check(kind, parameter, f"{prefix}/parameter" if prefix else "parameter")
     due: datetime | None = None
+    expires: datetime | None = None
     with errors.check():
         due = when(data, now, prefix)
+    if not any(errors.failed(join_path(prefix, name)) for name in ("scheduled_for", "delay")):
+        with errors.check():
+            expires = expiry(data, due or now, prefix)
     errors.raise_any()
     assert kind is not None  # a body without a usable type has a shape error
     retries = data.get("retries")
@@ -126,6 +142,7 @@ async def new_activity(
         retries=kind.retries if retries is None else retries,
         priority=data.get("priority", 0),
         object_id=object_id,
+        expires_at=expires,
     )
 
 

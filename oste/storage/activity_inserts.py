@@ -60,6 +60,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("caused_by", "uuid"),
     ("depth", "int"),
     ("off_schedule", "bool"),
+    ("expires_at", "timestamptz"),
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
 
@@ -107,6 +108,7 @@ def new_activity_record(
         created_at=now,
         updated_at=now,
         finished_at=None,
+        expires_at=_utc(item.expires_at) if item.expires_at else None,
     )
 
 
@@ -136,6 +138,7 @@ def _row(a: r.Activity, request_hash: str | None, off_schedule: bool = False) ->
         a.caused_by,
         a.depth,
         True if off_schedule else None,
+        a.expires_at,
     )
 
 

@@ -229,6 +229,7 @@ class BulkChange:
                 values = {
                     "state": _S.SCHEDULED,
                     "retries": kinds[type_id].retries,
+                    "snoozes": 0,
                     "finished_at": None,
                     "claim_token": None,
                     "claimed_by": None,

@@ -600,6 +600,14 @@ class Dispatch(Protocol):
         claims are ordinary claims: leased, exclusive, completed and rescued like any other."""
         ...
 
+    async def claim_expired(self, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
+        """Claim up to ``limit`` scheduled activities past their deadline, wherever they are: their
+        ``expires_at`` passed, or their type's ``max_lateness`` after ``scheduled_for`` did. Paused
+        companies, solutions and types, open breakers and partitions held elsewhere do not keep them:
+        an expired activity is ended ``expired`` unsent (``oste.engine.maintenance.Expirer``). The
+        claims are ordinary claims, completed like any other."""
+        ...
+
     async def refresh_targets(self, type_ids: Iterable[uuid.UUID]) -> int:
         """Read again those of ``type_ids`` (types of claims the node holds) whose stored version
         changed since they were read: one query for the versions, one for what changed. Claims

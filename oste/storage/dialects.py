@@ -328,7 +328,11 @@ class Dialect:
 
 
 _SET_COMPLETED = (
-    "state = v.state, retries = v.retries, attempts = v.attempts, last_outcome = v.outcome, "
+    "state = v.state, retries = v.retries, last_outcome = v.outcome, "
+    # a snoozed or expired attempt is recorded (its execution) but not counted: no request, or the
+    # receiver's own "later"
+    "attempts = CASE WHEN v.outcome IN ('snoozed', 'expired') THEN v.attempts - 1 ELSE v.attempts END, "
+    "snoozes = CASE WHEN v.outcome = 'snoozed' THEN {table}.snoozes + 1 ELSE {table}.snoozes END, "
     "next_attempt_at = COALESCE(v.next_at, {table}.next_attempt_at), finished_at = v.finished_at, "
     "claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, updated_at = {now}"
 )

@@ -38,7 +38,7 @@ from oste.domain.claims import (
     NodeInfo,
 )
 from oste.domain.clock import Clock
-from oste.domain.delivery import conclude_expired
+from oste.domain.delivery import StatusPolicy, conclude_expired
 from oste.domain.ids import new_id
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.domain.receiver_auth import auth_from_document
@@ -75,6 +75,8 @@ _CLAIM_COLUMNS = (
     "occurrence_at",
     "priority",
     "uri_override",
+    "expires_at",
+    "snoozes",
 )
 _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
 
@@ -260,6 +262,53 @@ class DispatchStore:
         skip = (skip_types, skip_companies)
         return await self._claim_picked(owner, held, limit, lease_seconds, before, skip, True)
 
+    async def claim_expired(self, owner: str, limit: int, lease_seconds: float) -> list[Claim]:
+        """Claim up to ``limit`` scheduled activities past their deadline, wherever they are: their
+        ``expires_at`` passed, or their type's ``max_lateness`` after ``scheduled_for`` did. Paused
+        companies, solutions and types, open breakers and partitions held elsewhere do not keep them:
+        an expired activity is ended ``expired`` unsent (``oste.engine.maintenance.Expirer``). The
+        claims are ordinary claims, completed like any other."""
+        if limit <= 0:
+            return []
+        now = self.clock.now()
+        async with self._db():
+            late = await m.ActivityType.filter(max_lateness__isnull=False).values_list("id", "max_lateness")
+        token = new_id()
+        lease_until = now + timedelta(seconds=lease_seconds)
+        claims: list[Claim] = []
+        groups = [late[start : start + TYPES_CHECKED] for start in range(0, len(late), TYPES_CHECKED)]
+        for group in groups or [[]]:
+            p = Params(self.strategy)
+            lease = (
+                f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
+                f"lease_expires_at = {p.add(lease_until)}, updated_at = {p.add(now)}"
+            )
+            past = [f"expires_at <= {p.add(now)}"]
+            for type_id, lateness in group:
+                cutoff = now - timedelta(seconds=float(lateness))
+                past.append(f"(activity_type_id = {p.uid(type_id)} AND scheduled_for <= {p.add(cutoff)})")
+            pick = f"WHERE state = 'scheduled' AND ({' OR '.join(past)}) LIMIT {p.add(limit - len(claims))}"
+            sql = self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS)
+            async with self._db():
+                rows = await self._conn().execute_query_dict(sql, p.values)
+            if rows:
+                claims += await self._claims_of(rows, owner, token, lease_until, now)
+            if len(claims) >= limit:
+                break
+        return claims
+
+    async def _claims_of(
+        self, rows: list[dict[str, Any]], owner: str, token: uuid.UUID, lease_until: datetime, now: datetime
+    ) -> list[Claim]:
+        """The claims of claimed rows (their types read or reused), their ``running`` events recorded."""
+        await publish(self.connection, (self.strategy.uuid_of(row["id"]) for row in rows))
+        versions = await self._versions({self.strategy.uuid_of(row["activity_type_id"]) for row in rows})
+        targets = await self._targets_of(versions)
+        claims = [self._claim(row, owner, token, lease_until, targets) for row in rows]
+        running = [(c.target.solution_id, Change(c.activity_id, "running", c.attempt)) for c in claims if c]
+        await record_changes(running, now, self.connection)
+        return sorted((c for c in claims if c is not None), key=lambda c: c.due_at)
+
     async def _claim_picked(
         self,
         owner: str,
@@ -281,13 +330,7 @@ class DispatchStore:
             rows = await self._conn().execute_query_dict(sql, values)
         if not rows:
             return []
-        await publish(self.connection, (self.strategy.uuid_of(row["id"]) for row in rows))
-        versions = await self._versions({self.strategy.uuid_of(row["activity_type_id"]) for row in rows})
-        targets = await self._targets_of(versions)
-        claims = [self._claim(row, owner, token, lease_until, targets) for row in rows]
-        running = [(c.target.solution_id, Change(c.activity_id, "running", c.attempt)) for c in claims if c]
-        await record_changes(running, now, self.connection)
-        return sorted((c for c in claims if c is not None), key=lambda c: c.due_at)
+        return await self._claims_of(rows, owner, token, lease_until, now)
 
     def _claim_statement(
         self,
@@ -356,6 +399,8 @@ class DispatchStore:
             target=target,
             priority=int(row["priority"]),
             uri_override=row["uri_override"],
+            expires_at=s.optional_time_of(row["expires_at"]),
+            snoozes=int(row["snoozes"] or 0),
         )
 
     async def _targets_of(
@@ -616,6 +661,9 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         credentials=credential_fields(_headers(row.headers), auth),
         version=(row.updated_at.astimezone(UTC), row.solution.updated_at.astimezone(UTC)),
         secret_headers=tuple(str(h["value"]) for h in (row.headers or {}).values() if h.get("secret")),
+        status_policy=StatusPolicy.of(row.retry_statuses, row.fail_statuses),
+        max_snoozes=row.max_snoozes,
+        max_lateness=row.max_lateness,
     )
 
 

@@ -136,6 +136,13 @@ class ActivityType(Model):
     updated_at = fields.DatetimeField()
     breaker_failures = fields.IntField(null=True)
     """Consecutive failures of this type that open its destination's breaker (None: the setting)."""
+    retry_statuses: fields.JSONField[list[int | str] | None] = fields.JSONField(null=True)
+    """Status codes and classes (``"5xx"``) retried as ``retry`` (None: the default classification)."""
+    fail_statuses: fields.JSONField[list[int | str] | None] = fields.JSONField(null=True)
+    """Status codes and classes that fail at once."""
+    max_snoozes = fields.IntField(default=50, db_default=50)
+    max_lateness = fields.FloatField(null=True)
+    """Seconds after ``scheduled_for`` past which no attempt starts (None: no bound)."""
 
     class Meta:
         table = "activity_type"
@@ -225,6 +232,10 @@ class Activity(Model):
     uri_override = fields.TextField(null=True)
     off_schedule = fields.BooleanField(null=True)
     """An occurrence made by run-now, a backfill or the backlog: not counted in its schedule's ``runs``."""
+    expires_at = fields.DatetimeField(null=True)
+    """No attempt starts after it (the ``expirer`` ends it ``expired`` when it is never claimed)."""
+    snoozes = fields.IntField(default=0, db_default=0)
+    """``OSTE-Snooze`` answers so far."""
 
     class Meta:
         table = "activity"
@@ -249,6 +260,7 @@ class Activity(Model):
             WhereIndex(
                 fields=("state", "finished_at"), name="activity_ended_idx", where="finished_at IS NOT NULL"
             ),
+            WhereIndex(fields=("expires_at",), name="activity_expiring_idx", where="state = 'scheduled'"),
         )
 
 
@@ -406,6 +418,8 @@ class StatsMinute(Model):
     failed = fields.IntField(default=0)
     retry = fields.IntField(default=0)
     error = fields.IntField(default=0)
+    snoozed = fields.IntField(default=0, db_default=0)
+    expired = fields.IntField(default=0, db_default=0)
     lag_b00 = fields.IntField(default=0)
     lag_b01 = fields.IntField(default=0)
     lag_b02 = fields.IntField(default=0)

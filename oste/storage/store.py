@@ -73,6 +73,7 @@ _ACTIVITY_TIMES = (
     "created_at",
     "updated_at",
     "finished_at",
+    "expires_at",
 )
 _EXECUTION_IDS = ("id", "activity_id")
 _EXECUTION_TIMES = ("started_at", "finished_at")
@@ -229,7 +230,7 @@ def _storable(values: dict[str, Any]) -> dict[str, Any]:
         out["headers"] = _header_json(out["headers"])
     if "auth" in out:
         out["auth"] = auth_document(out["auth"])
-    for key in ("object_id_ref", "success_statuses"):
+    for key in ("object_id_ref", "success_statuses", "retry_statuses", "fail_statuses"):
         if isinstance(out.get(key), tuple):
             out[key] = list(out[key])
     return out
@@ -651,6 +652,7 @@ class Store:
         reset = {
             "state": r.ActivityState.SCHEDULED,
             "retries": retries,
+            "snoozes": 0,
             "finished_at": None,
             "claim_token": None,
             "claimed_by": None,
@@ -796,4 +798,6 @@ class Store:
             headers=_header_record(row.headers or {}),
             success_statuses=tuple(row.success_statuses) if row.success_statuses is not None else None,
             auth=auth_from_document(row.auth),
+            retry_statuses=tuple(row.retry_statuses) if row.retry_statuses is not None else None,
+            fail_statuses=tuple(row.fail_statuses) if row.fail_statuses is not None else None,
         )

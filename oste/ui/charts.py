@@ -11,7 +11,14 @@ from markupsafe import Markup, escape
 
 WIDTH, HEIGHT = 640, 180
 LEFT, BOTTOM, TOP = 44, 22, 8
-OUTCOME_COLOURS = {"ok": "#1a7f37", "failed": "#cf222e", "retry": "#9a6700", "error": "#8250df"}
+OUTCOME_COLOURS = {
+    "ok": "#1a7f37",
+    "failed": "#cf222e",
+    "retry": "#9a6700",
+    "error": "#8250df",
+    "snoozed": "#0969da",
+    "expired": "#57606a",
+}
 LINE_COLOURS = {"p50": "#0969da", "p95": "#9a6700"}
 
 

@@ -96,6 +96,10 @@ def _values_of(kind: r.ActivityType) -> dict[str, str]:
         "backoff_base": format_duration(kind.backoff_base),
         "backoff_max": format_duration(kind.backoff_max),
         "success_statuses": ", ".join(str(s) for s in kind.success_statuses or ()),
+        "retry_statuses": ", ".join(str(s) for s in kind.retry_statuses or ()),
+        "fail_statuses": ", ".join(str(s) for s in kind.fail_statuses or ()),
+        "max_snoozes": str(kind.max_snoozes),
+        "max_lateness": "" if kind.max_lateness is None else format_duration(kind.max_lateness),
         "max_concurrency": "" if kind.max_concurrency is None else str(kind.max_concurrency),
         "rate_limit": "" if kind.rate_limit is None else f"{kind.rate_limit:g}",
         "on_success": kind.on_success or "",
@@ -124,6 +128,7 @@ def _new_values() -> dict[str, str]:
         "timeout": "PT30S",
         "backoff_base": "PT1S",
         "backoff_max": "PT1H",
+        "max_snoozes": "50",
         "header_rows": str(BLANK_HEADER_ROWS),
         "auth/type": "",
     }
@@ -212,7 +217,12 @@ def _body(
         "on_success_delay": text(form, "on_success_delay") or None,
         "on_dead_letter": text(form, "on_dead_letter") or None,
         "headers": _headers(form, current, errors, kept),
+        "max_snoozes": whole(form, "max_snoozes", errors, 50),
+        "max_lateness": text(form, "max_lateness") or None,
     }
+    for name in ("retry_statuses", "fail_statuses"):
+        words = word_list(form, name)
+        body[name] = [int(w) if w.isdigit() else w.lower() for w in words] or None
     if current is None:
         body["name"] = text(form, "name")
     for name in DURATIONS:

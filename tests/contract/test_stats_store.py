@@ -31,7 +31,14 @@ async def test_rollups_add_up_per_key_and_old_ones_are_pruned(store: Store) -> N
     company = await store.get_company("acme")
     report = await StatsService(store.clock).solution(company, await store.get_solution(company, "songs"))
     window = report.windows["1m"]
-    assert window.outcome_counts() == {"ok": 2, "failed": 1, "retry": 0, "error": 0}
+    assert window.outcome_counts() == {
+        "ok": 2,
+        "failed": 1,
+        "retry": 0,
+        "error": 0,
+        "snoozed": 0,
+        "expired": 0,
+    }
     assert window.lag_max == pytest.approx(0.3)
     assert report.windows["1h"].outcome_counts()["ok"] == 2  # the old minute is outside the hour
     await writer.prune(minute - 1000)

@@ -24,7 +24,7 @@ def test_percentiles_are_interpolated_inside_their_bucket_and_capped_at_the_max(
     assert bucket_of(1000.0) == len(LAG_BUCKETS)
     assert percentile(rollup.buckets, 1.0, rollup.lag_max) == 1000.0
     rollup.add(1, -0.5)  # fired a little early counts as no lag
-    assert rollup.buckets[0] >= 1 and rollup.outcomes == [101, 1, 0, 0]
+    assert rollup.buckets[0] >= 1 and rollup.outcomes == [101, 1, 0, 0, 0, 0]
 
 
 def test_windows_take_whole_minutes_and_the_series_has_one_point_per_minute() -> None:
@@ -32,8 +32,22 @@ def test_windows_take_whole_minutes_and_the_series_has_one_point_per_minute() ->
     rows = [(now, [1, 0, 0, 0], [1] + [0] * 13, 0.001), (now - 3, [0, 2, 0, 0], [0, 2] + [0] * 12, 0.02)]
     rows.append((now - 30, [0, 0, 4, 0], [0] * 14, 0.0))
     windows = windows_of(rows, now)
-    assert windows["1m"].outcome_counts() == {"ok": 1, "failed": 0, "retry": 0, "error": 0}
-    assert windows["5m"].outcome_counts() == {"ok": 1, "failed": 2, "retry": 0, "error": 0}
+    assert windows["1m"].outcome_counts() == {
+        "ok": 1,
+        "failed": 0,
+        "retry": 0,
+        "error": 0,
+        "snoozed": 0,
+        "expired": 0,
+    }
+    assert windows["5m"].outcome_counts() == {
+        "ok": 1,
+        "failed": 2,
+        "retry": 0,
+        "error": 0,
+        "snoozed": 0,
+        "expired": 0,
+    }
     assert windows["1h"].outcome_counts()["retry"] == 4
     series = series_of(rows, now)
     assert len(series) == 60 and series[-1].outcomes["ok"] == 1 and series[-4].outcomes["failed"] == 2

@@ -79,7 +79,14 @@ async def test_deliveries_show_in_stats_metrics_and_logs(
     stats = await stats_of(api, company + "/stats")
     assert stats["scope"] == {"company": tenant.company}
     for window in ("1m", "5m", "1h"):
-        assert stats["windows"][window]["outcomes"] == {"ok": 1, "failed": 1, "retry": 0, "error": 0}
+        assert stats["windows"][window]["outcomes"] == {
+            "ok": 1,
+            "failed": 1,
+            "retry": 0,
+            "error": 0,
+            "snoozed": 0,
+            "expired": 0,
+        }
         lag = stats["windows"][window]["lag"]
         assert 0 <= lag["p50"] <= lag["p95"] <= lag["p99"] <= lag["max"] < 30, lag
     # the paused type's activity is due and held back; the delayed one is in the future; one dead letter
@@ -93,7 +100,14 @@ async def test_deliveries_show_in_stats_metrics_and_logs(
     assert solution["windows"]["5m"]["outcomes"]["ok"] == 1
     kind = await stats_of(api, f"{tenant.types}/{tenant.activity_type}/stats")
     assert kind["scope"]["activity_type"] == tenant.activity_type
-    assert kind["windows"]["5m"]["outcomes"] == {"ok": 1, "failed": 0, "retry": 0, "error": 0}
+    assert kind["windows"]["5m"]["outcomes"] == {
+        "ok": 1,
+        "failed": 0,
+        "retry": 0,
+        "error": 0,
+        "snoozed": 0,
+        "expired": 0,
+    }
     assert kind["queue"] == {"due": 0, "future": 1, "running": 0, "dead": 0}
 
     deployment = await stats_of(api, "/v1/stats")

@@ -442,3 +442,35 @@ async def test_every_failing_field_of_an_activity_form_is_marked_at_once(
     }
     refused = await company.post(f"{base}/new-activity", form, expect=422)
     assert marked(refused.text) == {"parameter", "delay", "priority"}, marked(refused.text)
+
+
+async def test_the_type_form_sets_what_the_receivers_answers_mean(world: UiWorld, admin: Browser) -> None:
+    tenant, api = world.one, world.api
+    base = ui_path(tenant)
+    form = {
+        "name": "steered",
+        "verb": "POST",
+        "uri_pattern": "https://receiver.example/song/{SongId}",
+        "retries": "3",
+        "timeout": "PT30S",
+        "backoff_base": "PT1S",
+        "backoff_max": "PT1H",
+        "header_rows": "0",
+        "retry_statuses": "5XX, 409",
+        "fail_statuses": "503",
+        "max_snoozes": "7",
+        "max_lateness": "PT2H",
+    }
+    await admin.get(f"{base}/new-type")
+    both = await admin.post(f"{base}/new-type", {**form, "fail_statuses": "409"}, expect=422)
+    assert marked(both.text) == {"fail_statuses"} and shown_value(both.text, "fail_statuses") == "409"
+    await admin.post(f"{base}/new-type", form)
+    stored = (await api.get(f"{tenant.types}/steered", expect=200)).json()
+    assert (stored["retry_statuses"], stored["fail_statuses"]) == (["5xx", 409], [503])
+    assert (stored["max_snoozes"], stored["max_lateness"]) == (7, "PT2H")
+    edit = (await admin.get(f"{base}/types/steered/edit")).text
+    assert shown_value(edit, "retry_statuses") == "5xx, 409" and shown_value(edit, "max_lateness") == "PT2H"
+    cleared = {**{k: v for k, v in form.items() if k != "name"}, "fail_statuses": "", "max_lateness": ""}
+    await admin.post(f"{base}/types/steered/edit", cleared)
+    stored = (await api.get(f"{tenant.types}/steered", expect=200)).json()
+    assert stored["fail_statuses"] is None and stored["max_lateness"] is None and stored["max_snoozes"] == 7

@@ -4,7 +4,7 @@ signing out ends the session, and the actions change what the API then reports."
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -344,3 +344,14 @@ async def test_what_the_ui_changes_is_audited_with_who_did_it(world: UiWorld, co
     assert all(row["api_key_id"] for row in from_ui)
     assert from_ui[2]["details"]["changed"] == 1  # the bulk requeue of the one cancelled activity
     assert from_ui[-1]["resource_id"] == ids["activity"]
+
+
+async def test_the_activity_page_shows_its_expiry(world: UiWorld, admin: Browser) -> None:
+    api, tenant = world.api, world.one
+    at = datetime(2031, 3, 4, 5, 6, tzinfo=UTC)
+    body = tenant.activity(43, scheduled_for=at.isoformat(), expires_at=(at + timedelta(hours=2)).isoformat())
+    created = (await api.post(tenant.activities, body, expect=201)).json()
+    page = (await admin.get(f"{ui_path(tenant)}/activities/{created['id']}")).text
+    assert "<dt>Expires</dt>" in page and "2031-03-04 07:06" in page and "no attempt starts after it" in page
+    plain = (await api.post(tenant.activities, tenant.activity(44, delay="PT1H"), expect=201)).json()
+    assert "<dt>Expires</dt>" not in (await admin.get(f"{ui_path(tenant)}/activities/{plain['id']}")).text
