@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from oste.domain.calendars import NamedCalendar
     from oste.domain.receiver_auth import OutboundAuth
     from oste.domain.search import ParameterMatch
 
@@ -255,7 +256,8 @@ class RecurringActivity:
     runs: int = 0
     """Occurrences the schedule created (run-now and backfill not counted)."""
     skipped: int = 0
-    """Occurrences skipped by the DST-free policies: catch-up, catch-up window, overlap."""
+    """Occurrences skipped by the DST-free policies (catch-up, catch-up window, overlap) and by the
+    business calendar (``roll: skip``)."""
     last_occurrence_at: datetime | None = None
     planned_until: datetime | None = None
     """Every occurrence at or before this instant is accounted for (created or skipped)."""
@@ -265,6 +267,29 @@ class RecurringActivity:
     """Backfilled occurrences waiting their turn (one at a time, ``overlap: buffer_one``)."""
     revision: int = 0
     """Bumped by every change: writers that read an older revision lose (optimistic concurrency)."""
+    calendar_id: uuid.UUID | None = None
+    """The company's business calendar its occurrences roll on (None: none)."""
+    calendar_roll: str | None = None
+    """What an occurrence on a weekend day or holiday of that calendar does (``Roll``)."""
+    calendar: NamedCalendar | None = None
+    """The calendar by name with its roll and its days, filled in by storage's reads."""
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """A company's named business calendar: weekend days (0 = Sunday … 6 = Saturday) and holidays,
+    optionally in a time zone of their own (None: each recurring activity's own zone)."""
+
+    id: uuid.UUID
+    company_id: uuid.UUID
+    name: str
+    timezone: str | None
+    weekend: tuple[int, ...]
+    holidays: tuple[str, ...]
+    """ISO dates (YYYY-MM-DD), sorted."""
+    revision: int
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,27 @@ class Solution(Model):
         unique_together = (("company", "name"),)
 
 
+class Calendar(Model):
+    """A company's business calendar: weekend days and holidays (ISO dates), optionally in a zone."""
+
+    id = fields.UUIDField(primary_key=True)
+    company: fields.ForeignKeyRelation[Company] = fields.ForeignKeyField(
+        "oste.Company", related_name="calendars", on_delete=fields.CASCADE
+    )
+    company_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
+    name = fields.CharField(max_length=63)
+    timezone = fields.CharField(max_length=64, null=True)
+    weekend: fields.JSONField[list[int]] = fields.JSONField()
+    holidays: fields.JSONField[list[str]] = fields.JSONField()
+    revision = fields.IntField(default=0)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "calendar"
+        unique_together = (("company", "name"),)
+
+
 class ActivityType(Model):
     id = fields.UUIDField(primary_key=True)
     company_id = fields.UUIDField()
@@ -164,6 +185,9 @@ class RecurringActivity(Model):
     expand_at = fields.DatetimeField(null=True)
     backlog: fields.JSONField[list[str]] = fields.JSONField(default=list, db_default="[]")
     revision = fields.IntField(default=0, db_default=0)
+    calendar_id = fields.UUIDField(null=True)
+    """The company's calendar (``Calendar``) its occurrences roll on; a calendar in use is not deleted."""
+    calendar_roll = fields.CharField(max_length=20, null=True)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
 
@@ -172,6 +196,7 @@ class RecurringActivity(Model):
         indexes = (
             Index(fields=("partition", "next_fire_at"), name="recurring_due_idx"),
             Index(fields=("partition", "expand_at"), name="recurring_expand_idx"),
+            Index(fields=("calendar_id",), name="recurring_calendar_idx"),
         )
 
 

@@ -39,6 +39,7 @@ from oste.domain.receiver_auth import auth_document, auth_from_document
 from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
 from oste.storage import models as m
 from oste.storage.activity_inserts import insert_activities
+from oste.storage.calendars import with_calendars
 from oste.storage.changes import cancel_scheduled
 from oste.storage.database import FULL, RETRY_AFTER_SECONDS, raises_unavailable
 from oste.storage.dialects import json_of, optional_time_of, optional_uuid_of
@@ -120,7 +121,7 @@ def _api_key(row: m.ApiKey) -> r.ApiKey:
 def recurring_record(row: Any, type_name: str) -> r.RecurringActivity:
     """A recurring activity's record from its row (the backlog's instants parsed)."""
     backlog = tuple(datetime.fromisoformat(t) for t in (row.backlog or []))
-    return to_record(r.RecurringActivity, row, activity_type=type_name, backlog=backlog)
+    return to_record(r.RecurringActivity, row, activity_type=type_name, backlog=backlog, calendar=None)
 
 
 async def with_fired_runs(records: Sequence[r.RecurringActivity]) -> list[r.RecurringActivity]:
@@ -663,13 +664,15 @@ class Store:
             **_in_utc(values),
         )
         await row.save()
-        return recurring_record(row, activity_type.name)
+        (record,) = await with_calendars([recurring_record(row, activity_type.name)])
+        return record
 
     async def get_recurring(self, solution: r.Solution, recurring_id: uuid.UUID) -> r.RecurringActivity:
         query = m.RecurringActivity.filter(id=recurring_id, solution_id=solution.id)
         row = await self._one(query, "recurring activity not found")
         names = await self._type_names(solution.id)
         (record,) = await with_fired_runs([recurring_record(row, names[row.activity_type_id])])
+        (record,) = await with_calendars([record])
         return record
 
     async def list_recurring(
@@ -689,7 +692,7 @@ class Store:
             cursor,
             lambda row: recurring_record(row, names[row.activity_type_id]),
         )
-        return r.Page(await with_fired_runs(page.items), page.next_cursor)
+        return r.Page(await with_calendars(await with_fired_runs(page.items)), page.next_cursor)
 
     async def update_recurring(
         self,
