@@ -38,6 +38,7 @@ ACTIVITY_FILTERS = (
     "scheduled_after",
     "scheduled_before",
     "recurring_activity",
+    "label",
 )
 
 
@@ -781,6 +782,13 @@ _QUERY_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
     "recurring_activity": (
         "Only occurrences of this recurring activity",
         {"type": "string", "format": "uuid"},
+    ),
+    "label": (
+        "Only activities with this label, as `key:value` (repeatable: all must match)",
+        {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}:", "maxLength": 192},
+        },
     ),
 }
 _QUERY_PARAMETERS.update(audit.QUERY_PARAMETERS)

@@ -24,6 +24,7 @@ from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.calendar_walls import check_fires_on_calendar
 from oste.domain.calendars import parse_inline_calendar
+from oste.domain.labels import parse_labels
 from oste.domain.recurrence import (
     DstAmbiguous,
     DstNonexistent,
@@ -72,6 +73,7 @@ async def create(request: Request) -> Response:
         "paused": data.get("paused", False),
         **policy,
         **calendar.values,
+        "labels": parse_labels(data.get("labels")) or None,
     }
     recurrence = Recurrence(schedule, **_dst(policy), **calendar.recurrence)
     made = await api.operations.recurring.create(actor, company, solution, kind, values, recurrence)
@@ -134,6 +136,8 @@ async def patch(request: Request) -> Response:
     cache = TypeCache(api.store, solution, api.max_parameter_bytes)
     kind = await cache.get(data.get("activity_type", recurring.activity_type), "activity_type")
     changes: dict[str, Any] = {k: data[k] for k in ("retries", "priority") if k in data}
+    if "labels" in data:
+        changes["labels"] = parse_labels(data["labels"]) or None
     if "parameter" in data or "activity_type" in data:
         parameter = data.get("parameter", recurring.parameter)
         changes["object_id"] = await cache.check(kind, parameter)

@@ -122,6 +122,7 @@ def activity(a: r.Activity) -> dict[str, Any]:
         "depth": a.depth,
         "chain_note": a.chain_note,
         "uri_override": a.uri_override,
+        "labels": a.labels or {},
         "created_at": iso(a.created_at),
         "updated_at": iso(a.updated_at),
     }
@@ -153,6 +154,7 @@ def recurring(ra: r.RecurringActivity, next_fire_times: list[Any] | None = None)
         "skipped": ra.skipped,
         "last_occurrence_at": iso(ra.last_occurrence_at),
         "backlog": [iso(t) for t in ra.backlog],
+        "labels": ra.labels or {},
         "calendar": (
             {"name": ra.calendar.name, "roll": ra.calendar.roll.value} if ra.calendar is not None else None
         ),

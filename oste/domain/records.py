@@ -224,6 +224,8 @@ class Activity:
     """Why no follow-on or handler was created when one was configured (or None)."""
     uri_override: str | None = None
     """A URI pattern used instead of its type's from the next attempt on (set by a bulk update)."""
+    labels: dict[str, str] | None = None
+    """The caller's labels (an occurrence: its recurring activity's); None: none."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,8 @@ class RecurringActivity:
     """What an occurrence on a weekend day or holiday of that calendar does (``Roll``)."""
     calendar: NamedCalendar | None = None
     """The calendar by name with its roll and its days, filled in by storage's reads."""
+    labels: dict[str, str] | None = None
+    """Labels its occurrences carry (None: none)."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +333,7 @@ class NewActivity:
     request_hash: str | None = None
     recurring_activity_id: uuid.UUID | None = None
     occurrence_at: datetime | None = None
+    labels: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -347,5 +352,7 @@ class ActivityFilter:
     """Only activities attempted before (attempts > 0): with state scheduled, the ones being retried."""
     due_by: datetime | None = None
     """Only activities whose next attempt is at or before this instant (with state scheduled: due)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """Only activities carrying every one of these labels (key, value)."""
     parameter: ParameterMatch | None = None
     """Only activities whose parameter holds a value (``oste.storage.listing`` resolves it, bounded)."""

@@ -299,6 +299,7 @@ ACTIVITY_CREATE = _obj(
         "parameter": PARAMETER,
         "retries": {**RETRIES, "type": ["integer", "null"]},
         "priority": PRIORITY,
+        "labels": LABELS,
     },
     ("activity_type",),
 )
@@ -306,7 +307,7 @@ ACTIVITY_BATCH = _obj(
     {"activities": {"type": "array", "items": ACTIVITY_CREATE, "minItems": 1, "maxItems": 1000}},
     ("activities",),
 )
-ACTIVITY_PATCH = _patch(ACTIVITY_CREATE, drop=("activity_type",))
+ACTIVITY_PATCH = _patch(ACTIVITY_CREATE, drop=("activity_type", "labels"))
 ACTIVITY_FILTER = _obj(
     {
         "state": {"type": "string", "enum": ["scheduled", "running", "succeeded", "dead", "cancelled"]},
@@ -323,10 +324,15 @@ ACTIVITY_FILTER = _obj(
             "uniqueItems": True,
             "description": "only these activities (a selection of at most 1,000)",
         },
+        "labels": {
+            **LABELS,
+            "description": "only activities carrying every one of these labels",
+            "example": {"campaign": "42"},
+        },
     },
     minProperties=1,
 )
-_BULK_SET = _patch(ACTIVITY_CREATE, drop=("activity_type",))
+_BULK_SET = _patch(ACTIVITY_CREATE, drop=("activity_type", "labels"))
 ACTIVITY_BULK = _obj(
     {
         "filter": ACTIVITY_FILTER,
@@ -496,6 +502,7 @@ RECURRING_CREATE = _obj(
         "paused": {"type": "boolean"},
         **RECURRING_POLICIES,
         "calendar": {**CALENDAR_CHOICE, "type": ["object", "null"]},
+        "labels": LABELS,
     },
     ("activity_type", "schedule"),
 )
@@ -629,6 +636,7 @@ ACTIVITY = _obj(
             "description": "A URI pattern used instead of the activity type's `uri_pattern` from the next "
             "attempt on (set by a bulk update's `set.uri`; null: the type's pattern)",
         },
+        "labels": {**LABELS, "description": "its labels (an occurrence: its recurring activity's)"},
         **_TIMES,
     },
     ("id", "activity_type", "scheduled_for", "parameter", "retries", "priority", "state", "attempts"),

@@ -188,6 +188,8 @@ class RecurringActivity(Model):
     calendar_id = fields.UUIDField(null=True)
     """The company's calendar (``Calendar``) its occurrences roll on; a calendar in use is not deleted."""
     calendar_roll = fields.CharField(max_length=20, null=True)
+    labels: fields.JSONField[dict[str, str] | None] = fields.JSONField(null=True)
+    """Labels its occurrences carry (None: none)."""
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
 
@@ -234,6 +236,8 @@ class Activity(Model):
     uri_override = fields.TextField(null=True)
     off_schedule = fields.BooleanField(null=True)
     """An occurrence made by run-now, a backfill or the backlog: not counted in its schedule's ``runs``."""
+    labels: fields.JSONField[dict[str, str] | None] = fields.JSONField(null=True)
+    """The caller's labels (None: none); filtered through ``ActivityLabel``, one row per label."""
 
     class Meta:
         table = "activity"
@@ -258,6 +262,28 @@ class Activity(Model):
             WhereIndex(
                 fields=("state", "finished_at"), name="activity_ended_idx", where="finished_at IS NOT NULL"
             ),
+        )
+
+
+class ActivityLabel(Model):
+    """One label of an activity, for filtering by label through an index on both databases (the
+    activity's own ``labels`` column is what is shown). Written with the activity by the one activity
+    writer; deleted with it by the foreign key's cascade."""
+
+    id = fields.BigIntField(primary_key=True)
+    activity: fields.ForeignKeyRelation[Activity] = fields.ForeignKeyField(
+        "oste.Activity", related_name="label_rows", on_delete=fields.CASCADE, db_index=False
+    )
+    activity_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
+    solution_id = fields.UUIDField()
+    key = fields.CharField(max_length=63)
+    value = fields.CharField(max_length=128)
+
+    class Meta:
+        table = "activity_label"
+        indexes = (
+            Index(fields=("solution_id", "key", "value", "activity_id"), name="activity_label_idx"),
+            Index(fields=("activity_id",), name="activity_label_activity_idx"),  # the cascade's
         )
 
 

@@ -734,6 +734,7 @@ def _occurrence_record(
         recurring_activity_id=ra.id,
         occurrence_at=at,
         idempotency_key=idempotency_key(activity_id, ra.id, at),
+        labels=ra.labels or None,
         created_at=now,
         updated_at=now,
         finished_at=None,

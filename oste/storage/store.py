@@ -70,6 +70,8 @@ _ACTIVITY_TIMES = (
     "updated_at",
     "finished_at",
 )
+_PARAMETER = ("parameter",)
+_DOCUMENTS = ("parameter", "labels")
 _EXECUTION_IDS = ("id", "activity_id")
 _EXECUTION_TIMES = ("started_at", "finished_at")
 
@@ -92,7 +94,7 @@ def activity_record(row: m.Activity | Mapping[str, Any], type_name: str) -> r.Ac
     """An activity's record from its ORM row or a raw statement's row: the one converter every read
     of an activity goes through."""
     if isinstance(row, Mapping):
-        row = _decoded(row, _ACTIVITY_IDS, _ACTIVITY_TIMES, ("parameter",))
+        row = _decoded(row, _ACTIVITY_IDS, _ACTIVITY_TIMES, _DOCUMENTS if "labels" in row else _PARAMETER)
         state, outcome = row["state"], row["last_outcome"]
     else:
         state, outcome = row.state, row.last_outcome
@@ -195,6 +197,9 @@ def matching_activities(solution: r.Solution, filters: r.ActivityFilter) -> Quer
         next_attempt_at__lte=filters.due_by,
     )
     query = m.Activity.filter(solution_id=solution.id)
+    for key, value in filters.labels:  # each through activity_label_idx: (solution, key, value) -> ids
+        labelled = m.ActivityLabel.filter(solution_id=solution.id, key=key, value=value)
+        query = query.filter(id__in=Subquery(labelled.values_list("activity_id", flat=True)))
     return query.filter(**_in_utc({key: value for key, value in conditions.items() if value is not None}))
 
 

@@ -62,4 +62,45 @@ class Migration(migrations.Migration):
             model_name="RecurringActivity",
             index=Index(fields=["calendar_id"], name="recurring_calendar_idx"),
         ),
+        ops.AddField(
+            model_name="RecurringActivity",
+            name="labels",
+            field=fields.JSONField(null=True, encoder=JSON_DUMPS, decoder=loads),
+        ),
+        ops.AddField(
+            model_name="Activity",
+            name="labels",
+            field=fields.JSONField(null=True, encoder=JSON_DUMPS, decoder=loads),
+        ),
+        ops.CreateModel(
+            name="ActivityLabel",
+            fields=[
+                ("id", fields.BigIntField(primary_key=True, unique=True, db_index=True)),
+                (
+                    "activity",
+                    fields.ForeignKeyField(
+                        "oste.Activity",
+                        source_field="activity_id",
+                        db_constraint=True,
+                        to_field="id",
+                        related_name="label_rows",
+                        on_delete=OnDelete.CASCADE,
+                        db_index=False,
+                    ),
+                ),
+                ("solution_id", fields.UUIDField()),
+                ("key", fields.CharField(max_length=63)),
+                ("value", fields.CharField(max_length=128)),
+            ],
+            options={
+                "table": "activity_label",
+                "app": "oste",
+                "pk_attr": "id",
+                "indexes": [
+                    Index(fields=["solution_id", "key", "value", "activity_id"], name="activity_label_idx"),
+                    Index(fields=["activity_id"], name="activity_label_activity_idx"),
+                ],
+            },
+            bases=["Model"],
+        ),
     ]
