@@ -134,6 +134,17 @@ async def test_the_schedule_editor_chooses_a_calendar_and_a_roll(world: UiWorld,
         },
     )
     assert f"{last.isoformat()} 16:00:00 UTC" in fragment.text, fragment.text
+    rolled = await company.get(
+        "/ui/schedule-preview",
+        params={"day": "31", "month": "8", "hour": "9", "calendar": "payroll", "company": tenant.company},
+    )
+    assert f"rolled from {date(year, 8, 31).strftime('%a %Y-%m-%d')} 09:00 UTC" in rolled.text, rolled.text
+    skipped = await company.get(
+        "/ui/schedule-preview",
+        params={"day": "31", "month": "8", "hour": "9", "calendar": "payroll", "company": tenant.company,
+                "roll": "skip"},
+    )  # fmt: skip
+    assert "skipped: a weekend day or holiday" in skipped.text
     form = {
         "activity_type": tenant.activity_type,
         "cron": "",
@@ -150,6 +161,8 @@ async def test_the_schedule_editor_chooses_a_calendar_and_a_roll(world: UiWorld,
     stored = (await api.get(f"{tenant.recurring}/{recurring_id}", expect=200)).json()
     assert stored["calendar"] == {"name": "payroll", "roll": "preceding"}
     assert stored["schedule"] == {"business_day": "-1", "hour": "17"}
+    shown = (await company.get(f"{base}/recurring/{recurring_id}")).text
+    assert f'/calendars/payroll">payroll</a> (roll: preceding)' in shown
     edit = (await company.get(f"{base}/recurring/{recurring_id}/edit")).text
     assert '<option value="payroll" selected' in edit and '<option value="preceding" selected' in edit
     # no calendar for a business day: refused beside the field; an unknown roll likewise
