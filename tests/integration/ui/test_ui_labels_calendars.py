@@ -162,7 +162,7 @@ async def test_the_schedule_editor_chooses_a_calendar_and_a_roll(world: UiWorld,
     assert stored["calendar"] == {"name": "payroll", "roll": "preceding"}
     assert stored["schedule"] == {"business_day": "-1", "hour": "17"}
     shown = (await company.get(f"{base}/recurring/{recurring_id}")).text
-    assert f'/calendars/payroll">payroll</a> (roll: preceding)' in shown
+    assert '/calendars/payroll">payroll</a> (roll: preceding)' in shown
     edit = (await company.get(f"{base}/recurring/{recurring_id}/edit")).text
     assert '<option value="payroll" selected' in edit and '<option value="preceding" selected' in edit
     # no calendar for a business day: refused beside the field; an unknown roll likewise
