@@ -4,6 +4,7 @@ calendars, and the recurring form chooses one."""
 
 from __future__ import annotations
 
+import re
 from datetime import date, timedelta
 
 import pytest
@@ -36,6 +37,16 @@ async def test_lists_show_labels_and_filter_by_one(world: UiWorld, company: Brow
     assert "label: must be key:value" in refused
     page = (await company.get(f"{base}/activities/{labelled['id']}")).text
     assert "campaign:42" in page
+
+    # bulk by label: "all matching" names the labelled one only, and cancels it alone
+    matching = {"action": "cancel", "scope": "matching", "label": "campaign:42"}
+    confirm = (await company.get(f"{base}/bulk", params=matching)).text
+    assert re.search(r'<button type="submit"[^>]*>Cancel 1 activity</button>', confirm), confirm
+    form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', confirm))
+    done = await company.post(f"{base}/bulk", {**form, "confirm": "yes"})
+    assert "label=campaign" in done.headers["location"], done.headers["location"]
+    states = {a["id"]: a["state"] for a in await api.all_items(tenant.activities)}
+    assert (states[labelled["id"]], states[other["id"]]) == ("cancelled", "scheduled")
 
 
 ICS = "\r\n".join(
