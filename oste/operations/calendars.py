@@ -24,7 +24,7 @@ from oste.domain.calendars import (
     check_has_business_days,
     parse_roll,
 )
-from oste.domain.schedule import Schedule
+from oste.domain.schedule import Schedule, parse_schedule
 from oste.domain.tenancy import MAX_CALENDARS
 from oste.errors import InvalidInput, NotFound
 from oste.operations.actors import READ, WRITE, Actor
@@ -81,6 +81,8 @@ class CalendarOperations:
         async with self.context.storage.atomic():
             if changes.get("timezone") is not None and "timezone" in changes:
                 await self._check_zone(calendar, changes["timezone"])
+            if any(name in changes for name in ("weekend", "holidays")):
+                await self._check_users_fire(calendar, merged)
             updated = await self.calendars.update(calendar, changes)
             if any(name in changes for name in DAYS):
                 replanned = await self.context.storage.occurrences.replan_calendar_users(calendar.id)
@@ -142,6 +144,27 @@ class CalendarOperations:
         )
         check_fires_on_calendar(schedule, named.calendar, roll, now)
         return calendar, named
+
+    async def _check_users_fire(self, calendar: r.Calendar, merged: dict[str, Any]) -> None:
+        """Refuse (422 naming ``holidays``) new days on which a recurring activity using the calendar
+        would never fire again: a run is never lost silently to a calendar change."""
+        days = business_calendar_of(merged["weekend"], merged["holidays"], None)
+        now = self.context.storage.clock.now()
+        for recurring_id in await self.calendars.users(calendar):
+            recurring = await self.context.storage.occurrences.get(uuid.UUID(recurring_id))
+            if recurring.calendar is None or recurring.next_fire_at is None:
+                continue  # ended (its bounds, its max_runs): nothing left to lose
+            schedule = parse_schedule(
+                recurring.schedule, recurring.timezone, recurring.start_at, recurring.end_at
+            )
+            try:
+                check_fires_on_calendar(schedule, days, recurring.calendar.roll, now)
+            except InvalidInput as exc:
+                reason = exc.errors[0].reason if exc.errors else exc.detail
+                raise InvalidInput.field(
+                    "holidays",
+                    f"recurring activity {recurring_id} would never fire again on these days: {reason}",
+                ) from None
 
     async def _check_zone(self, calendar: r.Calendar, timezone: str) -> None:
         """A calendar's time zone must be that of every recurring activity on it (see

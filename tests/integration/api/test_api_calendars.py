@@ -237,3 +237,18 @@ async def test_a_recurring_activitys_calendar_is_checked(sqlite_api: Api) -> Non
     assert_problem(
         await api.patch(f"{tenant.recurring}/{on_ny['id']}", {"timezone": "UTC"}), 422, "calendar/name"
     )
+
+
+async def test_a_calendar_change_that_would_stop_a_schedule_for_good_is_refused(sqlite_api: Api) -> None:
+    api = sqlite_api
+    tenant = await api.tenant()
+    path = f"{calendars_of(tenant)}/sundays"
+    await api.post(calendars_of(tenant), {"name": "sundays", "weekend": [0]}, expect=201)
+    saturdays = recurring_on(
+        tenant, {"name": "sundays", "roll": "skip"}, schedule={"day_of_week": "sat", "hour": "9"}
+    )
+    made = (await api.post(tenant.recurring, saturdays, expect=201)).json()
+    problem = assert_problem(await api.patch(path, {"weekend": [0, 6]}), 422, "holidays")
+    assert made["id"] in problem["detail"] and "never fire" in problem["detail"]
+    assert (await api.get(path, expect=200)).json()["weekend"] == [0]  # nothing changed
+    await api.patch(path, {"weekend": [0, 5]}, expect=200)  # Fridays off: Saturdays still fire
