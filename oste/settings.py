@@ -259,6 +259,12 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Default of a company's quota `max_api_keys` (keys not revoked); `none` for unlimited.",
     ),
     SettingSpec(
+        "quota_max_calendars",
+        "OSTE_QUOTA_MAX_CALENDARS",
+        "100",
+        "Default of a company's quota `max_calendars` (business calendars); `none` for unlimited.",
+    ),
+    SettingSpec(
         "quota_requests_per_second",
         "OSTE_QUOTA_REQUESTS_PER_SECOND",
         "none",
@@ -393,6 +399,7 @@ class Settings:
     quota_max_recurring_activities: int | None = 100_000
     quota_max_solutions: int | None = 100
     quota_max_api_keys: int | None = 100
+    quota_max_calendars: int | None = 100
     quota_requests_per_second: int | None = None
     ui_session_max_age: float = 12 * 3600.0
     node_name: str = ""
@@ -739,6 +746,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "quota_max_recurring_activities": _quota,
     "quota_max_solutions": _quota,
     "quota_max_api_keys": _quota,
+    "quota_max_calendars": _quota,
     "quota_requests_per_second": _quota,
     "ui_session_max_age": _interval,
     "signing_secret_grace": _grace,

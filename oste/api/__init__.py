@@ -10,6 +10,7 @@ from oste.api import (
     activities,
     activity_types,
     audit,
+    calendars,
     destinations,
     events,
     log_shipping,
@@ -44,6 +45,7 @@ def _routes() -> list[BaseRoute]:
     return [
         *system.ROUTES,
         *tenants.ROUTES,
+        *calendars.ROUTES,
         *activity_types.ROUTES,
         *activities.ROUTES,
         *recurring.ROUTES,

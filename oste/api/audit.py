@@ -28,6 +28,7 @@ from oste.errors import InvalidInput
 RESOURCES = {
     "companies": "company",
     "api-keys": "api_key",
+    "calendars": "calendar",
     "solutions": "solution",
     "activity-types": "activity_type",
     "activities": "activity",

@@ -131,6 +131,7 @@ LOG_RECORD = {
         "id": schemas.ID,
         "activity_type": {"type": "string"},
         "object_id": _NULLABLE_TEXT,
+        "labels": {**schemas.LABELS, "description": "its labels"},
         "scheduled_for": schemas.DATETIME,
         "parameter": {"type": "object"},
         "state": {"type": "string", "enum": ["succeeded", "dead"]},

@@ -27,6 +27,8 @@ SOLUTION = COMPANY + "/solutions/{solution}"
 TYPES = SOLUTION + "/activity-types"
 ACTIVITIES = SOLUTION + "/activities"
 RECURRING = SOLUTION + "/recurring-activities"
+CALENDARS = COMPANY + "/calendars"
+CALENDAR = CALENDARS + "/{calendar}"
 
 PAGING = ("limit", "cursor")
 ACTIVITY_FILTERS = (
@@ -36,6 +38,7 @@ ACTIVITY_FILTERS = (
     "scheduled_after",
     "scheduled_before",
     "recurring_activity",
+    "label",
 )
 
 
@@ -229,6 +232,43 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "keeps signing beside it (both signatures in `webhook-signature`) for `grace` "
             "(default `OSTE_SIGNING_SECRET_GRACE`, 24 h; `PT0S` ends it at once; at most 30 days), "
             "so receivers can switch without refusing a request.",
+        ),
+    ),
+    "Calendars": (
+        Op("GET", CALENDARS, "listCalendars", "List business calendars", "CalendarPage", query=PAGING),
+        Op(
+            "POST",
+            CALENDARS,
+            "createCalendar",
+            "Create a business calendar",
+            "Calendar",
+            201,
+            body="CalendarCreate",
+            conflict="a calendar with this name exists in the company",
+            description="Weekend days (numbered as `day_of_week`: 0 = Sunday … 6 = Saturday; at most "
+            "six) and up to 5,000 holiday dates. A recurring activity names it in `calendar` with a "
+            "`roll`. A calendar with no business day within 50 years is a 422 naming `holidays`; counted "
+            "under the company's quota `max_calendars`.",
+        ),
+        Op("GET", CALENDAR, "getCalendar", "Get a business calendar", "Calendar"),
+        Op(
+            "PATCH",
+            CALENDAR,
+            "updateCalendar",
+            "Change a business calendar",
+            "Calendar",
+            body="CalendarPatch",
+            conflict="another calendar of the company has this name",
+            description="Only the fields given change. A change of `weekend`, `holidays` or `timezone` "
+            "re-plans the occurrences not yet fired of every recurring activity on the calendar.",
+        ),
+        Op(
+            "DELETE",
+            CALENDAR,
+            "deleteCalendar",
+            "Delete a business calendar",
+            status=204,
+            conflict="a recurring activity uses the calendar",
         ),
     ),
     "Log shipping": (
@@ -675,6 +715,7 @@ LOCATIONS: dict[str, tuple[str, bool]] = {
         False,
     ),
     "createRecurringActivity": ("The created recurring activity's path: `…/recurring-activities/{id}`", True),
+    "createCalendar": ("The created calendar's path: `/v1/companies/{company}/calendars/{calendar}`", True),
     "runRecurringActivityNow": ("The created occurrence's path: `…/activities/{id}`", True),
     "backfillRecurringActivity": (
         "The listing of the recurring activity's occurrences, where the created ones show: "
@@ -689,6 +730,7 @@ _PATH_PARAMETERS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "company": ("company", "Name of the company", schemas.SLUG_SCHEMA),
     "solution": ("solution", "Name of the solution", schemas.SLUG_SCHEMA),
     "type": ("type", "Name of the activity type", schemas.SLUG_SCHEMA),
+    "calendar": ("calendar", "Name of the business calendar", schemas.SLUG_SCHEMA),
     "key_id": ("key_id", "Id of the API key", schemas.ID),
     "activity_id": ("id", "Id of the activity", schemas.ID),
     "recurring_id": ("id", "Id of the recurring activity", schemas.ID),
@@ -740,6 +782,13 @@ _QUERY_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
     "recurring_activity": (
         "Only occurrences of this recurring activity",
         {"type": "string", "format": "uuid"},
+    ),
+    "label": (
+        "Only activities with this label, as `key:value` (repeatable: all must match)",
+        {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}:", "maxLength": 192},
+        },
     ),
 }
 _QUERY_PARAMETERS.update(audit.QUERY_PARAMETERS)
@@ -888,7 +937,15 @@ def _parameters() -> dict[str, Any]:
 def _component_schemas() -> dict[str, Any]:
     pages = {
         name + "Page": schemas.page_schema(SCHEMA_REF + name)
-        for name in ("Company", "ApiKey", "Solution", "ActivityType", "Activity", "RecurringActivity")
+        for name in (
+            "Company",
+            "ApiKey",
+            "Solution",
+            "ActivityType",
+            "Activity",
+            "RecurringActivity",
+            "Calendar",
+        )
     }
     pages["ExecutionPage"] = schemas.page_schema(SCHEMA_REF + "Execution")
     pages["DestinationPage"] = schemas.page_schema(SCHEMA_REF + "Destination")

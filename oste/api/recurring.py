@@ -6,6 +6,7 @@ it replaces the occurrences not fired yet; pausing or deleting cancels them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.auth import principal, solution_in_path, solution_scope
+from oste.api.auth import actor_of, principal, solution_in_path, solution_scope
+from oste.api.callers import Principal
 from oste.api.context import body, ctx, self_audited
 from oste.api.requests import iso, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
@@ -22,6 +24,7 @@ from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.calendar_walls import check_fires_on_calendar
 from oste.domain.calendars import parse_inline_calendar
+from oste.domain.labels import parse_labels
 from oste.domain.recurrence import (
     DstAmbiguous,
     DstNonexistent,
@@ -33,7 +36,8 @@ from oste.domain.recurring_values import MAX_POLICY_DURATION as MAX_POLICY_DURAT
 from oste.domain.recurring_values import policy_values as policy_values
 from oste.domain.recurring_values import schedule_of as schedule_of
 from oste.domain.schedule import Schedule, check_schedule_time
-from oste.errors import InvalidInput
+from oste.errors import InvalidInput, NotFound
+from oste.operations.actors import Actor
 from oste.operations.creation import TypeCache
 from oste.operations.recurring import next_fire_at, next_fire_times
 from oste.storage import RecurrenceStore
@@ -56,6 +60,7 @@ async def create(request: Request) -> Response:
     object_id = await cache.check(kind, parameter)
     schedule = schedule_of(data)
     policy = policy_values(data)
+    calendar = await _chosen_calendar(request, actor, company, data.get("calendar"), schedule)
     values = {
         "schedule": data["schedule"],
         "timezone": schedule.timezone,
@@ -67,8 +72,10 @@ async def create(request: Request) -> Response:
         "object_id": object_id,
         "paused": data.get("paused", False),
         **policy,
+        **calendar.values,
+        "labels": parse_labels(data.get("labels")) or None,
     }
-    recurrence = Recurrence(schedule, **_dst(policy))
+    recurrence = Recurrence(schedule, **_dst(policy), **calendar.recurrence)
     made = await api.operations.recurring.create(actor, company, solution, kind, values, recurrence)
     rendered = await _rendered(request, solution, made.id)
     return created(rendered, *solution_path(company, solution), "recurring-activities", made.id)
@@ -129,6 +136,8 @@ async def patch(request: Request) -> Response:
     cache = TypeCache(api.store, solution, api.max_parameter_bytes)
     kind = await cache.get(data.get("activity_type", recurring.activity_type), "activity_type")
     changes: dict[str, Any] = {k: data[k] for k in ("retries", "priority") if k in data}
+    if "labels" in data:
+        changes["labels"] = parse_labels(data["labels"]) or None
     if "parameter" in data or "activity_type" in data:
         parameter = data.get("parameter", recurring.parameter)
         changes["object_id"] = await cache.check(kind, parameter)
@@ -136,13 +145,21 @@ async def patch(request: Request) -> Response:
     schedule = schedule_of(data, recurring)
     policy = policy_values(data)
     merged = {**recurring.__dict__, **policy}
-    recurrence = Recurrence(schedule, **_dst(merged))
+    if "calendar" in data:
+        raw = data["calendar"]
+    elif recurring.calendar is not None:  # the stored one, re-checked against the changed schedule
+        raw = {"name": recurring.calendar.name, "roll": recurring.calendar.roll.value}
+    else:
+        raw = None
+    calendar = await _chosen_calendar(request, actor, company, raw, schedule)
+    recurrence = Recurrence(schedule, **_dst(merged), **calendar.recurrence)
     changes.update(
         schedule=data.get("schedule", recurring.schedule),
         timezone=schedule.timezone,
         start_at=schedule.start_at,
         end_at=schedule.end_at,
         **policy,
+        **calendar.values,
     )
     if kind.id != recurring.activity_type_id:
         changes.update(activity_type_id=kind.id, partition=kind.partition)
@@ -232,15 +249,69 @@ async def backfill(request: Request) -> Response:
 
 async def preview(request: Request) -> Response:
     """The next N fire times of a schedule under its DST policy, annotated; nothing is stored."""
-    await principal(request)
+    who = await principal(request)
     data = schemas.check_shape(schemas.SCHEDULE_PREVIEW, await body(request))
     schedule = schedule_of(data)
     policy = policy_values({k: data[k] for k in ("dst_nonexistent", "dst_ambiguous") if k in data})
     after = parse_time(data["after"], "after") if "after" in data else ctx(request).store.clock.now()
     check_schedule_time(after, "after")
-    recurrence = Recurrence(schedule, **_dst(policy), **_calendar(data, schedule, after))
+    raw = data.get("calendar")
+    if isinstance(raw, dict) and "name" in raw:
+        company = await _preview_company(request, who, raw)
+        named = await _chosen_calendar(request, actor_of(who), company, raw, schedule, after)
+        calendar = named.recurrence
+    else:
+        calendar = _calendar(data, schedule, after)
+    recurrence = Recurrence(schedule, **_dst(policy), **calendar)
     found = recurrence.occurrences(after, data.get("count", 10), annotate_skipped=True)
     return json(render.preview(schedule.timezone, found))
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """A recurring activity's calendar as the face passes it on: stored values and Recurrence arguments."""
+
+    values: dict[str, Any]
+    recurrence: dict[str, Any]
+
+
+async def _chosen_calendar(
+    request: Request,
+    actor: Actor,
+    company: r.Company,
+    raw: Any,
+    schedule: Schedule,
+    now: datetime | None = None,
+) -> _Chosen:
+    """``calendar`` of a body (None: none), resolved in the company and checked against the schedule."""
+    if raw is None:
+        if schedule.business_day is not None:
+            raise InvalidInput.field(
+                "schedule/business_day", "needs a calendar: give `calendar` with a calendar's name"
+            )
+        return _Chosen({"calendar_id": None, "calendar_roll": None}, {})
+    when = now or ctx(request).store.clock.now()
+    calendar, named = await ctx(request).operations.calendars.chosen(actor, company, raw, schedule, when)
+    return _Chosen(
+        {"calendar_id": calendar.id, "calendar_roll": named.roll.value},
+        {"calendar": named.calendar, "roll": named.roll},
+    )
+
+
+async def _preview_company(request: Request, who: Principal, raw: dict[str, Any]) -> r.Company:
+    """Whose calendar a preview names: a company key's own; the operator names it in ``company``."""
+    if who.company is not None:
+        if raw.get("company") not in (None, who.company.name):
+            raise InvalidInput.field("calendar/company", "a company key previews its own company's calendars")
+        return who.company
+    if not isinstance(raw.get("company"), str):
+        raise InvalidInput.field(
+            "calendar/company", "with the admin token, name the company whose calendar it is"
+        )
+    try:
+        return await ctx(request).store.get_company(raw["company"])
+    except NotFound:
+        raise InvalidInput.field("calendar/company", f"there is no company {raw['company']!r}") from None
 
 
 def _calendar(data: dict[str, Any], schedule: Schedule, after: datetime) -> dict[str, Any]:

@@ -128,6 +128,7 @@ def activity(a: r.Activity) -> dict[str, Any]:
         "uri_override": a.uri_override,
         "expires_at": iso(a.expires_at),
         "snoozes": a.snoozes,
+        "labels": a.labels or {},
         "created_at": iso(a.created_at),
         "updated_at": iso(a.updated_at),
     }
@@ -159,11 +160,31 @@ def recurring(ra: r.RecurringActivity, next_fire_times: list[Any] | None = None)
         "skipped": ra.skipped,
         "last_occurrence_at": iso(ra.last_occurrence_at),
         "backlog": [iso(t) for t in ra.backlog],
+        "labels": ra.labels or {},
+        "calendar": (
+            {"name": ra.calendar.name, "roll": ra.calendar.roll.value} if ra.calendar is not None else None
+        ),
         "created_at": iso(ra.created_at),
         "updated_at": iso(ra.updated_at),
     }
     if next_fire_times is not None:
         out["next_fire_times"] = [iso(t) for t in next_fire_times]
+    return out
+
+
+def calendar(c: r.Calendar, company_name: str, used_by: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": str(c.id),
+        "company": company_name,
+        "name": c.name,
+        "timezone": c.timezone,
+        "weekend": list(c.weekend),
+        "holidays": list(c.holidays),
+        "created_at": iso(c.created_at),
+        "updated_at": iso(c.updated_at),
+    }
+    if used_by is not None:
+        out["used_by"] = used_by
     return out
 
 

@@ -74,6 +74,7 @@ def _objects(components: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "SecretHeader": schemas.HEADER_VALUE["oneOf"][1],
         "HeaderOut": schemas.HEADER_OUT,
         "Schedule": schemas.SCHEDULE,
+        "CalendarChoice": schemas.CALENDAR_CHOICE,
         "ScheduleOccurrence": schemas.SCHEDULE_PREVIEW_RESULT["properties"]["occurrences"]["items"],
         "FieldError": schemas.PROBLEM["properties"]["errors"]["items"],
         "JsonSchema": {**schemas.ACTIVITY_TYPE_CREATE["properties"]["parameter_schema"], "type": "object"},

@@ -68,7 +68,13 @@ ACTIVITY_COLUMNS = (
     "updated_at",
     "finished_at",
     "depth",
+    "labels",
 )
+LABEL_EVERY = 4
+"""One seeded activity in this many carries a label, ``campaign``: ``(n // LABEL_EVERY) % LABEL_VALUES``
+(a label filter then matches ``count / (LABEL_EVERY * LABEL_VALUES)`` activities, a thousand of a
+million)."""
+LABEL_VALUES = 250
 EXECUTION_COLUMNS = (
     "id",
     "activity_id",
@@ -203,7 +209,9 @@ class PostgresSeeder(Seeder):
           CASE WHEN b >= {s0} AND b < {s1} THEN 'ok' WHEN b >= {d0} AND b < {d1} THEN 'failed' END,
           $5::timestamptz, $5::timestamptz,
           CASE WHEN b >= {s0} AND b < {d1} THEN t END,
-          0
+          0,
+          CASE WHEN g % {LABEL_EVERY} = 0
+               THEN jsonb_build_object('campaign', ((g / {LABEL_EVERY}) % {LABEL_VALUES})::text) END
         FROM (
           SELECT g, md5(g::text) AS h, g % 100 AS b,
             CASE
@@ -230,6 +238,12 @@ class PostgresSeeder(Seeder):
             mix.dead_attempts,
             mix.due_seconds,
             mix.future_seconds,
+        )
+        await self.conn.execute(
+            "INSERT INTO activity_label (activity_id, solution_id, key, value) "
+            "SELECT id, solution_id, 'campaign', labels->>'campaign' FROM activity "
+            "WHERE solution_id = $1::uuid AND labels IS NOT NULL",
+            tenant.solution_id,
         )
 
     async def executions(self, limit: int) -> int:
@@ -277,7 +291,7 @@ class PostgresSeeder(Seeder):
         return int(status.split()[-1])
 
     async def settle(self) -> None:
-        for table in ("activity", "execution", "stats_minute"):
+        for table in ("activity", "activity_label", "execution", "stats_minute"):
             await self.conn.execute(f"VACUUM (ANALYZE) {table}")
 
     async def count(self, table: str, where: str = "1 = 1") -> int:
@@ -348,9 +362,18 @@ class SqliteSeeder(Seeder):
                         created,
                         at if ended else None,
                         0,
+                        json.dumps({"campaign": str((g // LABEL_EVERY) % LABEL_VALUES)})
+                        if g % LABEL_EVERY == 0
+                        else None,
                     )
                 )
             await self._many(sql, rows)
+        await self._many(
+            "INSERT INTO activity_label (activity_id, solution_id, key, value) "
+            "SELECT id, solution_id, 'campaign', json_extract(labels, '$.campaign') FROM activity "
+            "WHERE solution_id = ? AND labels IS NOT NULL",
+            [(str(tenant.solution_id),)],
+        )
 
     async def executions(self, limit: int) -> int:
         def read() -> list[tuple[Any, ...]]:

@@ -197,6 +197,8 @@ async def _ui_pages(app: App, names: list[str], now: datetime) -> dict[str, str]
         "activities state=scheduled type": UI_SOLUTION
         + f"/activities?state=scheduled&activity_type={names[3]}",
         "activities object id": UI_SOLUTION + "/activities?object_id=4242",
+        "activities label": UI_SOLUTION + "/activities?label=campaign%3A42",
+        "activities label (state=scheduled)": UI_SOLUTION + "/activities?state=scheduled&label=campaign%3A42",
         "activities time range": UI_SOLUTION + "/activities?" + window,
         "activities 11th page (cursor)": cursor_page,
         "activity (dead, executions)": f"{UI_SOLUTION}/activities/{dead_id}",

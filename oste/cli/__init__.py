@@ -123,6 +123,9 @@ def add_transfer_parsers(add: Any) -> None:
     exports.add_argument("--object-id", help="object id (from the type's object_id_ref)")
     exports.add_argument("--scheduled-after", help="RFC 3339 instant: scheduled_for at or after it")
     exports.add_argument("--scheduled-before", help="RFC 3339 instant: scheduled_for before it")
+    exports.add_argument(
+        "--label", action="append", help="key:value: only activities with this label (repeatable, all match)"
+    )
 
 
 def add_backup_parsers(add: Any) -> None:
@@ -494,5 +497,6 @@ async def _export(settings: Settings, args: argparse.Namespace) -> None:
         "object_id": args.object_id,
         "scheduled_after": args.scheduled_after,
         "scheduled_before": args.scheduled_before,
+        "label": args.label or None,
     }
     await export_file(settings.database_url, args.company, args.solution, filters, args.output)

@@ -1,12 +1,13 @@
 """`oste import` and `oste export`: a solution's activities as JSON lines, streamed in chunks.
 
-One line is one activity in the API's create shape (``activity_type``, ``scheduled_for`` or ``delay``,
-``parameter``, ``retries``, ``priority``) plus an optional ``idempotency_key``. Import validates every
-line with the API's own checks (``oste.operations.creation``) and stores the valid ones of each chunk
-through ``Store.create_activities``, the batch create path; a line with an idempotency key goes through
-``Store.create_activity_once`` like a create request with an ``Idempotency-Key`` header. A bad line is
-reported with its number and reasons and never blocks the others. Export pages through the store with
-its keyset cursor and writes lines that import reads back, so memory stays flat either way.
+One line is one activity in the API's create shape (``activity_type``, ``scheduled_for`` or
+``delay``, ``parameter``, ``retries``, ``priority``, ``labels``) plus an optional ``idempotency_key``.
+Import validates every line with the API's own checks (``oste.operations.creation``) and stores the
+valid ones of each chunk through ``Store.create_activities``, the batch create path; a line with an
+idempotency key goes through ``Store.create_activity_once`` like a create request with an
+``Idempotency-Key`` header. A bad line is reported with its number and reasons and never blocks the
+others. Export pages through the store with its keyset cursor and writes lines that import reads back,
+so memory stays flat either way.
 """
 
 from __future__ import annotations
@@ -250,6 +251,8 @@ def export_line(activity: r.Activity) -> bytes:
     }
     if activity.expires_at is not None:
         line["expires_at"] = iso(activity.expires_at)
+    if activity.labels:
+        line["labels"] = activity.labels
     spent = activity.state == r.ActivityState.DEAD and activity.retries <= 0
     if activity.retries >= 0 and not spent:
         line["retries"] = activity.retries
@@ -279,7 +282,8 @@ async def export_activities(
 
 def export_filter(values: dict[str, Any], types: dict[str, uuid.UUID]) -> r.ActivityFilter:
     """Filters named as in the API's listing (``state``, ``activity_type``, ``object_id``,
-    ``scheduled_after``, ``scheduled_before``); None values are left out."""
+    ``scheduled_after``, ``scheduled_before``, ``label``: a list of key:value); None values are left
+    out."""
     return activity_filter({k: v for k, v in values.items() if v is not None}, types)
 
 

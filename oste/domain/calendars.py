@@ -159,6 +159,59 @@ class BusinessCalendar:
         return self.next_business_day(start, until=end) is not None
 
 
+@dataclass(frozen=True)
+class NamedCalendar:
+    """A recurring activity's company calendar: its name, its days and the activity's roll."""
+
+    name: str
+    roll: Roll
+    calendar: BusinessCalendar
+
+
+def calendar_values(data: dict[str, Any], creating: bool) -> dict[str, Any]:
+    """A named calendar's stored values from a create or patch body (its shape already checked):
+    ``name``, ``timezone`` (None: each recurring activity's own), ``weekend`` (sorted day numbers) and
+    ``holidays`` (sorted ISO dates). A calendar with no business day within ``NO_BUSINESS_DAY_YEARS``
+    of today's date is refused by ``check_has_business_days``. Raises InvalidInput naming the field."""
+    values: dict[str, Any] = {}
+    if "name" in data:
+        values["name"] = data["name"]
+    if "timezone" in data:
+        values["timezone"] = parse_timezone(data["timezone"]) if data["timezone"] is not None else None
+    if "weekend" in data or creating:
+        values["weekend"] = sorted(parse_weekend(data.get("weekend", [0, 6]), "weekend"))
+    if "holidays" in data or creating:
+        holidays = parse_holidays(data.get("holidays", []), "holidays")
+        values["holidays"] = [day.isoformat() for day in sorted(holidays)]
+    return values
+
+
+def parse_timezone(value: Any, field_name: str = "timezone") -> str:
+    """An IANA time zone name, or InvalidInput naming the field (as a schedule's ``timezone``)."""
+    from oste.domain.schedule import check_timezone  # schedule.py reads business_day from here
+
+    check_timezone(value, field_name)
+    return str(value)
+
+
+def business_calendar_of(weekend: Any, holidays: Any, timezone: str | None) -> BusinessCalendar:
+    """The BusinessCalendar of stored values (day numbers, ISO dates)."""
+    return BusinessCalendar(
+        frozenset(int(d) for d in weekend), frozenset(date.fromisoformat(d) for d in holidays), timezone
+    )
+
+
+def check_has_business_days(calendar: BusinessCalendar, today: date) -> None:
+    """Refuse (InvalidInput naming ``holidays``) a calendar with no business day within
+    ``NO_BUSINESS_DAY_YEARS`` years of ``today``."""
+    if not calendar.has_business_day_within(today):
+        raise InvalidInput.field(
+            "holidays",
+            f"leave no business day within {NO_BUSINESS_DAY_YEARS} years of {today}: "
+            "check the weekend and the holidays",
+        )
+
+
 def parse_roll(value: Any, field_name: str = "calendar/roll") -> Roll:
     """A Roll, or InvalidInput naming the field and the choices."""
     choices = [member.value for member in Roll]

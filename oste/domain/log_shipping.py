@@ -143,6 +143,7 @@ def record_json(record: LogRecord, secrets: Sequence[str] = ()) -> dict[str, Any
         "id": str(a.id),
         "activity_type": a.activity_type,
         "object_id": a.object_id,
+        "labels": a.labels or {},
         "scheduled_for": _time(a.scheduled_for),
         "parameter": a.parameter,
         "state": str(a.state),

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from oste.domain.calendars import NamedCalendar
     from oste.domain.receiver_auth import OutboundAuth
     from oste.domain.search import ParameterMatch
 
@@ -239,6 +240,8 @@ class Activity:
     """No attempt starts after it: reached unsent or between retries, the activity ends ``expired``."""
     snoozes: int = 0
     """``OSTE-Snooze`` answers so far (bounded by the type's ``max_snoozes``)."""
+    labels: dict[str, str] | None = None
+    """The caller's labels (an occurrence: its recurring activity's); None: none."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,8 @@ class RecurringActivity:
     runs: int = 0
     """Occurrences the schedule created (run-now and backfill not counted)."""
     skipped: int = 0
-    """Occurrences skipped by the DST-free policies: catch-up, catch-up window, overlap."""
+    """Occurrences skipped by the DST-free policies (catch-up, catch-up window, overlap) and by the
+    business calendar (``roll: skip``)."""
     last_occurrence_at: datetime | None = None
     planned_until: datetime | None = None
     """Every occurrence at or before this instant is accounted for (created or skipped)."""
@@ -281,6 +285,31 @@ class RecurringActivity:
     """Backfilled occurrences waiting their turn (one at a time, ``overlap: buffer_one``)."""
     revision: int = 0
     """Bumped by every change: writers that read an older revision lose (optimistic concurrency)."""
+    calendar_id: uuid.UUID | None = None
+    """The company's business calendar its occurrences roll on (None: none)."""
+    calendar_roll: str | None = None
+    """What an occurrence on a weekend day or holiday of that calendar does (``Roll``)."""
+    calendar: NamedCalendar | None = None
+    """The calendar by name with its roll and its days, filled in by storage's reads."""
+    labels: dict[str, str] | None = None
+    """Labels its occurrences carry (None: none)."""
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """A company's named business calendar: weekend days (0 = Sunday … 6 = Saturday) and holidays,
+    optionally in a time zone of their own (None: each recurring activity's own zone)."""
+
+    id: uuid.UUID
+    company_id: uuid.UUID
+    name: str
+    timezone: str | None
+    weekend: tuple[int, ...]
+    holidays: tuple[str, ...]
+    """ISO dates (YYYY-MM-DD), sorted."""
+    revision: int
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True)
@@ -321,6 +350,7 @@ class NewActivity:
     recurring_activity_id: uuid.UUID | None = None
     occurrence_at: datetime | None = None
     expires_at: datetime | None = None
+    labels: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -339,5 +369,7 @@ class ActivityFilter:
     """Only activities attempted before (attempts > 0): with state scheduled, the ones being retried."""
     due_by: datetime | None = None
     """Only activities whose next attempt is at or before this instant (with state scheduled: due)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """Only activities carrying every one of these labels (key, value)."""
     parameter: ParameterMatch | None = None
     """Only activities whose parameter holds a value (``oste.storage.listing`` resolves it, bounded)."""

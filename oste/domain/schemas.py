@@ -24,7 +24,14 @@ from oste.domain.tenancy import QUOTAS as QUOTA_NAMES
 from oste.domain.tenancy import SCOPES as SCOPE_NAMES
 from oste.errors import FieldError, InvalidInput
 
-USAGE_NAMES = ("scheduled_activities", "activity_types", "recurring_activities", "solutions", "api_keys")
+USAGE_NAMES = (
+    "scheduled_activities",
+    "activity_types",
+    "recurring_activities",
+    "solutions",
+    "api_keys",
+    "calendars",
+)
 SLUG_SCHEMA = {"type": "string", "pattern": f"^{SLUG.pattern}$", "description": "lower-case slug"}
 DURATION = {"type": "string", "description": "ISO 8601 duration, e.g. PT30S or P7D", "example": "PT30S"}
 DATETIME = {"type": "string", "format": "date-time", "description": "RFC 3339 with offset"}
@@ -45,6 +52,14 @@ ID = {"type": "string", "format": "uuid", "description": "time-sortable id (UUID
 QOS = {"type": "integer", "minimum": 1, "maximum": 1000}
 PRIORITY = {"type": "integer", "minimum": -1000, "maximum": 1000, "default": 0}
 RETRIES = {"type": "integer", "minimum": 0, "maximum": 100}
+LABELS = {
+    "type": "object",
+    "maxProperties": 16,
+    "additionalProperties": {"type": "string", "maxLength": 128},
+    "description": "labels to find and act on it by: at most 16, each key a lower-case slug, each value "
+    "at most 128 characters; an occurrence carries its recurring activity's labels",
+    "example": {"campaign": "42", "region": "eu"},
+}
 PARAMETER = {
     "type": "object",
     "additionalProperties": True,  # free-form: said outright, or generators type it as an empty object
@@ -322,6 +337,7 @@ ACTIVITY_CREATE = _obj(
             "description": "No attempt starts at or after it (after `scheduled_for`): reached unsent or "
             "between retries, the activity ends `dead` with `last_outcome: expired`",
         },
+        "labels": LABELS,
     },
     ("activity_type",),
 )
@@ -329,7 +345,7 @@ ACTIVITY_BATCH = _obj(
     {"activities": {"type": "array", "items": ACTIVITY_CREATE, "minItems": 1, "maxItems": 1000}},
     ("activities",),
 )
-ACTIVITY_PATCH = _patch(ACTIVITY_CREATE, drop=("activity_type",))
+ACTIVITY_PATCH = _patch(ACTIVITY_CREATE, drop=("activity_type", "labels"))
 ACTIVITY_FILTER = _obj(
     {
         "state": {"type": "string", "enum": ["scheduled", "running", "succeeded", "dead", "cancelled"]},
@@ -346,10 +362,15 @@ ACTIVITY_FILTER = _obj(
             "uniqueItems": True,
             "description": "only these activities (a selection of at most 1,000)",
         },
+        "labels": {
+            **LABELS,
+            "description": "only activities carrying every one of these labels",
+            "example": {"campaign": "42"},
+        },
     },
     minProperties=1,
 )
-_BULK_SET = _patch(ACTIVITY_CREATE, drop=("activity_type",))
+_BULK_SET = _patch(ACTIVITY_CREATE, drop=("activity_type", "labels"))
 ACTIVITY_BULK = _obj(
     {
         "filter": ACTIVITY_FILTER,
@@ -420,22 +441,6 @@ RECURRING_POLICIES: dict[str, Any] = {
     },
     "max_runs": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000},
 }
-RECURRING_CREATE = _obj(
-    {
-        "activity_type": SLUG_SCHEMA,
-        "schedule": SCHEDULE,
-        "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
-        "start_at": SCHEDULE_TIME,
-        "end_at": SCHEDULE_TIME,
-        "parameter": PARAMETER,
-        "retries": {**RETRIES, "type": ["integer", "null"]},
-        "priority": PRIORITY,
-        "paused": {"type": "boolean"},
-        **RECURRING_POLICIES,
-    },
-    ("activity_type", "schedule"),
-)
-RECURRING_PATCH = _patch(RECURRING_CREATE, drop=())
 CALENDAR_SCHEDULE = {
     **SCHEDULE,
     "description": SCHEDULE["description"]
@@ -454,7 +459,8 @@ INLINE_CALENDAR = _obj(
     {
         "name": {
             **SLUG_SCHEMA,
-            "description": "a company's named calendar (not available yet: give the calendar inline)",
+            "description": "a company's calendar by name (a company key's own company; the operator "
+            "names the company in `company`): its weekend and holidays; only `roll` may be given beside it",
         },
         "weekend": {
             "type": "array",
@@ -477,6 +483,10 @@ INLINE_CALENDAR = _obj(
             "description": "the place whose dates the holidays are; default (and for now the only choice): "
             "the schedule's time zone",
         },
+        "company": {
+            **SLUG_SCHEMA,
+            "description": "with `name` and the admin token: the company whose calendar it is",
+        },
         "roll": {
             "type": "string",
             "enum": [r.value for r in Roll],
@@ -488,6 +498,53 @@ INLINE_CALENDAR = _obj(
     },
     description="a business calendar: weekend days and holidays, and what an occurrence on one does",
 )
+_WEEKEND = INLINE_CALENDAR["properties"]["weekend"]
+_HOLIDAYS = INLINE_CALENDAR["properties"]["holidays"]
+CALENDAR_CREATE = _obj(
+    {
+        "name": SLUG_SCHEMA,
+        "timezone": {
+            "type": ["string", "null"],
+            "minLength": 1,
+            "maxLength": 64,
+            "description": "the place whose dates the holidays are (an IANA time zone); left out or "
+            "null: each recurring activity's own time zone. A recurring activity in another zone than a "
+            "calendar's own cannot use it (422)",
+        },
+        "weekend": _WEEKEND,
+        "holidays": _HOLIDAYS,
+    },
+    ("name",),
+    description="a company's business calendar: weekend days and holidays",
+)
+CALENDAR_PATCH = _patch(CALENDAR_CREATE, drop=())
+CALENDAR_CHOICE = _obj(
+    {
+        "name": {**SLUG_SCHEMA, "description": "a calendar of the recurring activity's company"},
+        "roll": INLINE_CALENDAR["properties"]["roll"],
+    },
+    ("name",),
+    description="the company's business calendar its occurrences roll on, and what an occurrence on a "
+    "weekend day or holiday does",
+)
+RECURRING_CREATE = _obj(
+    {
+        "activity_type": SLUG_SCHEMA,
+        "schedule": CALENDAR_SCHEDULE,
+        "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
+        "start_at": SCHEDULE_TIME,
+        "end_at": SCHEDULE_TIME,
+        "parameter": PARAMETER,
+        "retries": {**RETRIES, "type": ["integer", "null"]},
+        "priority": PRIORITY,
+        "paused": {"type": "boolean"},
+        **RECURRING_POLICIES,
+        "calendar": {**CALENDAR_CHOICE, "type": ["object", "null"]},
+        "labels": LABELS,
+    },
+    ("activity_type", "schedule"),
+)
+RECURRING_PATCH = _patch(RECURRING_CREATE, drop=())
 SCHEDULE_PREVIEW = _obj(
     {
         "schedule": CALENDAR_SCHEDULE,
@@ -622,9 +679,27 @@ ACTIVITY = _obj(
         },
         "expires_at": NULLABLE_DATETIME,
         "snoozes": {"type": "integer", "minimum": 0, "description": "`OSTE-Snooze` answers so far"},
+        "labels": {**LABELS, "description": "its labels (an occurrence: its recurring activity's)"},
         **_TIMES,
     },
     ("id", "activity_type", "scheduled_for", "parameter", "retries", "priority", "state", "attempts"),
+)
+CALENDAR = _obj(
+    {
+        "id": ID,
+        "company": SLUG_SCHEMA,
+        "name": SLUG_SCHEMA,
+        "timezone": CALENDAR_CREATE["properties"]["timezone"],
+        "weekend": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 6}},
+        "holidays": {"type": "array", "items": {"type": "string", "format": "date"}},
+        "used_by": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "recurring activities on this calendar (one calendar's answers; not in lists)",
+        },
+        **_TIMES,
+    },
+    ("id", "company", "name", "timezone", "weekend", "holidays", "created_at", "updated_at"),
 )
 RECURRING = _obj(
     {
@@ -929,6 +1004,8 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "ActivityBulk": ACTIVITY_BULK,
     "RecurringActivityCreate": RECURRING_CREATE,
     "RecurringActivityPatch": RECURRING_PATCH,
+    "CalendarCreate": CALENDAR_CREATE,
+    "CalendarPatch": CALENDAR_PATCH,
     "SchedulePreviewRequest": SCHEDULE_PREVIEW,
     "BackfillRequest": BACKFILL,
     "DestinationPatch": DESTINATION_PATCH,
@@ -940,6 +1017,7 @@ RESPONSES: dict[str, dict[str, Any]] = {
     "ActivityType": ACTIVITY_TYPE,
     "Activity": ACTIVITY,
     "RecurringActivity": RECURRING,
+    "Calendar": CALENDAR,
     "Execution": EXECUTION,
     "BulkResult": BULK_RESULT,
     "SchedulePreview": SCHEDULE_PREVIEW_RESULT,

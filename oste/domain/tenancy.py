@@ -22,6 +22,7 @@ MAX_ACTIVITY_TYPES = "max_activity_types"
 MAX_RECURRING_ACTIVITIES = "max_recurring_activities"
 MAX_SOLUTIONS = "max_solutions"
 MAX_API_KEYS = "max_api_keys"
+MAX_CALENDARS = "max_calendars"
 REQUESTS_PER_SECOND = "requests_per_second"
 QUOTAS = (
     MAX_SCHEDULED_ACTIVITIES,
@@ -29,6 +30,7 @@ QUOTAS = (
     MAX_RECURRING_ACTIVITIES,
     MAX_SOLUTIONS,
     MAX_API_KEYS,
+    MAX_CALENDARS,
     REQUESTS_PER_SECOND,
 )
 """Every quota's name; ``None`` as a value means unlimited."""
@@ -69,6 +71,7 @@ class QuotaDefaults:
     max_recurring_activities: int | None = None
     max_solutions: int | None = None
     max_api_keys: int | None = None
+    max_calendars: int | None = None
     requests_per_second: int | None = None
 
     @classmethod

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from oste.operations.activities import ActivityOperations
 from oste.operations.actors import ALL_SCOPES, API, CLI, KEYS, READ, SYSTEM, UI, WRITE, Actor
+from oste.operations.calendars import CalendarOperations
 from oste.operations.context import OperationContext
 from oste.operations.destinations import DestinationOperations
 from oste.operations.recurring import RecurringOperations
@@ -29,6 +30,7 @@ class Operations:
         self.tenants = TenantOperations(context)
         self.recurring = RecurringOperations(context)
         self.destinations = DestinationOperations(context)
+        self.calendars = CalendarOperations(context)
 
 
 __all__ = [

@@ -19,6 +19,7 @@ from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.fields import parse_duration, parse_time
 from oste.domain.json_values import check_storable
+from oste.domain.labels import parse_labels
 from oste.domain.parameters import join_path
 from oste.domain.resource_values import rules_of
 from oste.errors import FieldError, FieldErrors, InvalidInput, NotFound
@@ -132,6 +133,10 @@ async def new_activity(
     if not any(errors.failed(join_path(prefix, name)) for name in ("scheduled_for", "delay")):
         with errors.check():
             expires = expiry(data, due or now, prefix)
+    labels: dict[str, str] = {}
+    if "labels" in data:
+        with errors.check():
+            labels = parse_labels(data["labels"], join_path(prefix, "labels"))
     errors.raise_any()
     assert kind is not None  # a body without a usable type has a shape error
     retries = data.get("retries")
@@ -143,6 +148,7 @@ async def new_activity(
         priority=data.get("priority", 0),
         object_id=object_id,
         expires_at=expires,
+        labels=labels or None,
     )
 
 

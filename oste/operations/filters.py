@@ -21,6 +21,7 @@ from typing import Any
 
 from oste.domain import records as r
 from oste.domain.fields import parse_time
+from oste.domain.labels import parse_label_filter, parse_labels
 from oste.domain.parameters import join_path
 from oste.domain.search import parse_search, view_of
 from oste.errors import InvalidInput
@@ -109,7 +110,28 @@ def activity_filter(
         due_by=due_by,
         ids=selection,
         parameter=search.parameter if search is not None else None,
+        labels=_labels(source, path),
     )
+
+
+def _labels(source: Mapping[str, Any], path: Any) -> tuple[tuple[str, str], ...]:
+    """Labels all of which must match: a bulk ``filter``'s ``labels`` object, or ``label=key:value``
+    (repeatable: query parameters and forms hold several; a blank form field is none)."""
+    wanted: dict[str, str] = {}
+    if "labels" in source:
+        wanted = parse_labels(source["labels"], path("labels"))
+    getlist = getattr(source, "getlist", None)
+    raw = getlist("label") if getlist is not None else source.get("label")
+    values = [raw] if isinstance(raw, str) else list(raw or ())
+    values = [v for v in values if not (isinstance(v, str) and not v.strip())]
+    if values:
+        for key, value in parse_label_filter(values, path("label")).items():
+            if wanted.get(key, value) != value:
+                raise InvalidInput.field(
+                    path("label"), f"asks for two values of {key!r}: no activity has both"
+                )
+            wanted[key] = value
+    return tuple(sorted(wanted.items()))
 
 
 def _state(

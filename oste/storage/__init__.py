@@ -10,6 +10,7 @@ the composition root and handed down; each attribute is one part, its promises w
                               types, activities, recurring activities
 ``storage.occurrences``       ``RecurrenceStore`` (``occurrences.py``): a recurring activity's
                               occurrences: expand, pause, resume, run now, backfill
+``storage.calendars``         ``CalendarStore`` (``calendars.py``): companies' business calendars
 ``storage.bulk``              ``BulkChange`` (``bulk.py``): cancel, requeue, update, run now or
                               delete by filter or id list
 ``storage.listing``           ``ActivityListing`` (``listing.py``): pages newest or oldest first,
@@ -57,6 +58,7 @@ from oste.storage.backup import BackupRefused
 from oste.storage.backup import backup as take_backup
 from oste.storage.backup import restore as restore_backup
 from oste.storage.bulk import QUOTA_FULL, BulkChange
+from oste.storage.calendars import CalendarStore
 from oste.storage.database import (
     STORAGE_EXCEPTIONS,
     close_database,
@@ -97,6 +99,7 @@ __all__ = [
     "BackupRefused",
     "Breaker",
     "BulkChange",
+    "CalendarStore",
     "Change",
     "ChangeHub",
     "DestinationStore",
@@ -148,6 +151,7 @@ class Storage:
         self.store: Store = Store(clock)
         self.occurrences: RecurrenceStore = RecurrenceStore(clock, quotas=self.quotas)
         self.bulk: BulkChange = BulkChange(clock)
+        self.calendars: CalendarStore = CalendarStore(clock)
         self.log_shipping: RollerStore = RollerStore(clock)
         self.stats: StatsService = StatsService(clock)
         self.overview: OverviewStore = OverviewStore(clock)

@@ -61,8 +61,16 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("depth", "int"),
     ("off_schedule", "bool"),
     ("expires_at", "timestamptz"),
+    ("labels", "jsonb"),
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
+LABEL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("activity_id", "uuid"),
+    ("solution_id", "uuid"),
+    ("key", "text"),
+    ("value", "text"),
+)
+"""An activity's label rows (``activity_label``: what a label filter reads through its index)."""
 
 CONFLICT = "an activity with the same idempotency key or occurrence already exists"
 
@@ -109,6 +117,7 @@ def new_activity_record(
         updated_at=now,
         finished_at=None,
         expires_at=_utc(item.expires_at) if item.expires_at else None,
+        labels=item.labels or None,
     )
 
 
@@ -139,6 +148,7 @@ def _row(a: r.Activity, request_hash: str | None, off_schedule: bool = False) ->
         a.depth,
         True if off_schedule else None,
         a.expires_at,
+        orjson.dumps(a.labels).decode() if a.labels else None,
     )
 
 
@@ -151,6 +161,8 @@ class PreparedActivities:
     created: tuple[r.Activity, ...]
     rows: PreparedRows
     events: tuple[str, list[Any]] | None
+    labelled: tuple[r.Activity, ...] = ()
+    """The activities with labels (their ``activity_label`` rows are written with them)."""
 
 
 async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> PreparedActivities:
@@ -185,7 +197,8 @@ async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> Pre
     if yielding and not dialect.pooled:
         # the transaction will hold the one connection: light requests go first
         await write_turn()
-    return PreparedActivities(tuple(created), prepared_rows, events)
+    labelled = tuple(a for a in created if a.labels)
+    return PreparedActivities(tuple(created), prepared_rows, events, labelled)
 
 
 async def write_prepared(prepared: PreparedActivities) -> list[r.Activity]:
@@ -196,8 +209,10 @@ async def write_prepared(prepared: PreparedActivities) -> list[r.Activity]:
     if not prepared.created:
         return []
     try:
-        async with in_transaction() as tx:  # the rows and their created events, or neither
+        async with in_transaction() as tx:  # the rows, their labels and their created events, or none
             await dialect_of(tx).insert_prepared(tx, prepared.rows)
+            if prepared.labelled:
+                await _insert_labels(tx, list(prepared.labelled), None)
             if prepared.events is not None:
                 await tx.execute_query(*prepared.events)
     except IntegrityError:
@@ -257,14 +272,17 @@ async def _write(
     """Write the rows and the created events of the streamed solutions' activities, all or nothing."""
     streamed = subscribed if subscribed is not None else await subscribed_solutions(now)
     wanted = [Change(a.id, "created") for a in created if a.solution_id in streamed]
+    labelled = [a for a in created if a.labels]
     try:
-        if wanted and conn is None:
-            async with in_transaction():  # the rows and their created events, or neither
+        if (wanted or labelled) and conn is None:
+            async with in_transaction():  # the rows, their labels and their created events, or none
                 written = await _insert_rows(m.Activity._meta.db, rows, skip_existing)
+                await _insert_labels(m.Activity._meta.db, labelled, written)
                 await _record_created(m.Activity._meta.db, wanted, written, now)
         else:
             db = conn if conn is not None else m.Activity._meta.db  # the current transaction's, if any
             written = await _insert_rows(db, rows, skip_existing)
+            await _insert_labels(db, labelled, written)
             await _record_created(db, wanted, written, now)
     except IntegrityError:
         raise Conflict(conflict) from None
@@ -282,6 +300,20 @@ async def _insert_rows(
         return await dialect.insert_rows_skipping(conn, "activity", COLUMNS, rows)
     await dialect.insert_rows(conn, "activity", COLUMNS, rows)
     return None
+
+
+async def _insert_labels(
+    conn: BaseDBAsyncClient, labelled: list[r.Activity], written: set[uuid.UUID] | None
+) -> None:
+    """One ``activity_label`` row per label of each activity written."""
+    rows = [
+        (a.id, a.solution_id, key, value)
+        for a in labelled
+        if written is None or a.id in written
+        for key, value in (a.labels or {}).items()
+    ]
+    if rows:
+        await dialect_of(conn).insert_rows(conn, "activity_label", LABEL_COLUMNS, rows)
 
 
 async def _record_created(

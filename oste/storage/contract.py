@@ -322,6 +322,52 @@ class Tenants(Protocol):
 
 
 @runtime_checkable
+class Calendars(Protocol):
+    """Companies' business calendars (``storage.calendars``): weekend days, holiday dates (ISO, sorted)
+    and an optional time zone, one per company and name.
+
+    - ``NotFound`` for a calendar missing *in the given company*; ``Conflict`` for a taken name, or
+      a delete while a recurring activity uses the calendar (the condition is in the statement).
+    - Each method runs in the caller's transaction when there is one (``Storage.atomic()``)."""
+
+    async def create(self, company: r.Company, values: dict[str, Any]) -> r.Calendar:
+        """Create a calendar (values validated by the caller). Raises Conflict if the name is taken."""
+        ...
+
+    async def get(self, company: r.Company, name: str) -> r.Calendar:
+        """The company's calendar with this name. Raises NotFound."""
+        ...
+
+    async def listing(self, company: r.Company, limit: int, cursor: str | None = None) -> r.Page:
+        """One page of the company's calendars in creation order."""
+        ...
+
+    async def update(self, calendar: r.Calendar, changes: dict[str, Any]) -> r.Calendar:
+        """Apply validated changes and bump the revision. Raises NotFound, Conflict (a taken name)."""
+        ...
+
+    async def delete(self, calendar: r.Calendar) -> None:
+        """Delete a calendar. Raises Conflict while a recurring activity uses it, NotFound if gone."""
+        ...
+
+    async def users(self, calendar: r.Calendar, limit: int | None = None) -> list[str]:
+        """Ids of the recurring activities that use the calendar (at most ``limit``), in id order."""
+        ...
+
+    async def used_by(self, calendar: r.Calendar) -> int:
+        """How many recurring activities use the calendar."""
+        ...
+
+    async def user_timezones(self, calendar: r.Calendar) -> set[str]:
+        """The time zones of the recurring activities that use the calendar."""
+        ...
+
+    async def by_ids(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, r.Calendar]:
+        """The calendars with these ids (missing ones left out)."""
+        ...
+
+
+@runtime_checkable
 class Occurrences(Protocol):
     """A recurring activity's occurrences (``storage.occurrences``): expanding them ahead, pausing,
     resuming, running now, backfilling. Each change locks the recurring activity's row first and changes
@@ -371,6 +417,11 @@ class Occurrences(Protocol):
 
         The next ``materialise`` creates them anew under the changed schedule, parameter or type.
         Occurrences already attempted (running, waiting for a retry, finished) are kept."""
+        ...
+
+    async def replan_calendar_users(self, calendar_id: uuid.UUID) -> list[uuid.UUID]:
+        """In the caller's transaction: re-plan every recurring activity on this calendar (its days
+        changed) as ``replace_unfired`` does, each row locked in id order. Returns their ids."""
         ...
 
     async def pause(self, recurring: r.RecurringActivity) -> list[uuid.UUID]:
@@ -1106,6 +1157,11 @@ class Storage(Protocol):
     @property
     def occurrences(self) -> Occurrences:
         """Recurring activities' occurrences."""
+        ...
+
+    @property
+    def calendars(self) -> Calendars:
+        """Companies' business calendars."""
         ...
 
     @property

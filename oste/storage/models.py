@@ -104,6 +104,29 @@ class Solution(Model):
         unique_together = (("company", "name"),)
 
 
+class Calendar(Model):
+    """A company's business calendar: weekend days and holidays (ISO dates), optionally in a zone."""
+
+    _no_comments = True  # see the module's docstring
+
+    id = fields.UUIDField(primary_key=True)
+    company: fields.ForeignKeyRelation[Company] = fields.ForeignKeyField(
+        "oste.Company", related_name="calendars", on_delete=fields.CASCADE
+    )
+    company_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
+    name = fields.CharField(max_length=63)
+    timezone = fields.CharField(max_length=64, null=True)
+    weekend: fields.JSONField[list[int]] = fields.JSONField()
+    holidays: fields.JSONField[list[str]] = fields.JSONField()
+    revision = fields.IntField(default=0)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "calendar"
+        unique_together = (("company", "name"),)
+
+
 class ActivityType(Model):
     _no_comments = True  # see the module's docstring
 
@@ -185,6 +208,11 @@ class RecurringActivity(Model):
     expand_at = fields.DatetimeField(null=True)
     backlog: fields.JSONField[list[str]] = fields.JSONField(default=list, db_default="[]")
     revision = fields.IntField(default=0, db_default=0)
+    calendar_id = fields.UUIDField(null=True)
+    """The company's calendar (``Calendar``) its occurrences roll on; a calendar in use is not deleted."""
+    calendar_roll = fields.CharField(max_length=20, null=True)
+    labels: fields.JSONField[dict[str, str] | None] = fields.JSONField(null=True)
+    """Labels its occurrences carry (None: none)."""
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
 
@@ -193,6 +221,7 @@ class RecurringActivity(Model):
         indexes = (
             Index(fields=("partition", "next_fire_at"), name="recurring_due_idx"),
             Index(fields=("partition", "expand_at"), name="recurring_expand_idx"),
+            Index(fields=("calendar_id",), name="recurring_calendar_idx"),
         )
 
 
@@ -236,6 +265,8 @@ class Activity(Model):
     """No attempt starts after it (the ``expirer`` ends it ``expired`` when it is never claimed)."""
     snoozes = fields.IntField(default=0, db_default=0)
     """``OSTE-Snooze`` answers so far."""
+    labels: fields.JSONField[dict[str, str] | None] = fields.JSONField(null=True)
+    """The caller's labels (None: none); filtered through ``ActivityLabel``, one row per label."""
 
     class Meta:
         table = "activity"
@@ -261,6 +292,30 @@ class Activity(Model):
                 fields=("state", "finished_at"), name="activity_ended_idx", where="finished_at IS NOT NULL"
             ),
             WhereIndex(fields=("expires_at",), name="activity_expiring_idx", where="state = 'scheduled'"),
+        )
+
+
+class ActivityLabel(Model):
+    """One label of an activity, for filtering by label through an index on both databases (the
+    activity's own ``labels`` column is what is shown). Written with the activity by the one activity
+    writer; deleted with it by the foreign key's cascade."""
+
+    _no_comments = True  # see the module's docstring
+
+    id = fields.BigIntField(primary_key=True)
+    activity: fields.ForeignKeyRelation[Activity] = fields.ForeignKeyField(
+        "oste.Activity", related_name="label_rows", on_delete=fields.CASCADE, db_index=False
+    )
+    activity_id: uuid.UUID  # the foreign key's column, added by Tortoise at runtime
+    solution_id = fields.UUIDField()
+    key = fields.CharField(max_length=63)
+    value = fields.CharField(max_length=128)
+
+    class Meta:
+        table = "activity_label"
+        indexes = (
+            Index(fields=("solution_id", "key", "value", "activity_id"), name="activity_label_idx"),
+            Index(fields=("activity_id",), name="activity_label_activity_idx"),  # the cascade's
         )
 
 

@@ -42,6 +42,7 @@ from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
+from oste.domain.calendars import BusinessCalendar, Roll
 from oste.domain.claims import idempotency_key
 from oste.domain.clock import Clock
 from oste.domain.ids import new_id
@@ -60,6 +61,7 @@ from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES, QuotaDefaults
 from oste.errors import Conflict, InvalidInput, NotFound
 from oste.storage import models as m
 from oste.storage.activity_inserts import write_activities
+from oste.storage.calendars import with_calendars
 from oste.storage.changes import cancel_scheduled
 from oste.storage.database import outages_unavailable
 from oste.storage.quotas import QuotaRoom
@@ -112,7 +114,9 @@ class _Pending:
 
 
 def recurrence_of(recurring: r.RecurringActivity) -> Recurrence:
-    """The recurring activity's schedule with its DST policy (parsed once per distinct schedule)."""
+    """The recurring activity's schedule with its DST policy and business calendar (parsed once per
+    distinct schedule and calendar revision: the calendar read is the same object until it changes)."""
+    named = recurring.calendar
     return _recurrence(
         orjson.dumps(recurring.schedule, option=orjson.OPT_SORT_KEYS),
         recurring.timezone,
@@ -120,6 +124,8 @@ def recurrence_of(recurring: r.RecurringActivity) -> Recurrence:
         recurring.end_at,
         recurring.dst_nonexistent,
         recurring.dst_ambiguous,
+        named.calendar if named is not None else None,
+        named.roll if named is not None else Roll.FOLLOWING,
     )
 
 
@@ -131,10 +137,12 @@ def _recurrence(
     end_at: datetime | None,
     dst_nonexistent: str,
     dst_ambiguous: str,
+    calendar: BusinessCalendar | None = None,
+    roll: Roll = Roll.FOLLOWING,
 ) -> Recurrence:
     parsed = parse_schedule(orjson.loads(schedule), timezone, start_at, end_at)
     policy = policy_of({"dst_nonexistent": dst_nonexistent, "dst_ambiguous": dst_ambiguous})
-    return Recurrence(parsed, policy.dst_nonexistent, policy.dst_ambiguous)
+    return Recurrence(parsed, policy.dst_nonexistent, policy.dst_ambiguous, calendar, roll)
 
 
 class RecurrenceStore:
@@ -159,7 +167,7 @@ class RecurrenceStore:
         )
         async with _db():
             rows = await query.order_by("expand_at").limit(limit)
-        return [recurring_record(row, "") for row in rows]
+            return await with_calendars([recurring_record(row, "") for row in rows])
 
     async def missed_in_store(
         self, partitions: Sequence[int], limit: int, grace: float = MISFIRE_GRACE
@@ -197,7 +205,8 @@ class RecurrenceStore:
             for row in candidates
             if counts[row.id] > 1 or row.catchup == "skip" or row.catchup_window is not None
         ]
-        return [recurring_record(row, "") for row in chosen[:limit]]
+        async with _db():
+            return await with_calendars([recurring_record(row, "") for row in chosen[:limit]])
 
     async def expand(
         self,
@@ -424,9 +433,10 @@ class RecurrenceStore:
         """The recurring activity as stored now (any solution). Raises NotFound."""
         async with _db():
             row = await m.RecurringActivity.filter(id=recurring_id).first()
-        if row is None:
-            raise NotFound("recurring activity not found")
-        return recurring_record(row, "")
+            if row is None:
+                raise NotFound("recurring activity not found")
+            (record,) = await with_calendars([recurring_record(row, "")])
+        return record
 
     async def materialise(
         self, recurring_id: uuid.UUID, lookahead: float = DEFAULT_LOOKAHEAD
@@ -454,25 +464,43 @@ class RecurrenceStore:
         """
         now = self.clock.now()
         async with _db(), in_transaction():
-            row = await self._lock(recurring.id)
-            unfired = m.Activity.filter(recurring_activity_id=recurring.id, **_UNFIRED)
-            # locked first (PostgreSQL): one claimed meanwhile is neither deleted nor given back
-            doomed = await unfired.select_for_update().only("id", "occurrence_at", "off_schedule")
-            await m.Activity.filter(id__in=[row.id for row in doomed]).delete()
-            counted = sum(1 for row in doomed if not row.off_schedule)
-            instants = [row.occurrence_at for row in doomed]
-            floor = min([now, *(t - _TICK for t in instants if t is not None)])
-            if row.planned_until is not None:
-                floor = min(floor, row.planned_until)
-            values = dict(
-                changes,
-                planned_until=floor,
-                expand_at=now,
-                revision=row.revision + 1,
-                updated_at=now,
-                runs=max(row.runs - counted, 0),  # the deleted ones never fired: they give their run back
+            await self._replace_unfired(recurring.id, changes, now)
+
+    async def replan_calendar_users(self, calendar_id: uuid.UUID) -> list[uuid.UUID]:
+        """In the caller's transaction: re-plan every recurring activity on this calendar (its days
+        changed), as a schedule change does: their occurrences not yet fired are deleted and planned
+        again from now by the next ``materialise`` or expander tick. Returns their ids."""
+        now = self.clock.now()
+        async with _db(), in_transaction():
+            ids = (
+                await m.RecurringActivity.filter(calendar_id=calendar_id)
+                .order_by("id")
+                .values_list("id", flat=True)
             )
-            await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
+            for recurring_id in ids:
+                await self._replace_unfired(cast("uuid.UUID", recurring_id), {}, now)
+        return [cast("uuid.UUID", i) for i in ids]
+
+    async def _replace_unfired(self, recurring_id: uuid.UUID, changes: dict[str, Any], now: datetime) -> None:
+        row = await self._lock(recurring_id)
+        unfired = m.Activity.filter(recurring_activity_id=recurring_id, **_UNFIRED)
+        # locked first (PostgreSQL): one claimed meanwhile is neither deleted nor given back
+        doomed = await unfired.select_for_update().only("id", "occurrence_at", "off_schedule")
+        await m.Activity.filter(id__in=[row.id for row in doomed]).delete()
+        counted = sum(1 for row in doomed if not row.off_schedule)
+        instants = [row.occurrence_at for row in doomed]
+        floor = min([now, *(t - _TICK for t in instants if t is not None)])
+        if row.planned_until is not None:
+            floor = min(floor, row.planned_until)
+        values = dict(
+            changes,
+            planned_until=floor,
+            expand_at=now,
+            revision=row.revision + 1,
+            updated_at=now,
+            runs=max(row.runs - counted, 0),  # the deleted ones never fired: they give their run back
+        )
+        await m.RecurringActivity.filter(id=recurring_id).update(**_utc(values))
 
     async def pause(self, recurring: r.RecurringActivity) -> list[uuid.UUID]:
         """Pause it and cancel its occurrences not yet fired (they show as ``cancelled``, with their
@@ -706,6 +734,7 @@ def _occurrence_record(
         recurring_activity_id=ra.id,
         occurrence_at=at,
         idempotency_key=idempotency_key(activity_id, ra.id, at),
+        labels=ra.labels or None,
         created_at=now,
         updated_at=now,
         finished_at=None,

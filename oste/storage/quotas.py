@@ -1,7 +1,7 @@
 """Room under a company's quotas, taken in the very transaction that fills it.
 
 Every path that adds to what a company holds — an activity created, imported, requeued or planned by
-a recurring activity; a type, a recurring activity, a solution or an API key created — calls
+a recurring activity; a type, a recurring activity, a solution, an API key or a calendar created — calls
 ``QuotaRoom.take`` (or ``take_up_to``) inside its own transaction. The check and the insert are then
 one atomic step on both databases:
 
@@ -55,6 +55,7 @@ from typing import Any
 from oste.domain.tenancy import (
     MAX_ACTIVITY_TYPES,
     MAX_API_KEYS,
+    MAX_CALENDARS,
     MAX_RECURRING_ACTIVITIES,
     MAX_SCHEDULED_ACTIVITIES,
     MAX_SOLUTIONS,
@@ -79,6 +80,7 @@ _COUNTS = {
     MAX_RECURRING_ACTIVITIES: "SELECT count(*) AS n FROM recurring_activity WHERE " + _OF_COMPANY,
     MAX_SOLUTIONS: "SELECT count(*) AS n FROM solution WHERE company_id = {company}",
     MAX_API_KEYS: "SELECT count(*) AS n FROM api_key WHERE company_id = {company} AND revoked_at IS NULL",
+    MAX_CALENDARS: "SELECT count(*) AS n FROM calendar WHERE company_id = {company}",
 }
 """The exact count of what each quota limits, for one company."""
 USAGE_NAMES = {
@@ -87,6 +89,7 @@ USAGE_NAMES = {
     MAX_RECURRING_ACTIVITIES: "recurring_activities",
     MAX_SOLUTIONS: "solutions",
     MAX_API_KEYS: "api_keys",
+    MAX_CALENDARS: "calendars",
 }
 """Each counted quota's name in a company's ``usage``."""
 

@@ -44,6 +44,7 @@ from oste.storage.activity_inserts import (
     prepare_activities,
     write_prepared,
 )
+from oste.storage.calendars import with_calendars
 from oste.storage.changes import cancel_scheduled
 from oste.storage.database import FULL, RETRY_AFTER_SECONDS, raises_unavailable
 from oste.storage.dialects import json_of, optional_time_of, optional_uuid_of
@@ -75,6 +76,8 @@ _ACTIVITY_TIMES = (
     "finished_at",
     "expires_at",
 )
+_PARAMETER = ("parameter",)
+_DOCUMENTS = ("parameter", "labels")
 _EXECUTION_IDS = ("id", "activity_id")
 _EXECUTION_TIMES = ("started_at", "finished_at")
 
@@ -97,7 +100,7 @@ def activity_record(row: m.Activity | Mapping[str, Any], type_name: str) -> r.Ac
     """An activity's record from its ORM row or a raw statement's row: the one converter every read
     of an activity goes through."""
     if isinstance(row, Mapping):
-        row = _decoded(row, _ACTIVITY_IDS, _ACTIVITY_TIMES, ("parameter",))
+        row = _decoded(row, _ACTIVITY_IDS, _ACTIVITY_TIMES, _DOCUMENTS if "labels" in row else _PARAMETER)
         state, outcome = row["state"], row["last_outcome"]
     else:
         state, outcome = row.state, row.last_outcome
@@ -126,7 +129,7 @@ def _api_key(row: m.ApiKey) -> r.ApiKey:
 def recurring_record(row: Any, type_name: str) -> r.RecurringActivity:
     """A recurring activity's record from its row (the backlog's instants parsed)."""
     backlog = tuple(datetime.fromisoformat(t) for t in (row.backlog or []))
-    return to_record(r.RecurringActivity, row, activity_type=type_name, backlog=backlog)
+    return to_record(r.RecurringActivity, row, activity_type=type_name, backlog=backlog, calendar=None)
 
 
 async def with_fired_runs(records: Sequence[r.RecurringActivity]) -> list[r.RecurringActivity]:
@@ -200,6 +203,9 @@ def matching_activities(solution: r.Solution, filters: r.ActivityFilter) -> Quer
         next_attempt_at__lte=filters.due_by,
     )
     query = m.Activity.filter(solution_id=solution.id)
+    for key, value in filters.labels:  # each through activity_label_idx: (solution, key, value) -> ids
+        labelled = m.ActivityLabel.filter(solution_id=solution.id, key=key, value=value)
+        query = query.filter(id__in=Subquery(labelled.values_list("activity_id", flat=True)))
     return query.filter(**_in_utc({key: value for key, value in conditions.items() if value is not None}))
 
 
@@ -685,13 +691,15 @@ class Store:
             **_in_utc(values),
         )
         await row.save()
-        return recurring_record(row, activity_type.name)
+        (record,) = await with_calendars([recurring_record(row, activity_type.name)])
+        return record
 
     async def get_recurring(self, solution: r.Solution, recurring_id: uuid.UUID) -> r.RecurringActivity:
         query = m.RecurringActivity.filter(id=recurring_id, solution_id=solution.id)
         row = await self._one(query, "recurring activity not found")
         names = await self._type_names(solution.id)
         (record,) = await with_fired_runs([recurring_record(row, names[row.activity_type_id])])
+        (record,) = await with_calendars([record])
         return record
 
     async def list_recurring(
@@ -711,7 +719,7 @@ class Store:
             cursor,
             lambda row: recurring_record(row, names[row.activity_type_id]),
         )
-        return r.Page(await with_fired_runs(page.items), page.next_cursor)
+        return r.Page(await with_calendars(await with_fired_runs(page.items)), page.next_cursor)
 
     async def update_recurring(
         self,

@@ -16,7 +16,18 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from oste.errors import NotFound, OsteError
-from oste.ui import actions, auth, browse, bulk, dashboard, destinations, editing, queues, schedules
+from oste.ui import (
+    actions,
+    auth,
+    browse,
+    bulk,
+    calendar_forms,
+    dashboard,
+    destinations,
+    editing,
+    queues,
+    schedules,
+)
 from oste.ui.context import Forbidden403, Refused, UiContext, render
 from oste.ui.sessions import Sessions, cookie_key
 
@@ -63,6 +74,12 @@ def routes() -> list[Route | Mount]:
         Route("/live", dashboard.live),
         Route(SOLUTION + "/types/{type}", queues.activity_type),  # after any /types/<word> page
         Route(SOLUTION + "/types/{type}/limits", queues.type_limits, methods=post),
+        Route(COMPANY + "/calendars", calendar_forms.calendars),
+        Route(COMPANY + "/calendars", calendar_forms.create, methods=post),
+        Route(COMPANY + "/calendars/{calendar}", calendar_forms.edit_form),
+        Route(COMPANY + "/calendars/{calendar}", calendar_forms.update, methods=post),
+        Route(COMPANY + "/calendars/{calendar}/delete", calendar_forms.delete_confirm),
+        Route(COMPANY + "/calendars/{calendar}/delete", calendar_forms.delete, methods=post),
         *editing.routes(),
         *(Route(path, endpoint, methods=methods) for path, endpoint, methods in destinations.routes()),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),

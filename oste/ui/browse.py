@@ -34,7 +34,7 @@ PAGE_SIZE = 50
 TYPES_SHOWN = 200
 EXECUTIONS_SHOWN = 100
 NEXT_FIRE_TIMES = 5
-FILTER_NAMES = ("state", "activity_type", "object_id", "after", "before", "recurring_activity", "q")
+FILTER_NAMES = ("state", "activity_type", "object_id", "label", "after", "before", "recurring_activity", "q")
 MAX_FIELD = 300
 """Characters a filter field keeps (a search has its own, equal, limit)."""
 BULK_ACTIONS = {"cancel": "Cancel", "requeue": "Requeue", "run_now": "Run now", "delete": "Delete"}

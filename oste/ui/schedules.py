@@ -9,7 +9,6 @@ the type's parameter schema.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any
 
@@ -19,13 +18,14 @@ from starlette.responses import Response
 
 from oste.domain import records as r
 from oste.domain import schemas
+from oste.domain.calendars import NamedCalendar, Roll
 from oste.domain.json_values import check_storable
 from oste.domain.parameters import ParameterRules
 from oste.domain.recurrence import DstAmbiguous, DstNonexistent, Recurrence
 from oste.domain.recurring_values import policy_values, schedule_of
 from oste.domain.schedule import FIELDS as CRON_FIELDS
 from oste.domain.schedule import check_fires, parse_schedule
-from oste.errors import FieldErrors, InvalidInput
+from oste.errors import FieldErrors, InvalidInput, NotFound
 from oste.operations import WRITE
 from oste.operations.validation import check_parameter
 from oste.ui.activity_forms import hint_for
@@ -55,6 +55,14 @@ from oste.ui.forms import (
 )
 
 PREVIEW_COUNT = 8
+CALENDARS_SHOWN = 200
+ROLLS = [
+    ("following", "following: the next business day"),
+    ("preceding", "preceding: the previous business day"),
+    ("modified_following", "modified following: the next, unless in another month"),
+    ("skip", "skip: it does not fire (counted as skipped)"),
+]
+"""What an occurrence on a weekend day or holiday of the chosen calendar does."""
 
 
 def form_of_recurring(recurring: r.RecurringActivity | None) -> dict[str, str]:
@@ -71,6 +79,8 @@ def form_of_recurring(recurring: r.RecurringActivity | None) -> dict[str, str]:
     values["overlap"] = recurring.overlap
     values["catchup_window"] = _duration_text(recurring.catchup_window)
     values["max_runs"] = "" if recurring.max_runs is None else str(recurring.max_runs)
+    if recurring.calendar is not None:
+        values["calendar"], values["roll"] = recurring.calendar.name, recurring.calendar.roll.value
     for name in BOUNDS:
         bound = getattr(recurring, name)
         values[name] = bound.strftime("%Y-%m-%dT%H:%M:%S") if bound else ""
@@ -104,25 +114,47 @@ def schedule_from(values: dict[str, str]) -> dict[str, str]:
     cron = values.get("cron", "").strip()
     if cron:
         return {"cron": cron}
-    return {name: values[name].strip() for name in CRON_FIELDS if values.get(name, "").strip()}
+    fields = (*CRON_FIELDS, "business_day")
+    return {name: values[name].strip() for name in fields if values.get(name, "").strip()}
 
 
-def recurrence_from(values: dict[str, str]) -> Recurrence:
-    """The schedule and DST policy a form names (InvalidInput naming the field that is wrong)."""
+def recurrence_from(values: dict[str, str], calendar: NamedCalendar | None = None) -> Recurrence:
+    """The schedule and DST policy a form names, on its business calendar if it has one (InvalidInput
+    naming the field that is wrong)."""
     raw = schedule_from(values)
     schedule = parse_schedule(raw, values.get("timezone", "").strip() or "UTC")
     check_fires(schedule, "schedule/cron" if "cron" in raw else "schedule")
+    if schedule.business_day is not None and calendar is None:
+        raise InvalidInput.field("schedule/business_day", "needs a calendar: choose one below")
     return Recurrence(
         schedule,
         DstNonexistent(values.get("dst_nonexistent") or DstNonexistent.SHIFT),
         DstAmbiguous(values.get("dst_ambiguous") or DstAmbiguous.FIRST),
+        calendar.calendar if calendar is not None else None,
+        calendar.roll if calendar is not None else Roll.FOLLOWING,
     )
 
 
-def preview(values: dict[str, str], now: datetime) -> tuple[list[Any], str | None]:
+async def calendar_of(
+    request: Request, viewer: Viewer, company: r.Company, values: dict[str, str], now: datetime
+) -> NamedCalendar | None:
+    """The company calendar the form chooses (``calendar``, ``roll``), checked against its schedule
+    (InvalidInput naming ``calendar`` or ``roll``, or the schedule's field); None when it chooses none."""
+    name = values.get("calendar", "").strip()
+    if not name:
+        return None
+    schedule = parse_schedule(schedule_from(values), values.get("timezone", "").strip() or "UTC")
+    chosen = {"name": name, "roll": values.get("roll") or Roll.FOLLOWING.value}
+    _, named = await ui(request).operations.calendars.chosen(viewer.actor, company, chosen, schedule, now)
+    return named
+
+
+def preview(
+    values: dict[str, str], now: datetime, calendar: NamedCalendar | None = None
+) -> tuple[list[Any], str | None]:
     """The next fire times (with skipped local times annotated), or the reason there are none."""
     try:
-        recurrence = recurrence_from(values)
+        recurrence = recurrence_from(values, calendar)
     except (InvalidInput, ValueError) as exc:
         return [], _reason(exc)
     return recurrence.occurrences(now, PREVIEW_COUNT, annotate_skipped=True), None
@@ -138,7 +170,16 @@ def _reason(exc: Exception) -> str:
 async def preview_fragment(request: Request, viewer: Viewer) -> Response:
     """The preview list alone (the editor's script swaps it in as you type); signed-in viewers only."""
     values = dict(request.query_params)
-    found, error = preview(values, ui(request).store.clock.now())
+    now = ui(request).store.clock.now()
+    calendar, error = None, None
+    if values.get("calendar") and values.get("company"):
+        try:
+            company = await ui(request).store.get_company(values["company"])
+            calendar = await calendar_of(request, viewer, company, values, now)
+        except (InvalidInput, NotFound, ValueError) as exc:
+            error = _reason(exc)
+    found, problem = preview(values, now, calendar) if error is None else ([], error)
+    error = problem
     return await render(
         request, "preview_fragment.html", fragment=True, occurrences=found, preview_error=error, values=values
     )
@@ -148,7 +189,9 @@ def _field(path: str) -> str:
     """The editor's field of an API error path: a schedule's cron line or cron fields have their own."""
     parts = path.split("/")
     if parts[0] == "schedule":
-        return parts[1] if len(parts) > 1 and parts[1] in ("cron", *CRON_FIELDS) else "cron"
+        return parts[1] if len(parts) > 1 and parts[1] in ("cron", "business_day", *CRON_FIELDS) else "cron"
+    if parts[0] == "calendar":
+        return "roll" if parts[1:] == ["roll"] else "calendar"
     return parts[0] or "cron"
 
 
@@ -166,7 +209,13 @@ async def _editor(
 ) -> Response:
     company, solution = await solution_in_path(request, viewer)
     types = (await ui(request).store.list_activity_types(solution, TYPES_SHOWN)).items
-    found, error = preview(form.values, ui(request).store.clock.now())
+    now = ui(request).store.clock.now()
+    try:
+        calendar = await calendar_of(request, viewer, company, form.values, now)
+        found, error = preview(form.values, now, calendar)
+    except (InvalidInput, ValueError) as exc:
+        found, error = [], _reason(exc)
+    calendars = await ui(request).operations.calendars.listing(viewer.actor, company, CALENDARS_SHOWN, None)
     chosen = recurring.activity_type if recurring else form.get("activity_type")
     return await render(
         request,
@@ -182,6 +231,8 @@ async def _editor(
         occurrences=found,
         preview_error=error,
         hint=_hint(types, chosen),
+        calendars=[(c.name, c.name) for c in calendars.items],
+        rolls=ROLLS,
         dst_nonexistent=[(c.value, c.value) for c in DstNonexistent],
         dst_ambiguous=[(c.value, c.value) for c in DstAmbiguous],
         catchups=[
@@ -229,7 +280,7 @@ async def _show_edit(request: Request, viewer: Viewer, form: FormState, status: 
 
 
 async def _common(
-    form: dict[str, str], kind: r.ActivityType, company: uuid.UUID, max_parameter_bytes: int
+    request: Request, viewer: Viewer, form: dict[str, str], kind: r.ActivityType, company: r.Company
 ) -> tuple[dict[str, Any], Recurrence]:
     """Validated values shared by create and edit: the form as the API's create body, through the
     API's checks (its JSON Schema, then the same domain rules), then the schedule. FormInvalid names
@@ -265,18 +316,21 @@ async def _common(
     except ValueError as exc:
         raise FormInvalid({"cron": f"the schedule cannot be used: {exc}"}) from None
     try:
-        recurrence = recurrence_from(form)
+        calendar = await calendar_of(request, viewer, company, form, ui(request).store.clock.now())
+        recurrence = recurrence_from(form, calendar)
     except InvalidInput as exc:
         raise invalid(exc, _field) from None
     except ValueError as exc:
         raise FormInvalid({"cron": f"the schedule cannot be used: {exc}"}) from None
-    recurrence = Recurrence(bounded, recurrence.nonexistent, recurrence.ambiguous)
+    recurrence = Recurrence(
+        bounded, recurrence.nonexistent, recurrence.ambiguous, recurrence.calendar, recurrence.roll
+    )
     try:
         object_id = await check_parameter(
             ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref),
             parameter,
-            max_bytes=max_parameter_bytes,
-            company=company,
+            max_bytes=ui(request).max_parameter_bytes,
+            company=company.id,
         )
     except InvalidInput as exc:
         raise invalid(exc, _field) from None
@@ -292,7 +346,12 @@ async def _common(
         "start_at": bounded.start_at,
         "end_at": bounded.end_at,
         **{name: policy[name] for name in EDITED_POLICIES if name in policy},
+        "calendar_id": None,
+        "calendar_roll": None,
     }
+    if calendar is not None:
+        chosen = await ui(request).operations.calendars.get(viewer.actor, company, calendar.name)
+        values.update(calendar_id=chosen.id, calendar_roll=calendar.roll.value)
     return values, recurrence
 
 
@@ -305,7 +364,7 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     kind = (await store.get_activity_types(solution, [name])).get(name)
     if kind is None:
         raise FormInvalid({"activity_type": f"there is no activity type {name!r} in this solution"})
-    values, recurrence = await _common(form, kind, company.id, ui(request).max_parameter_bytes)
+    values, recurrence = await _common(request, viewer, form, kind, company)
     values.update(retries=None, paused=False)
     created = await ui(request).operations.recurring.create(
         viewer.actor, company, solution, kind, values, recurrence
@@ -321,7 +380,7 @@ async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     store = ui(request).store
     recurring = await store.get_recurring(solution, uuid_in_path(request))
     kind = await store.get_activity_type(solution, recurring.activity_type)
-    values, recurrence = await _common(form, kind, company.id, ui(request).max_parameter_bytes)
+    values, recurrence = await _common(request, viewer, form, kind, company)
     await ui(request).operations.recurring.reschedule(
         viewer.actor, company, solution, recurring, values, recurrence, list(values)
     )

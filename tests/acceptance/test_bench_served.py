@@ -30,6 +30,7 @@ UI_PAGES = {
     "solution (types, recurring, shipping)",
     "activities",
     "activities 11th page (cursor)",
+    "activities label",
     "activity (dead, executions)",
     "schedule editor (edit)",
     "schedule preview",

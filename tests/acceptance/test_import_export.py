@@ -126,6 +126,39 @@ async def test_export_then_import_round_trips_across_pages(database_url: str, tm
     assert bad_filter.returncode == 1 and "state: must be one of scheduled" in bad_filter.stderr
 
 
+async def test_labels_are_exported_filtered_by_and_imported(sqlite_url: str, tmp_path: Path) -> None:
+    company, source, target, song, _ = await setup(sqlite_url)
+    await open_database(sqlite_url, apply_migrations=False)
+    try:
+        store = Store(SystemClock())
+        await store.create_activities(
+            [
+                r.NewActivity(song, T0, {"SongId": 1}, retries=1, labels={"campaign": "42", "region": "eu"}),
+                r.NewActivity(song, T0, {"SongId": 2}, retries=1, labels={"campaign": "42"}),
+                r.NewActivity(song, T0, {"SongId": 3}, retries=1),
+            ]
+        )
+    finally:
+        await close_database()
+    db, names = ["--database-url", sqlite_url], ["--company", company.name]
+    exported = await oste("export", *db, *names, "--solution", source.name, "--label", "campaign:42")
+    assert exported.returncode == 0, exported.stderr
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert [line["labels"] for line in lines] == [{"campaign": "42", "region": "eu"}, {"campaign": "42"}]
+    both = await oste(
+        "export", *db, *names, "--solution", source.name, "--label", "campaign:42", "--label", "region:eu"
+    )
+    assert [json.loads(line)["parameter"] for line in both.stdout.splitlines()] == [{"SongId": 1}]
+    dump = tmp_path / "labelled.jsonl"
+    dump.write_text(exported.stdout)
+    imported = await oste("import", str(dump), *db, *names, "--solution", target.name, "--no-progress")
+    assert imported.returncode == 0, imported.stderr
+    copies = await stored(sqlite_url, company.name, target.name)
+    assert [a.labels for a in copies] == [{"campaign": "42", "region": "eu"}, {"campaign": "42"}]
+    bad = await oste("export", *db, *names, "--solution", source.name, "--label", "Campaign")
+    assert bad.returncode == 1 and "label: must be key:value" in bad.stderr
+
+
 GOOD = {"activity_type": "song", "scheduled_for": "2030-01-07T12:00:00+01:00", "parameter": {"SongId": 1}}
 LINES = [
     json.dumps(GOOD),  # 1

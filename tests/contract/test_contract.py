@@ -19,6 +19,7 @@ from oste.storage.notices import ChangeHub
 PARTS = {
     "store": contract.Tenants,
     "occurrences": contract.Occurrences,
+    "calendars": contract.Calendars,
     "bulk": contract.BulkChanges,
     "listing": contract.ActivityPages,
     "log_shipping": contract.LogShipping,

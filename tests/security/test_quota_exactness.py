@@ -76,13 +76,14 @@ def recurring_body(tenant: Tenant, song: int, **fields: Any) -> dict[str, Any]:
 async def test_thirty_concurrent_creates_end_exactly_at_each_quota(api: Api) -> None:
     tenant = await api.tenant()
     held = await usage(api, tenant)  # one type, one solution, one key
-    room = {"types": 5, "solutions": 2, "recurring": 3, "keys": 5, "activities": 7}
+    room = {"types": 5, "solutions": 2, "recurring": 3, "keys": 5, "activities": 7, "calendars": 4}
     quotas = {
         "max_activity_types": held["activity_types"] + room["types"],
         "max_solutions": held["solutions"] + room["solutions"],
         "max_recurring_activities": room["recurring"],
         "max_api_keys": held["api_keys"] + room["keys"],
         SCHEDULED: room["activities"],
+        "max_calendars": room["calendars"],
     }
     await set_quotas(api, tenant, **quotas)
     company = f"/v1/companies/{tenant.company}"
@@ -103,6 +104,7 @@ async def test_thirty_concurrent_creates_end_exactly_at_each_quota(api: Api) -> 
         "activities": [
             api.post(tenant.activities, tenant.activity(i, delay="PT1H"), token=key) for i in range(AT_ONCE)
         ],
+        "calendars": [api.post(f"{company}/calendars", {"name": f"c{i}"}, token=key) for i in range(AT_ONCE)],
     }
     names = list(groups)
     answers = await asyncio.gather(*(call for name in names for call in groups[name]))
@@ -113,6 +115,7 @@ async def test_thirty_concurrent_creates_end_exactly_at_each_quota(api: Api) -> 
         "recurring": "max_recurring_activities",
         "keys": "max_api_keys",
         "activities": SCHEDULED,
+        "calendars": "max_calendars",
     }
     made = {name: outcomes(by_group[name], quota_of[name], quotas[quota_of[name]]) for name in names}
     assert made == room
@@ -122,6 +125,7 @@ async def test_thirty_concurrent_creates_end_exactly_at_each_quota(api: Api) -> 
         "recurring_activities": quotas["max_recurring_activities"],
         "solutions": quotas["max_solutions"],
         "api_keys": quotas["max_api_keys"],
+        "calendars": quotas["max_calendars"],
     }
 
     # batches race the same way: with room for 7, two batches of 3 fit, never a third

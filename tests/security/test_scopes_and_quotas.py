@@ -70,11 +70,12 @@ async def test_quotas_are_set_by_the_operator_and_shown_with_usage(api: Api) -> 
         "recurring_activities": 0,
         "solutions": 1,
         "api_keys": 1,
+        "calendars": 0,
     }
     assert shown["quotas"]["max_activity_types"] == 1000  # the setting's default
     quotas = {"max_scheduled_activities": 2, "max_activity_types": 1, "max_recurring_activities": 0}
     patched = (await api.patch(company, {"quotas": quotas}, expect=200)).json()
-    defaults = {"max_solutions": 100, "max_api_keys": 100, "requests_per_second": None}
+    defaults = {"max_solutions": 100, "max_api_keys": 100, "max_calendars": 100, "requests_per_second": None}
     assert patched["quotas"] == {**quotas, **defaults}
     assert_problem(await api.patch(company, {"quotas": {"max_types": 3}}, token=None), 401)
     problem = assert_problem(await api.patch(company, {"quotas": {"max_types": 3}}), 422, "quotas")

@@ -79,4 +79,16 @@
     form.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(update, 250); });
     form.addEventListener("change", function () { clearTimeout(timer); timer = setTimeout(update, 50); });
   }
+  // A file chooser with data-fills reads its file (an iCalendar) into the form's text box: the form
+  // stays a plain urlencoded POST and the server parses the text.
+  Array.prototype.forEach.call(document.querySelectorAll("input[type=file][data-fills]"), function (input) {
+    input.addEventListener("change", function () {
+      var target = document.getElementById(input.getAttribute("data-fills"));
+      var file = input.files && input.files[0];
+      if (!target || !file || !window.FileReader) { return; }
+      var reader = new FileReader();
+      reader.onload = function () { target.value = reader.result; };
+      reader.readAsText(file);
+    });
+  });
 })();

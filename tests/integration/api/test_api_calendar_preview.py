@@ -105,7 +105,7 @@ async def test_bad_calendars_are_422_naming_the_field(sqlite_api: Api) -> None:
         ({"holidays": ["2026-01-01"] * 5001}, "calendar/holidays"),
         ({"roll": "later"}, "calendar/roll"),
         ({"timezone": "Europe/Paris"}, "calendar/timezone"),
-        ({"name": "uk-banking"}, "calendar/name"),
+        ({"name": "uk-banking"}, "calendar/company"),  # the operator names the company of a named one
     ]
     for calendar, field in cases:
         response = await sqlite_api.call("POST", "/v1/schedule-preview", json={**base, "calendar": calendar})

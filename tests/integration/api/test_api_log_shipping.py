@@ -9,7 +9,7 @@ import pytest
 from oste.engine import Engine
 from oste.engine.log_shipping import SuccessShipper
 from tests.engine_support import Receiver, fast_config, free_port
-from tests.integration.api.conftest import Api, assert_problem
+from tests.integration.api.conftest import Api, assert_problem, db_rows
 from tests.rollers_support import LogReceiver, later_clock, roller_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -21,7 +21,8 @@ async def test_an_operator_sees_a_failing_receiver_then_the_shipment(api: Api, r
     log_uri = f"http://127.0.0.1:{port}/logs"
     await api.patch(tenant.path, {"success_uri": log_uri, "success_period": "PT2M"}, expect=200)
     for song in range(3):
-        await api.post(tenant.activities, tenant.activity(song), expect=201)
+        labels = {"campaign": str(song)}  # shipped with their records (issue 36)
+        await api.post(tenant.activities, tenant.activity(song, labels=labels), expect=201)
     assert (await Engine(config=fast_config()).drain()).fired == 3
 
     status = (await api.get(tenant.path + "/log-shipping", expect=200)).json()
@@ -48,10 +49,14 @@ async def test_an_operator_sees_a_failing_receiver_then_the_shipment(api: Api, r
         await log_receiver.stop()
     [batch] = log_receiver.batches
     assert batch.document["batch_id"] == failing["pending_batch"]["id"]
+    labels = sorted(record["labels"]["campaign"] for record in batch.document["records"])
+    assert labels == ["0", "1", "2"]
     shipped = (await api.get(tenant.path + "/log-shipping", expect=200)).json()["success"]
     assert (shipped["batches_shipped"], shipped["records_shipped"], shipped["pending_batch"]) == (1, 3, None)
     assert shipped["last_success_at"] and shipped["retained"] == shipped["waiting"] == 0
     assert await api.all_items(tenant.activities) == []
+    # purged with their activities (the foreign key's cascade), on both databases
+    assert await db_rows(api.database_url, "SELECT count(*) AS n FROM activity_label") == [{"n": 0}]
 
 
 async def test_another_company_cannot_see_it(api: Api) -> None:

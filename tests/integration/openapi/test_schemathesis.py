@@ -71,7 +71,10 @@ async def _seed(client: httpx.AsyncClient) -> dict[str, dict[str, str]]:
     recurring = {"activity_type": "ping", "schedule": {"cron": "0 3 * * *"}, "parameter": {"SongId": 7}}
     recurring_ids = [(await post(base + "/recurring-activities", recurring))["id"] for _ in range(2)]
     key = await post("/v1/companies/acme/api-keys", {"name": "ci"})
+    for calendar in ("uk", "doomed"):
+        await post("/v1/companies/acme/calendars", {"name": calendar, "holidays": ["2026-12-25"]})
     kept = {
+        "calendar": "uk",
         "company": "acme",
         "solution": "shop",
         "type": "ping",
@@ -81,7 +84,13 @@ async def _seed(client: httpx.AsyncClient) -> dict[str, dict[str, str]]:
     return {
         "activity": {**kept, "id": activity_id},
         "recurring": {**kept, "id": recurring_ids[0]},
-        "doomed": {"company": "doomed", "solution": "doomed", "type": "doomed", "id": recurring_ids[1]},
+        "doomed": {
+            "company": "doomed",
+            "solution": "doomed",
+            "type": "doomed",
+            "calendar": "doomed",
+            "id": recurring_ids[1],
+        },
     }
 
 

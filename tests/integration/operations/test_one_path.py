@@ -203,3 +203,38 @@ async def test_a_recurring_activity_paused_resumed_and_run_through_either_face_i
         row[:4] for row in from_api["audit"] if row[0] != "create"
     ]
     assert {row[4] for row in from_ui["audit"] if row[0] != "create"} == {"ui"}
+
+
+async def test_a_calendar_made_and_changed_through_either_face_is_audited_alike(api: Api) -> None:
+    tenant = await api.tenant()
+    calendars = f"/v1/companies/{tenant.company}/calendars"
+    async with httpx.AsyncClient(base_url=str(api.http.base_url), timeout=30.0) as http:
+        ui = Ui(http)
+        await ui.sign_in(tenant.key)
+        await api.post(calendars, {"name": "by-api", "weekend": [0, 6]}, token=tenant.key, expect=201)
+        change = {"weekend": [5, 6], "holidays": ["2026-12-25"], "timezone": None}
+        await api.patch(f"{calendars}/by-api", change, token=tenant.key, expect=200)
+        ui_calendars = f"/ui/companies/{tenant.company}/calendars"
+        await ui.post(ui_calendars, {"name": "by-ui", "weekend-0": "on", "weekend-6": "on"})
+        await ui.post(
+            f"{ui_calendars}/by-ui", {"weekend-5": "on", "weekend-6": "on", "holidays": "2026-12-25"}
+        )
+    shown = {name: (await api.get(f"{calendars}/{name}", expect=200)).json() for name in ("by-api", "by-ui")}
+    assert [(c["weekend"], c["holidays"]) for c in shown.values()] == [([5, 6], ["2026-12-25"])] * 2
+    rows = (
+        await api.get(f"/v1/companies/{tenant.company}/audit", params={"resource": "calendar"}, expect=200)
+    ).json()["items"]
+    traces: dict[str, list[tuple[str, str, Any]]] = {"by-api": [], "by-ui": []}
+    for row in rows:
+        details = dict(row["details"] or {})
+        via = details.pop("via", "api")
+        traces[row["resource_id"]].append((row["action"], row["actor"], details or None))
+        assert via == ("ui" if row["resource_id"] == "by-ui" else "api"), row
+    assert (
+        traces["by-api"]
+        == traces["by-ui"]
+        == [
+            ("update", "api_key", {"fields": ["holidays", "timezone", "weekend"]}),
+            ("create", "api_key", None),
+        ]
+    )
