@@ -216,6 +216,45 @@ AUTH_SHOWN: dict[str, Any] = {
     ],
     "description": AUTH["description"] + ' (shown as {"secret": true})',
 }
+PER_OBJECT = {
+    "type": ["object", "null"],
+    "properties": {
+        "scope": {
+            "type": "string",
+            "enum": ["type", "solution"],
+            "description": "type (default): the same object within this type; solution: within every type of "
+            "the solution whose per_object has scope solution",
+        },
+        "order": {
+            "type": "string",
+            "enum": ["none", "fifo"],
+            "description": "fifo: one at a time, in scheduled_for (then id) order; a retrying earlier one holds "
+            "the later ones back until it succeeds, goes dead or is cancelled. none (default): no ordering",
+        },
+        "max_concurrency": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": 100000,
+            "description": "At most this many of one object running at once (fifo means 1; null: no limit)",
+        },
+        "on_new": {
+            "type": "string",
+            "enum": ["keep", "replace", "debounce"],
+            "description": "What a create does when the object already has a scheduled one of this type: keep "
+            "(default) stores both; replace cancels the scheduled ones and stores the new one; debounce stores "
+            "nothing new: the scheduled one takes the new parameter and scheduled_for (at most max_wait past "
+            "its first scheduled_for)",
+        },
+        "max_wait": {
+            **DURATION,
+            "type": ["string", "null"],
+            "description": "debounce only (required with it): the longest a debounced activity can be pushed "
+            "back past its first scheduled_for; at most P30D",
+        },
+    },
+    "additionalProperties": False,
+    "description": "Per-object flow control, keyed on the object id (object_id_ref); null: none",
+}
 ACTIVITY_TYPE_CREATE = _obj(
     {
         "name": SLUG_SCHEMA,
@@ -272,6 +311,7 @@ ACTIVITY_TYPE_CREATE = _obj(
             "open it)",
         },
         "auth": AUTH,
+        "per_object": PER_OBJECT,
     },
     ("name", "verb", "uri_pattern"),
 )

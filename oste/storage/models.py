@@ -124,6 +124,13 @@ class ActivityType(Model):
     updated_at = fields.DatetimeField()
     breaker_failures = fields.IntField(null=True)
     """Consecutive failures of this type that open its destination's breaker (None: the setting)."""
+    per_object_scope = fields.CharField(max_length=8, null=True)
+    """Per-object flow control (``oste.domain.records.PerObject``): ``type`` or ``solution``; None: none.
+    The claim reads these columns, so they are columns, not one JSON document."""
+    per_object_order = fields.CharField(max_length=8, null=True)
+    per_object_max_concurrency = fields.IntField(null=True)
+    per_object_on_new = fields.CharField(max_length=8, null=True)
+    per_object_max_wait = fields.FloatField(null=True)
 
     class Meta:
         table = "activity_type"
@@ -226,6 +233,11 @@ class Activity(Model):
                 where="state = 'scheduled' AND attempts > 0",
             ),
             Index(fields=("solution_id", "object_id"), name="activity_object_idx"),
+            WhereIndex(  # per-object flow control: an object's unfinished activities, in order
+                fields=("solution_id", "object_id", "state", "scheduled_for"),
+                name="activity_flow_idx",
+                where="object_id IS NOT NULL AND finished_at IS NULL",
+            ),
             Index(fields=("activity_type_id", "state"), name="activity_type_state_idx"),
             WhereIndex(
                 fields=("lease_expires_at",), name="activity_leased_idx", where="lease_expires_at IS NOT NULL"

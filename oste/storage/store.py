@@ -227,7 +227,33 @@ def _storable(values: dict[str, Any]) -> dict[str, Any]:
     for key in ("object_id_ref", "success_statuses"):
         if isinstance(out.get(key), tuple):
             out[key] = list(out[key])
+    if "per_object" in out:
+        out.update(per_object_columns(out.pop("per_object")))
     return out
+
+
+def per_object_columns(flow: r.PerObject | None) -> dict[str, Any]:
+    """A type's ``per_object`` as its columns (all None: none)."""
+    return {
+        "per_object_scope": flow.scope if flow else None,
+        "per_object_order": flow.order if flow else None,
+        "per_object_max_concurrency": flow.max_concurrency if flow else None,
+        "per_object_on_new": flow.on_new if flow else None,
+        "per_object_max_wait": flow.max_wait if flow else None,
+    }
+
+
+def per_object_of(row: m.ActivityType) -> r.PerObject | None:
+    """A type row's ``per_object`` record (None: none)."""
+    if row.per_object_scope is None:
+        return None
+    return r.PerObject(
+        scope=row.per_object_scope,
+        order=row.per_object_order or "none",
+        max_concurrency=row.per_object_max_concurrency,
+        on_new=row.per_object_on_new or "keep",
+        max_wait=row.per_object_max_wait,
+    )
 
 
 _filtered = matching_activities
@@ -776,4 +802,5 @@ class Store:
             headers=_header_record(row.headers or {}),
             success_statuses=tuple(row.success_statuses) if row.success_statuses is not None else None,
             auth=auth_from_document(row.auth),
+            per_object=per_object_of(row),
         )
