@@ -181,6 +181,12 @@ class Dialect:
         """``column IN (...)`` over a Python list (``sql_type`` names the PostgreSQL array type)."""
         raise NotImplementedError
 
+    def take_turn(self, condition: str, key: str) -> str:
+        """A claim's condition that holds when ``condition`` does and, where several claimers run at
+        once, this one alone holds the turn of ``key`` (an SQL text expression) until its transaction
+        ends; a key another claimer holds is skipped, never waited for."""
+        return f"({condition})"
+
     def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
         """One statement that picks rows (``pick``: ``WHERE … ORDER BY … LIMIT n``), updates them with
         ``assign`` and returns ``returning``; concurrent callers pick disjoint rows."""
@@ -402,6 +408,12 @@ class PostgresDialect(Dialect):
         return (
             f"({condition} OR CASE WHEN jsonb_typeof({column} #> {at}) = 'number' "
             f"THEN ({column} #> {at})::numeric BETWEEN {low}::numeric AND {high}::numeric END)"
+        )
+
+    def take_turn(self, condition: str, key: str) -> str:
+        # CASE evaluates the lock after the condition: only objects whose activity may start are locked.
+        return (
+            f"CASE WHEN {condition} THEN pg_try_advisory_xact_lock(hashtextextended({key}, 0)) ELSE false END"
         )
 
     def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
