@@ -340,6 +340,18 @@ class NewActivity:
 
 
 @dataclass(frozen=True)
+class Created:
+    """What one create did: the activity it answers with, whether it stored it now (False: an
+    ``Idempotency-Key``'s replay, or a debounce), the ids a ``replace`` cancelled, and whether the
+    create was debounced into the object's pending activity (per-object ``on_new``)."""
+
+    activity: Activity
+    created: bool
+    replaced: tuple[uuid.UUID, ...] = ()
+    debounced: bool = False
+
+
+@dataclass(frozen=True)
 class ActivityFilter:
     """Filters of an activity listing; None means "any"."""
 

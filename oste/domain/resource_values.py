@@ -260,14 +260,13 @@ def _check_consistency(values: dict[str, Any], current: r.ActivityType | None, e
     fine = not any(errors.failed(name) for name in ("backoff_base", "backoff_max"))
     if fine and pick("backoff_max") < pick("backoff_base"):
         errors.add(InvalidInput.field("backoff_max", "must be at least backoff_base"))
-    if not errors.failed("per_object") and not errors.failed("object_id_ref"):
-        if pick("per_object") is not None and not pick("object_id_ref"):
-            errors.add(
-                InvalidInput.field(
-                    "per_object",
-                    "needs object_id_ref: per-object flow control is keyed on the object id it names",
-                )
+    keyed = not errors.failed("per_object") and not errors.failed("object_id_ref")
+    if keyed and pick("per_object") is not None and not pick("object_id_ref"):
+        errors.add(
+            InvalidInput.field(
+                "per_object", "needs object_id_ref: per-object flow control is keyed on its object id"
             )
+        )
     if errors.failed("parameter_schema") or errors.failed("object_id_ref"):
         return
     schema = pick("parameter_schema")

@@ -228,8 +228,9 @@ PER_OBJECT = {
         "order": {
             "type": "string",
             "enum": ["none", "fifo"],
-            "description": "fifo: one at a time, in scheduled_for (then id) order; a retrying earlier one holds "
-            "the later ones back until it succeeds, goes dead or is cancelled. none (default): no ordering",
+            "description": "fifo: one at a time, in scheduled_for (then id) order; a retrying earlier one "
+            "holds the later ones back until it succeeds, goes dead or is cancelled. none (default): no "
+            "ordering",
         },
         "max_concurrency": {
             "type": ["integer", "null"],
@@ -240,10 +241,10 @@ PER_OBJECT = {
         "on_new": {
             "type": "string",
             "enum": ["keep", "replace", "debounce"],
-            "description": "What a create does when the object already has a scheduled one of this type: keep "
-            "(default) stores both; replace cancels the scheduled ones and stores the new one; debounce stores "
-            "nothing new: the scheduled one takes the new parameter and scheduled_for (at most max_wait past "
-            "its first scheduled_for)",
+            "description": "What a create does when the object already has a scheduled one of this type: "
+            "keep (default) stores both; replace cancels the scheduled ones and stores the new one; debounce "
+            "stores nothing new: the scheduled one takes the new parameter and scheduled_for (at most "
+            "max_wait past its first scheduled_for)",
         },
         "max_wait": {
             **DURATION,

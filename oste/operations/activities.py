@@ -33,8 +33,9 @@ class ActivityOperations:
 
     async def create(
         self, actor: Actor, company: r.Company, solution: r.Solution, item: r.NewActivity
-    ) -> tuple[r.Activity, bool]:
-        """Create one activity (once per idempotency key): (activity, created now)."""
+    ) -> r.Created:
+        """Create one activity (once per idempotency key), under its type's per-object ``on_new``:
+        what was created, replaced or debounced (``r.Created``)."""
         actor.require(WRITE, "create activities")
 
         async def room() -> None:  # the insert's transaction's last step: the company's row locked
@@ -43,10 +44,15 @@ class ActivityOperations:
         async def audited(created: r.Activity) -> None:  # in the insert's transaction
             await self._audit(actor, company, solution, "create", created.id)
 
-        activity, fresh = await self.store.create_activity_once(item, audited, room)
-        if fresh:
-            self.context.notify_due(activity.next_attempt_at)
-        return activity, fresh
+        done = await self.store.create_activity(item, audited, room)
+        if done.created or done.debounced:
+            self.context.notify_due(done.activity.next_attempt_at)
+        if done.replaced:
+            self.context.quotas.freed(company)
+            await self.context.storage.wake(done.replaced)
+        if done.debounced:
+            await self.context.storage.wake([done.activity.id])
+        return done
 
     async def create_many(
         self,

@@ -24,9 +24,14 @@ object in one statement.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
-from oste.storage.dialects import Dialect
+from tortoise import connections
+
+from oste.domain import records as r
+from oste.storage import models as m
+from oste.storage.dialects import Dialect, Params, dialect_of
 
 FLOW_TYPES = "SELECT ft.id FROM activity_type ft WHERE ft.per_object_scope IS NOT NULL"
 """The types with per-object flow control."""
@@ -120,4 +125,39 @@ def ahead_of_sql(a_id: str) -> str:
         f"{peers('a')} AND o.id <> a.id "
         f"AND (o.state = 'running' OR (o.state = 'scheduled' AND {earlier('o', 'a')})) "
         f"WHERE a.id = {a_id} ORDER BY o.scheduled_for DESC, o.id DESC"
+    )
+
+
+async def waiting_for(activity: r.Activity, connection: str = "default") -> uuid.UUID | None:
+    """The activity immediately ahead of a held one in its object's order (what ``waiting_for``
+    names): under fifo the nearest earlier unfinished one (or, when none, one running); under
+    ``max_concurrency`` one of the running ones that fill it. None when it is not held (not scheduled,
+    no object, its type has no per-object rule, or its turn has come)."""
+    if activity.state != r.ActivityState.SCHEDULED or activity.object_id is None:
+        return None
+    conn = connections.get(connection)
+    dialect = dialect_of(conn)
+    kind = await m.ActivityType.filter(id=activity.activity_type_id).first()
+    flow = per_object_of(kind) if kind is not None else None
+    if flow is None or flow.limit is None:
+        return None
+    p = Params(dialect)
+    rows = await conn.execute_query_dict(ahead_of_sql(p.uid(activity.id)), p.values)
+    running = [row for row in rows if row["state"] == "running"]
+    if flow.order == "fifo":
+        ahead = [row for row in rows if row["state"] == "scheduled"] or running
+        return dialect.uuid_of(ahead[0]["id"]) if ahead else None
+    return dialect.uuid_of(running[-1]["id"]) if len(running) >= flow.limit else None
+
+
+def per_object_of(row: m.ActivityType) -> r.PerObject | None:
+    """A type row's ``per_object`` record (None: none)."""
+    if row.per_object_scope is None:
+        return None
+    return r.PerObject(
+        scope=row.per_object_scope,
+        order=row.per_object_order or "none",
+        max_concurrency=row.per_object_max_concurrency,
+        on_new=row.per_object_on_new or "keep",
+        max_wait=row.per_object_max_wait,
     )

@@ -216,6 +216,9 @@ class Activity(Model):
     uri_override = fields.TextField(null=True)
     off_schedule = fields.BooleanField(null=True)
     """An occurrence made by run-now, a backfill or the backlog: not counted in its schedule's ``runs``."""
+    debounced_from = fields.DatetimeField(null=True)
+    """Per-object ``on_new: debounce``: its ``scheduled_for`` before the first create debounced into it
+    (a debounce never moves it past this plus the type's ``max_wait``); None: never debounced."""
 
     class Meta:
         table = "activity"
@@ -246,6 +249,24 @@ class Activity(Model):
                 fields=("state", "finished_at"), name="activity_ended_idx", where="finished_at IS NOT NULL"
             ),
         )
+
+
+class DebouncedKey(Model):
+    """An ``Idempotency-Key`` of a create that was debounced into a pending activity (per-object
+    ``on_new: debounce``: nothing new was stored): a replay answers that activity again."""
+
+    id = fields.UUIDField(primary_key=True)
+    solution_id = fields.UUIDField()
+    idempotency_key = fields.CharField(max_length=255)
+    request_hash = fields.CharField(max_length=64, null=True)
+    activity_id = fields.UUIDField()
+    """The activity it was debounced into (no foreign key: purging activities must not pay for it; a
+    key whose activity was purged answers as if it were unknown)."""
+    created_at = fields.DatetimeField()
+
+    class Meta:
+        table = "debounced_key"
+        unique_together = (("solution_id", "idempotency_key"),)
 
 
 class Execution(Model):
@@ -427,6 +448,8 @@ class ActivityEvent(Model):
     attempt = fields.IntField(default=0)
     outcome = fields.CharField(max_length=16, null=True)
     at = fields.DatetimeField()
+    replaced_by = fields.UUIDField(null=True)
+    """A ``cancelled`` event's: the activity that replaced this one (per-object ``on_new: replace``)."""
 
     class Meta:
         table = "activity_event"
