@@ -86,6 +86,9 @@ class DispatchTarget:
     another one stored reads the type again, so URI and credentials always come from one version."""
     secret_headers: tuple[str, ...] = ()
     """The values of the type's secret static headers (redacted from what the receiver answers)."""
+    per_object: bool = False
+    """True when the type has per-object flow control: a completion may let the object's next start,
+    so the node claims again at once instead of at its next poll."""
 
 
 @dataclass(frozen=True)

@@ -680,6 +680,7 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         credentials=credential_fields(_headers(row.headers), auth),
         version=(row.updated_at.astimezone(UTC), row.solution.updated_at.astimezone(UTC)),
         secret_headers=tuple(str(h["value"]) for h in (row.headers or {}).values() if h.get("secret")),
+        per_object=row.per_object_scope is not None,
     )
 
 

@@ -13,7 +13,7 @@ async def test_per_object_is_stored_shown_and_patched(api: Api) -> None:
     kind = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
     assert kind["per_object"] == FIFO
     debounce = {"on_new": "debounce", "max_wait": "PT30M", "scope": "solution"}
-    patched = (await api.patch(f"{tenant.types}/{tenant.activity_type}", {"per_object": debounce}, expect=200))
+    patched = await api.patch(f"{tenant.types}/{tenant.activity_type}", {"per_object": debounce}, expect=200)
     assert patched.json()["per_object"] == {
         "scope": "solution",
         "order": "none",
@@ -42,7 +42,10 @@ async def test_per_object_is_refused_when_it_cannot_work(api: Api) -> None:
             "per_object/max_wait",
         ),
         ({**base, "object_id_ref": ["SongId"], "per_object": {"order": "lifo"}}, "per_object/order"),
-        ({**base, "object_id_ref": ["SongId"], "per_object": {"max_concurrency": 0}}, "per_object/max_concurrency"),
+        (
+            {**base, "object_id_ref": ["SongId"], "per_object": {"max_concurrency": 0}},
+            "per_object/max_concurrency",
+        ),
         ({**base, "per_object": {"order": "fifo"}}, "per_object"),
     ]
     for body, field in cases:
