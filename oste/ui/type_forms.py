@@ -66,6 +66,7 @@ AUTH_FIELDS = {
     ra.MTLS: ("certificate", "private_key"),
 }
 DURATIONS = ("timeout", "backoff_base", "backoff_max")
+PER_OBJECT_FIELDS = ("scope", "order", "max_concurrency", "on_new", "max_wait")
 
 
 def _where(path: str) -> str:
@@ -73,6 +74,12 @@ def _where(path: str) -> str:
     parts = path.split("/")
     if parts[0] == "auth":
         return "auth/" + parts[1] if len(parts) > 1 and parts[1] in _AUTH_NAMES else "auth/type"
+    if parts[0] == "per_object":
+        return (
+            "per_object/" + parts[1]
+            if len(parts) > 1 and parts[1] in PER_OBJECT_FIELDS
+            else "per_object/scope"
+        )
     return parts[0]
 
 
@@ -101,6 +108,7 @@ def _values_of(kind: r.ActivityType) -> dict[str, str]:
         "on_success": kind.on_success or "",
         "on_success_delay": "" if kind.on_success_delay is None else format_duration(kind.on_success_delay),
         "on_dead_letter": kind.on_dead_letter or "",
+        **_per_object_values(kind.per_object),
     }
     for index, (name, header) in enumerate(kind.headers.items()):
         values[f"header-{index}-name"] = name
@@ -115,6 +123,35 @@ def _values_of(kind: r.ActivityType) -> dict[str, str]:
         if name != "type" and name != ra.SECRET_MEMBERS.get(document["type"] if document else ""):
             values[f"auth/{name}"] = value or ""
     return values
+
+
+def _per_object_values(flow: r.PerObject | None) -> dict[str, str]:
+    """The form's per-object fields (``per_object/scope`` empty: off)."""
+    if flow is None:
+        return {"per_object/scope": "", "per_object/order": "none", "per_object/on_new": "keep"}
+    return {
+        "per_object/scope": flow.scope,
+        "per_object/order": flow.order,
+        "per_object/max_concurrency": "" if flow.max_concurrency is None else str(flow.max_concurrency),
+        "per_object/on_new": flow.on_new,
+        "per_object/max_wait": "" if flow.max_wait is None else format_duration(flow.max_wait),
+    }
+
+
+def _per_object(form: dict[str, str], errors: dict[str, str]) -> dict[str, Any] | None:
+    """The ``per_object`` of the API's body (None: off)."""
+    scope = text(form, "per_object/scope")
+    if not scope:
+        return None
+    flow: dict[str, Any] = {
+        "scope": scope,
+        "order": text(form, "per_object/order") or "none",
+        "max_concurrency": whole(form, "per_object/max_concurrency", errors),
+        "on_new": text(form, "per_object/on_new") or "keep",
+    }
+    if text(form, "per_object/max_wait"):
+        flow["max_wait"] = text(form, "per_object/max_wait")
+    return flow
 
 
 def _new_values() -> dict[str, str]:
@@ -212,6 +249,7 @@ def _body(
         "on_success_delay": text(form, "on_success_delay") or None,
         "on_dead_letter": text(form, "on_dead_letter") or None,
         "headers": _headers(form, current, errors, kept),
+        "per_object": _per_object(form, errors),
     }
     if current is None:
         body["name"] = text(form, "name")
