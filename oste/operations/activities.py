@@ -67,7 +67,7 @@ class ActivityOperations:
         if not items:
             return []
         async with self.context.storage.atomic():
-            created = await self.store.create_activities(list(items))
+            created = await self.store.create_activities_in_turn(list(items))
             if audit:
                 await self._audit(actor, company, solution, "create", None, {"count": len(created)})
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, len(items), written=True)

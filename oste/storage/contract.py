@@ -214,6 +214,14 @@ class Tenants(Protocol):
         written then)."""
         ...
 
+    async def create_activities_in_turn(self, new: list[r.NewActivity]) -> list[r.Activity]:
+        """``create_activities`` under each type's per-object ``on_new`` (a batch, an import's chunk),
+        in the caller's transaction, item after item in the order given: a ``replace`` item cancels
+        its object's scheduled ones (earlier items of the batch too), a ``debounce`` item stores
+        nothing when its object has a pending one and answers that one, updated. Without such items,
+        exactly ``create_activities``."""
+        ...
+
     async def create_activity(
         self,
         new: r.NewActivity,

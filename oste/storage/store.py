@@ -245,6 +245,12 @@ def per_object_columns(flow: r.PerObject | None) -> dict[str, Any]:
     }
 
 
+def _on_new(item: r.NewActivity) -> str:
+    """What creating ``item`` does to its object's pending activities (``keep`` without an object)."""
+    flow = item.activity_type.per_object
+    return flow.on_new if flow is not None and item.object_id is not None else "keep"
+
+
 _filtered = matching_activities
 
 
@@ -501,6 +507,37 @@ class Store:
         """
         return await insert_activities(new, self.clock.now())
 
+    async def create_activities_in_turn(self, new: list[r.NewActivity]) -> list[r.Activity]:
+        """``create_activities`` under each type's per-object ``on_new`` (see ``contract.py``)."""
+        if all(_on_new(item) == "keep" for item in new):
+            return await self.create_activities(new)
+        done: list[r.Activity] = []
+        kept: list[r.NewActivity] = []
+        async with in_transaction() as conn:
+            for item in new:
+                if _on_new(item) == "keep":
+                    kept.append(item)
+                    continue
+                done += await self.create_activities(kept)
+                kept = []
+                done.append(await self._in_turn(conn, item))
+            done += await self.create_activities(kept)
+        return done
+
+    async def _in_turn(self, conn: Any, item: r.NewActivity) -> r.Activity:
+        """One item of a batch under its type's ``on_new`` (replace or debounce), in ``conn``."""
+        flow, object_id = item.activity_type.per_object, item.object_id
+        assert flow is not None and object_id is not None
+        await lock_object(conn, item.activity_type, object_id)
+        if flow.on_new == "debounce" and flow.max_wait is not None:
+            pending = await debounce_into_pending(conn, item, object_id, flow.max_wait, self.clock.now())
+            if pending is not None:
+                return await self._activity_by_id(pending)
+        created = (await self.create_activities([item]))[0]
+        if flow.on_new == "replace":
+            await replace_pending(conn, item.activity_type, object_id, created.id, self.clock.now())
+        return created
+
     async def create_activity_once(
         self,
         new: r.NewActivity,
@@ -582,8 +619,7 @@ class Store:
         then: Callable[[r.Activity], Awaitable[None]] | None,
         room: Callable[[], Awaitable[None]] | None = None,
     ) -> r.Created:
-        flow = new.activity_type.per_object
-        on_new = flow.on_new if flow is not None and new.object_id is not None else "keep"
+        flow, on_new = new.activity_type.per_object, _on_new(new)
         async with in_transaction() as conn:
             if on_new != "keep":
                 assert flow is not None and new.object_id is not None

@@ -84,3 +84,18 @@ async def test_concurrent_creates_of_one_object_leave_exactly_one_pending(api: A
             assert sorted(r["state"] for r in rows).count("scheduled") == 1
             replaced = [i for a in answers for i in a.json()["replaced"]]
             assert len(replaced) == len(set(replaced)) == 19  # each cancelled once, by one create
+
+
+async def test_a_batch_creates_in_turn(api: Api) -> None:
+    replacing = await flow_tenant(api, on_new="replace")
+    bodies = [replacing.activity(3, scheduled_for=at(n), parameter={"SongId": 3, "n": n}) for n in range(3)]
+    made = (await api.post(replacing.activities, {"activities": bodies}, expect=201)).json()["activities"]
+    left = await pending(api, replacing, 3)
+    assert [a["id"] for a in left] == [made[2]["id"]] and left[0]["parameter"]["n"] == 2
+    debouncing = await flow_tenant(api, on_new="debounce", max_wait="PT1H")
+    bodies = [debouncing.activity(4, scheduled_for=at(n), parameter={"SongId": 4, "n": n}) for n in range(3)]
+    made = (await api.post(debouncing.activities, {"activities": bodies}, expect=201)).json()["activities"]
+    assert len({a["id"] for a in made}) == 1
+    left = await pending(api, debouncing, 4)
+    assert len(left) == 1 and left[0]["parameter"]["n"] == 2
+    assert datetime.fromisoformat(left[0]["scheduled_for"]) == FUTURE + timedelta(minutes=2)
