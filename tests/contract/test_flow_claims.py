@@ -110,3 +110,46 @@ async def r_running(store: Store) -> list[r.Activity]:
     from oste.storage import models as m
 
     return list(await m.Activity.filter(state="running"))
+
+
+async def test_a_lost_node_s_object_waits_for_its_lease_then_the_rescued_one_goes_first(
+    store: Store, dispatch: DispatchStore
+) -> None:
+    kind = await flow_type(store, backoff_base=0.001, backoff_max=0.001)
+    a, b = [await create(store, kind, 1, s) for s in (0, 1)]
+    held = await dispatch.claim_due("dead-node", ALL_PARTITIONS, 10, 5, T0 + timedelta(seconds=60))
+    assert [c.activity_id for c in held] == [a.id]  # the node is SIGKILLed holding it
+    dispatch.clock.advance(4)
+    assert await claim(dispatch, "n2", at=120) == []  # its lease runs: the successor waits
+    dispatch.clock.advance(2)
+    assert await dispatch.reap_expired(100) == (1, 0)
+    dispatch.clock.advance(1)
+    again = await claim(dispatch, "n2", at=120)
+    assert [c.activity_id for c in again] == [a.id] and again[0].attempt == 2
+    await dispatch.complete([ok(again[0], dispatch.clock.now())])
+    assert [c.activity_id for c in await claim(dispatch, "n2", at=120)] == [b.id]
+
+
+async def test_a_requeued_dead_letter_goes_back_in_line(store: Store, dispatch: DispatchStore) -> None:
+    kind = await flow_type(store, retries=0)
+    a, b, c = [await create(store, kind, 1, s) for s in (0, 1, 2)]
+    first = await claim(dispatch)
+    await dispatch.complete([error(first[0], T0)])  # a is dead: b goes
+    running = await claim(dispatch)
+    assert [x.activity_id for x in running] == [b.id]
+    solution = await store._solution_by_id(a.solution_id)
+    assert await store.requeue_activity(solution, a.id)
+    assert await claim(dispatch) == []  # a is first in line again, but b still runs
+    await dispatch.complete([ok(running[0], T0)])
+    assert [x.activity_id for x in await claim(dispatch)] == [a.id]  # then a, before c
+
+
+async def test_run_now_makes_a_held_one_due_but_it_still_waits_its_turn(
+    store: Store, dispatch: DispatchStore
+) -> None:
+    kind = await flow_type(store)
+    a = await create(store, kind, 1, 30)
+    b = await create(store, kind, 1, 3600)
+    await store.run_now(b)
+    assert await claim(dispatch, at=10) == []  # b is due, a is not yet: b waits for a
+    assert [x.activity_id for x in await claim(dispatch, at=40)] == [a.id]
