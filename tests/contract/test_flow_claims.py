@@ -132,7 +132,7 @@ async def test_a_lost_node_s_object_waits_for_its_lease_then_the_rescued_one_goe
 
 async def test_a_requeued_dead_letter_goes_back_in_line(store: Store, dispatch: DispatchStore) -> None:
     kind = await flow_type(store, retries=0)
-    a, b, c = [await create(store, kind, 1, s) for s in (0, 1, 2)]
+    a, b, _ = [await create(store, kind, 1, s) for s in (0, 1, 2)]
     first = await claim(dispatch)
     await dispatch.complete([error(first[0], T0)])  # a is dead: b goes
     running = await claim(dispatch)
