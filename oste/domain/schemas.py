@@ -620,6 +620,24 @@ ACTIVITY = _obj(
             "description": "A URI pattern used instead of the activity type's `uri_pattern` from the next "
             "attempt on (set by a bulk update's `set.uri`; null: the type's pattern)",
         },
+        "waiting_for": {
+            "type": ["string", "null"],
+            "format": "uuid",
+            "description": "Per-object flow control (GET of one activity): the activity immediately ahead "
+            "of this held one in its object's order (null: not held)",
+        },
+        "replaced": {
+            "type": "array",
+            "items": {"type": "string", "format": "uuid"},
+            "description": 'Per-object flow control, "on_new": "replace" (the create answer): the '
+            "scheduled activities of the object this one cancelled",
+        },
+        "debounced": {
+            "type": "boolean",
+            "description": 'Per-object flow control, "on_new": "debounce" (the create answer, 200): '
+            "nothing new was stored; this is the object's pending activity, given the new parameter "
+            "and scheduled_for",
+        },
         **_TIMES,
     },
     ("id", "activity_type", "scheduled_for", "parameter", "retries", "priority", "state", "attempts"),
