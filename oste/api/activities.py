@@ -148,8 +148,11 @@ async def get_activity(request: Request) -> Response:
             api.shares.step_aside(request.scope)
             alive = key_alive(request)
             activity = await changed_activity(api.storage, solution, activity, wait, away_from, alive)
+    shown = render.activity(activity)
     waits = await ctx(request).store.waiting_for(activity)
-    return json(render.activity(activity) | {"waiting_for": str(waits) if waits else None})
+    if waits is not None:  # held by its type's per-object rule
+        shown["waiting_for"] = str(waits)
+    return json(shown)
 
 
 @self_audited

@@ -624,7 +624,7 @@ ACTIVITY = _obj(
             "type": ["string", "null"],
             "format": "uuid",
             "description": "Per-object flow control (GET of one activity): the activity immediately ahead "
-            "of this held one in its object's order (null: not held)",
+            "of this held one in its object's order (absent: not held)",
         },
         "replaced": {
             "type": "array",
