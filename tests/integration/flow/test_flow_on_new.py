@@ -99,3 +99,20 @@ async def test_a_batch_creates_in_turn(api: Api) -> None:
     left = await pending(api, debouncing, 4)
     assert len(left) == 1 and left[0]["parameter"]["n"] == 2
     assert datetime.fromisoformat(left[0]["scheduled_for"]) == FUTURE + timedelta(minutes=2)
+
+
+async def test_a_replaced_activity_s_cancelled_event_names_the_new_one(api: Api) -> None:
+    from tests.integration.api.test_api_events import Stream, of
+
+    tenant = await flow_tenant(api, on_new="replace")
+    async with Stream(api, tenant.path + "/events") as stream:
+        first = (
+            await api.post(tenant.activities, tenant.activity(1, scheduled_for=at(1)), expect=201)
+        ).json()
+        second = (
+            await api.post(tenant.activities, tenant.activity(1, scheduled_for=at(2)), expect=201)
+        ).json()
+        events = await stream.until(lambda es: "cancelled" in of(es, first["id"]))
+    cancelled = next(e for e in events if e["event"] == "cancelled")
+    assert cancelled["data"]["id"] == first["id"] and cancelled["data"]["replaced_by"] == second["id"]
+    assert of(events, second["id"]) == ["created"]
