@@ -2,11 +2,12 @@
 
 The form holds every member the API takes: verb, URI pattern, parameter schema (JSON text), object id
 fields, retries, timeout, backoff, success statuses, ``max_concurrency``, ``rate_limit``,
-``per_object``, follow-ons, static headers and the receiver ``auth``. Secrets are write-only: a
-secret header or auth member shows as "secret, unchanged" and keeps its stored value unless a new
-one is typed (the stored value is filled in here, on the server; it never reaches the browser). The body is checked with the API's code
-(``schemas.check_shape``, ``resource_values.type_values``, ``check_chain_types``) and a change of the
-rules stored parameters must fit re-checks them as the API's PATCH does (409 unless forced).
+``per_object``, follow-ons, static headers and the receiver ``auth``. Secrets are write-only: a secret
+header or auth member shows as "secret, unchanged" and keeps its stored value unless a new one is typed
+(the stored value is filled in here, on the server; it never reaches the browser). The body is checked
+with the API's code (``schemas.check_shape``, ``resource_values.type_values``, ``check_chain_types``)
+and a change of the rules stored parameters must fit re-checks them as the API's PATCH does (409 unless
+forced).
 """
 
 from __future__ import annotations
