@@ -61,10 +61,15 @@ async def create(request: Request) -> Response:
     key = request.headers.get("idempotency-key")
     if key is not None:
         item = keyed(item, check_idempotency_key(key), data)
-    activity, fresh = await api.operations.activities.create(actor, company, solution, item)
-    if not fresh:  # the Idempotency-Key's replay: the activity created before
-        return json(render.activity(activity), 200)
-    return created(render.activity(activity), *solution_path(company, solution), "activities", activity.id)
+    done = await api.operations.activities.create(actor, company, solution, item)
+    if done.debounced:  # per-object on_new: debounce, nothing new stored (or its key's replay)
+        return json(render.activity(done.activity) | {"debounced": True}, 200)
+    if not done.created:  # the Idempotency-Key's replay: the activity created before
+        return json(render.activity(done.activity), 200)
+    shown = render.activity(done.activity)
+    if item.activity_type.per_object is not None and item.activity_type.per_object.on_new == "replace":
+        shown["replaced"] = [str(i) for i in done.replaced]
+    return created(shown, *solution_path(company, solution), "activities", done.activity.id)
 
 
 async def _validated_batch(
@@ -144,7 +149,11 @@ async def get_activity(request: Request) -> Response:
             api.shares.step_aside(request.scope)
             alive = key_alive(request)
             activity = await changed_activity(api.storage, solution, activity, wait, away_from, alive)
-    return json(render.activity(activity))
+    shown = render.activity(activity)
+    waits = await ctx(request).store.waiting_for(activity)
+    if waits is not None:  # held by its type's per-object rule
+        shown["waiting_for"] = str(waits)
+    return json(shown)
 
 
 @self_audited

@@ -79,6 +79,8 @@ def format_event(event: Event, type_name: str) -> bytes:
         "outcome": event.outcome,
         "at": event.at.isoformat(),
     }
+    if event.replaced_by is not None:  # per-object on_new: replace
+        data["replaced_by"] = str(event.replaced_by)
     return (
         f"id: {event.txid}-{event.seq}\nevent: {event.event}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
     )

@@ -71,6 +71,19 @@ def sees_signing_secret(who: Principal, s: r.Solution) -> bool:
     return who.company is not None and who.company.id == s.company_id and WRITE in who.scopes
 
 
+def per_object(flow: r.PerObject | None) -> dict[str, Any] | None:
+    """A type's ``per_object`` member as the API shows it (null: none)."""
+    if flow is None:
+        return None
+    return {
+        "scope": flow.scope,
+        "order": flow.order,
+        "max_concurrency": flow.max_concurrency,
+        "on_new": flow.on_new,
+        "max_wait": format_duration(flow.max_wait) if flow.max_wait is not None else None,
+    }
+
+
 def activity_type(t: r.ActivityType, solution_name: str) -> dict[str, Any]:
     return {
         "id": str(t.id),
@@ -101,6 +114,7 @@ def activity_type(t: r.ActivityType, solution_name: str) -> dict[str, Any]:
         "fail_statuses": list(t.fail_statuses) if t.fail_statuses is not None else None,
         "max_snoozes": t.max_snoozes,
         "max_lateness": format_duration(t.max_lateness) if t.max_lateness is not None else None,
+        "per_object": per_object(t.per_object),
         "created_at": iso(t.created_at),
         "updated_at": iso(t.updated_at),
     }

@@ -32,6 +32,9 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "ApiKeyScope": ("read", "write", "keys"),
     "BreakerState": ("closed", "open", "half_open"),
     "BreakerOpenedBy": ("network", "companies", "operator"),
+    "PerObjectScope": ("type", "solution"),
+    "PerObjectOrder": ("none", "fifo"),
+    "PerObjectOnNew": ("keep", "replace", "debounce"),
 }
 """String enums used in several places, by name (order as they are documented)."""
 
@@ -85,6 +88,7 @@ def _objects(components: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "BearerAuthShown": schemas.AUTH_SHOWN["oneOf"][0],
         "OAuth2ClientCredentialsAuthShown": schemas.AUTH_SHOWN["oneOf"][1],
         "MutualTlsAuthShown": schemas.AUTH_SHOWN["oneOf"][2],
+        "PerObject": _nullable(schemas.PER_OBJECT)[0],
     }
     for name, (component, *steps) in LIFTED.items():
         node = components.get(component)

@@ -44,6 +44,8 @@ class OsteClient:
         self.admin_token = admin_token
         self.key = admin_token
         self.types: list[str] = []
+        self.objects: int | None = None
+        """With per-object flow control: activity ``n`` is about object ``n % objects``."""
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=300), connector=aiohttp.TCPConnector(limit=32)
         )
@@ -77,8 +79,12 @@ class OsteClient:
                 return orjson.loads(raw) if raw else None
         raise ApiError(f"{method} {path} answered 429 {MAX_TOO_MANY} times in a row")
 
-    async def setup(self, receiver_url: str, types: int) -> None:
-        """Company and API key (as the operator), then solution and activity types (with the key)."""
+    async def setup(
+        self, receiver_url: str, types: int, per_object: str | None = None, objects: int | None = None
+    ) -> None:
+        """Company and API key (as the operator), then solution and activity types (with the key);
+        with ``per_object`` (``fifo``) the types order each of ``objects`` objects' activities."""
+        self.objects = (objects or 1000) if per_object else None
         await self.call("POST", "/v1/companies", {"name": COMPANY}, token=self.admin_token)
         key = await self.call(
             "POST", f"/v1/companies/{COMPANY}/api-keys", {"name": "bench"}, token=self.admin_token
@@ -87,15 +93,20 @@ class OsteClient:
         await self.call("POST", f"/v1/companies/{COMPANY}/solutions", {"name": SOLUTION})
         for index in range(types):
             name = f"fire-{index:03d}"
-            await self.call("POST", self.solution_path + "/activity-types", type_body(name, receiver_url))
+            body = type_body(name, receiver_url)
+            if per_object:
+                body["parameter_schema"]["properties"]["o"] = {"type": "string"}
+                body |= {"object_id_ref": ["o"], "per_object": {"order": per_object}}
+            await self.call("POST", self.solution_path + "/activity-types", body)
             self.types.append(name)
 
     def activity(self, n: int, due: float) -> dict[str, Any]:
         """The body of activity ``n`` due at ``due`` (epoch seconds); types are used round-robin."""
+        parameter = {"n": str(n)} if self.objects is None else {"n": str(n), "o": str(n % self.objects)}
         return {
             "activity_type": self.types[n % len(self.types)],
             "scheduled_for": instant(due),
-            "parameter": {"n": str(n)},
+            "parameter": parameter,
         }
 
     async def create_batches(

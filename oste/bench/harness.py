@@ -79,6 +79,10 @@ class BenchOptions:
     run_limit: bool = True
     progress: bool = True
     work_dir: Path | None = None
+    per_object: str | None = None
+    """``burst``: the types' per-object order (``fifo``), None: none (the unordered burst)."""
+    objects: int | None = None
+    """``burst`` with ``per_object``: how many objects the activities are spread over."""
 
     @property
     def postgres(self) -> bool:
@@ -145,7 +149,7 @@ class Harness:
                         await probe.wait_for_workers(
                             opts.workers, WORKERS_READY_WITHIN, processes.check_alive
                         )
-                await client.setup(self.receiver.url, types or opts.types)
+                await client.setup(self.receiver.url, types or opts.types, opts.per_object, opts.objects)
                 yield Deployment(url, processes, client, ResourceMeter(processes.started))
             finally:
                 await client.close()

@@ -81,8 +81,11 @@ async def burst(harness: Harness) -> Result:
     count = harness.options.count or DEFAULTS["burst"]["count"]
     oste, usage, notes = await fire(harness, "OSTE", lambda at: burst_plan(count, at), count)
     limit = await harness.limit(burst_plan(count, time.time()))
+    params: dict[str, Any] = {"count": count}
+    if harness.options.per_object:
+        params |= {"per_object": harness.options.per_object, "objects": harness.options.objects}
     return {
-        "params": {"count": count},
+        "params": params,
         "oste": fired(oste),
         "limit": fired(limit),
         "usage": usage,

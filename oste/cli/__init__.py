@@ -159,7 +159,8 @@ def add_bench_parser(commands: Any) -> None:
         description=BENCH_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="workloads:\n"
-        "  burst   --count N activities due at one instant: fires/s, lag (default 20,000)\n"
+        "  burst   --count N activities due at one instant: fires/s, lag (default 20,000); with\n"
+        "          --per-object fifo --objects M, spread over M objects delivered in order, one at a time\n"
         "  steady  --rate R per second for --duration D seconds: lag percentiles (300/s, 60 s)\n"
         "  scale   the burst with --stored M future activities stored: ratio to the empty-store burst,\n"
         "          claim query time (1,000,000)\n"
@@ -236,6 +237,12 @@ def add_bench_parser(commands: Any) -> None:
         default=32,
         help="activity types the activities are spread over (default 32; 1 measures one hot type)",
     )
+    add(
+        "--per-object",
+        choices=("fifo",),
+        help="burst: the activity types deliver each object's activities in order, one at a time",
+    )
+    add("--objects", type=int, help="burst with --per-object: objects the activities are spread over")
     add("--concurrency", type=int, default=64, help="the limit's requests in flight per process (default 64)")
     add(
         "--limit-processes",
@@ -398,6 +405,8 @@ def _bench(args: argparse.Namespace) -> int:
         run_limit=not args.no_limit,
         progress=not args.no_progress,
         work_dir=Path(args.work_dir) if args.work_dir else None,
+        per_object=args.per_object,
+        objects=args.objects,
     )
     try:
         result = eventloop.run(run(options, app_factory=create_app))

@@ -211,7 +211,7 @@ class Importer:
     async def _store_keyed(self, number: int, text: bytes, item: r.NewActivity) -> None:
         """One line under its idempotency key: created, already there, or rejected (another body)."""
         try:
-            _, fresh = await self.activities.create(SYSTEM, await self._owner(), self.solution, item)
+            fresh = (await self.activities.create(SYSTEM, await self._owner(), self.solution, item)).created
         except InvalidInput as exc:
             reasons = [FieldError(KEY_FIELD, e.reason) for e in exc.errors] or [FieldError(KEY_FIELD, "")]
             self._reject(number, text, reasons)

@@ -93,6 +93,9 @@ class DispatchTarget:
     """``OSTE-Snooze`` answers an activity of this type may give; one more counts as ``retry``."""
     max_lateness: float | None = None
     """Seconds after ``scheduled_for`` past which no attempt of this type starts (None: no bound)."""
+    per_object: bool = False
+    """True when the type has per-object flow control: a completion may let the object's next start,
+    so the node claims again at once instead of at its next poll."""
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,37 @@ class Header:
     secret: bool = False
 
 
+PER_OBJECT_SCOPES = ("type", "solution")
+PER_OBJECT_ORDERS = ("none", "fifo")
+PER_OBJECT_ON_NEW = ("keep", "replace", "debounce")
+MAX_DEBOUNCE_WAIT = 30 * 86400.0
+"""The longest ``max_wait`` of a debouncing type: a debounced activity fires at most 30 days late."""
+
+
+@dataclass(frozen=True)
+class PerObject:
+    """How activities of the same object (the same ``object_id``) of a type go out (issue 34).
+
+    ``scope``: ``type`` (this type's activities of the object) or ``solution`` (those of every type of
+    the solution whose ``per_object`` has scope ``solution``); ``order``: ``fifo`` (one at a time, in
+    ``scheduled_for`` then id order; an unfinished earlier one holds the later ones back) or ``none``;
+    ``max_concurrency``: at most this many of the object running at once (``fifo`` means 1);
+    ``on_new``: what a create does when the object already has a scheduled one of the type (``keep``,
+    ``replace``, ``debounce``); ``max_wait``: seconds a debounced activity may be pushed back past its
+    first ``scheduled_for``."""
+
+    scope: str = "type"
+    order: str = "none"
+    max_concurrency: int | None = None
+    on_new: str = "keep"
+    max_wait: float | None = None
+
+    @property
+    def limit(self) -> int | None:
+        """How many of one object may run at once (None: no limit)."""
+        return 1 if self.order == "fifo" else self.max_concurrency
+
+
 @dataclass(frozen=True)
 class ActivityType:
     id: uuid.UUID
@@ -189,6 +220,8 @@ class ActivityType:
     """``OSTE-Snooze`` answers one activity may give; one more is treated as ``retry``."""
     max_lateness: float | None = None
     """Seconds after ``scheduled_for`` past which no attempt starts: the activity ends ``expired``."""
+    per_object: PerObject | None = None
+    """Per-object flow control (None: activities of the same object go out independently)."""
 
     @property
     def partition(self) -> int:
@@ -351,6 +384,18 @@ class NewActivity:
     occurrence_at: datetime | None = None
     expires_at: datetime | None = None
     labels: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Created:
+    """What one create did: the activity it answers with, whether it stored it now (False: an
+    ``Idempotency-Key``'s replay, or a debounce), the ids a ``replace`` cancelled, and whether the
+    create was debounced into the object's pending activity (per-object ``on_new``)."""
+
+    activity: Activity
+    created: bool
+    replaced: tuple[uuid.UUID, ...] = ()
+    debounced: bool = False
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,9 @@ def type_values(
         values["success_statuses"] = tuple(sorted(set(statuses))) if statuses is not None else None
     _durations(data, values, errors)
     _status_policy(data, values, current, errors)
+    if "per_object" in data:
+        with errors.check():
+            values["per_object"] = per_object_of(data["per_object"])
     for name in CHAIN_FIELDS:
         if name in data:
             values[name] = data[name]
@@ -235,8 +238,40 @@ TYPE_DEFAULTS: dict[str, Any] = {
     "fail_statuses": None,
     "max_snoozes": 50,
     "max_lateness": None,
+    "per_object": None,
 }
 """A created type's values for the fields its body leaves out."""
+
+
+def per_object_of(raw: dict[str, Any] | None) -> r.PerObject | None:
+    """A type's ``per_object`` member (its shape already checked) as a record, or None; InvalidInput
+    naming ``per_object/max_wait`` when debounce has no bounded ``max_wait`` or another ``on_new`` has
+    one."""
+    if raw is None:
+        return None
+    on_new = raw.get("on_new", "keep")
+    wait = raw.get("max_wait")
+    max_wait = None
+    if wait is not None:
+        max_wait = parse_duration(wait, "per_object/max_wait", r.MAX_DEBOUNCE_WAIT)
+        if max_wait <= 0:
+            raise InvalidInput.field("per_object/max_wait", "must be longer than zero")
+        if on_new != "debounce":
+            raise InvalidInput.field("per_object/max_wait", 'applies to "on_new": "debounce" only')
+    elif on_new == "debounce":
+        raise InvalidInput.field(
+            "per_object/max_wait",
+            'is required with "on_new": "debounce" (the longest an activity can be pushed back, e.g. PT30M)',
+        )
+    order = raw.get("order", "none")
+    limit = raw.get("max_concurrency")
+    return r.PerObject(
+        scope=raw.get("scope", "type"),
+        order=order,
+        max_concurrency=limit,
+        on_new=on_new,
+        max_wait=max_wait,
+    )
 
 
 def check_rate_limit(value: float) -> float:
@@ -277,6 +312,13 @@ def _check_consistency(values: dict[str, Any], current: r.ActivityType | None, e
     fine = not any(errors.failed(name) for name in ("backoff_base", "backoff_max"))
     if fine and pick("backoff_max") < pick("backoff_base"):
         errors.add(InvalidInput.field("backoff_max", "must be at least backoff_base"))
+    keyed = not errors.failed("per_object") and not errors.failed("object_id_ref")
+    if keyed and pick("per_object") is not None and not pick("object_id_ref"):
+        errors.add(
+            InvalidInput.field(
+                "per_object", "needs object_id_ref: per-object flow control is keyed on its object id"
+            )
+        )
     if errors.failed("parameter_schema") or errors.failed("object_id_ref"):
         return
     schema = pick("parameter_schema")

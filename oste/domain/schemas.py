@@ -241,6 +241,46 @@ STATUS_LIST: dict[str, Any] = {
     },
     "maxItems": 100,
 }
+PER_OBJECT = {
+    "type": ["object", "null"],
+    "properties": {
+        "scope": {
+            "type": "string",
+            "enum": ["type", "solution"],
+            "description": "type (default): the same object within this type; solution: within every type of "
+            "the solution whose per_object has scope solution",
+        },
+        "order": {
+            "type": "string",
+            "enum": ["none", "fifo"],
+            "description": "fifo: one at a time, in scheduled_for (then id) order; a retrying earlier one "
+            "holds the later ones back until it succeeds, goes dead or is cancelled. none (default): no "
+            "ordering",
+        },
+        "max_concurrency": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": 100000,
+            "description": "At most this many of one object running at once (fifo means 1; null: no limit)",
+        },
+        "on_new": {
+            "type": "string",
+            "enum": ["keep", "replace", "debounce"],
+            "description": "What a create does when the object already has a scheduled one of this type: "
+            "keep (default) stores both; replace cancels the scheduled ones and stores the new one; debounce "
+            "stores nothing new: the scheduled one takes the new parameter and scheduled_for (at most "
+            "max_wait past its first scheduled_for)",
+        },
+        "max_wait": {
+            **DURATION,
+            "type": ["string", "null"],
+            "description": "debounce only (required with it): the longest a debounced activity can be pushed "
+            "back past its first scheduled_for; at most P30D",
+        },
+    },
+    "additionalProperties": False,
+    "description": "Per-object flow control, keyed on the object id (object_id_ref); null: none",
+}
 ACTIVITY_TYPE_CREATE = _obj(
     {
         "name": SLUG_SCHEMA,
@@ -320,6 +360,7 @@ ACTIVITY_TYPE_CREATE = _obj(
             "description": "No attempt starts this long after `scheduled_for` (at most P365D; null: no "
             "bound): the activity ends `dead` with `last_outcome: expired`, unsent",
         },
+        "per_object": PER_OBJECT,
     },
     ("name", "verb", "uri_pattern"),
 )
@@ -680,6 +721,24 @@ ACTIVITY = _obj(
         "expires_at": NULLABLE_DATETIME,
         "snoozes": {"type": "integer", "minimum": 0, "description": "`OSTE-Snooze` answers so far"},
         "labels": {**LABELS, "description": "its labels (an occurrence: its recurring activity's)"},
+        "waiting_for": {
+            "type": ["string", "null"],
+            "format": "uuid",
+            "description": "Per-object flow control (GET of one activity): the activity immediately ahead "
+            "of this held one in its object's order (absent: not held)",
+        },
+        "replaced": {
+            "type": "array",
+            "items": {"type": "string", "format": "uuid"},
+            "description": 'Per-object flow control, "on_new": "replace" (the create answer): the '
+            "scheduled activities of the object this one cancelled",
+        },
+        "debounced": {
+            "type": "boolean",
+            "description": 'Per-object flow control, "on_new": "debounce" (the create answer, 200): '
+            "nothing new was stored; this is the object's pending activity, given the new parameter "
+            "and scheduled_for",
+        },
         **_TIMES,
     },
     ("id", "activity_type", "scheduled_for", "parameter", "retries", "priority", "state", "attempts"),

@@ -255,6 +255,8 @@ class Engine:
             self.book.remove(claim)
         if self.poller is not None:
             self.poller.capacity_freed()
+            if any(claim.target.per_object for claim in claims):
+                self.poller.wake()  # the objects' next activities may start now
         if self.executor is not None:
             self.executor.pump()
 

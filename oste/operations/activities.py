@@ -33,8 +33,9 @@ class ActivityOperations:
 
     async def create(
         self, actor: Actor, company: r.Company, solution: r.Solution, item: r.NewActivity
-    ) -> tuple[r.Activity, bool]:
-        """Create one activity (once per idempotency key): (activity, created now)."""
+    ) -> r.Created:
+        """Create one activity (once per idempotency key), under its type's per-object ``on_new``:
+        what was created, replaced or debounced (``r.Created``)."""
         actor.require(WRITE, "create activities")
 
         async def room() -> None:  # the insert's transaction's last step: the company's row locked
@@ -43,10 +44,15 @@ class ActivityOperations:
         async def audited(created: r.Activity) -> None:  # in the insert's transaction
             await self._audit(actor, company, solution, "create", created.id)
 
-        activity, fresh = await self.store.create_activity_once(item, audited, room)
-        if fresh:
-            self.context.notify_due(activity.next_attempt_at)
-        return activity, fresh
+        done = await self.store.create_activity(item, audited, room)
+        if done.created or done.debounced:
+            self.context.notify_due(done.activity.next_attempt_at)
+        if done.replaced:
+            self.context.quotas.freed(company)
+            await self.context.storage.wake(done.replaced)
+        if done.debounced:
+            await self.context.storage.wake([done.activity.id])
+        return done
 
     async def create_many(
         self,
@@ -61,10 +67,15 @@ class ActivityOperations:
         if not items:
             return []
         # everything the insert needs is built first: the transaction (on SQLite, the one connection
-        # every other request waits for) holds only the statements
-        prepared = await self.store.prepare_activities(list(items))
+        # every other request waits for) holds only the statements; items whose type replaces or
+        # debounces its object's pending ones go in turn instead, each reading what is stored
+        in_turn = any(_steered(item) for item in items)
+        prepared = None if in_turn else await self.store.prepare_activities(list(items))
         async with self.context.storage.atomic():
-            created = await self.store.write_prepared_activities(prepared)
+            if prepared is None:
+                created = await self.store.create_activities_in_turn(list(items))
+            else:
+                created = await self.store.write_prepared_activities(prepared)
             if audit:
                 await self._audit(actor, company, solution, "create", None, {"count": len(created)})
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, len(items), written=True)
@@ -190,3 +201,9 @@ class ActivityOperations:
         details: dict[str, Any] | None = None,
     ) -> None:
         await self.context.record_audit(actor, company, solution, action, "activity", resource_id, details)
+
+
+def _steered(item: r.NewActivity) -> bool:
+    """Whether creating ``item`` replaces or debounces its object's pending activities."""
+    flow = item.activity_type.per_object
+    return flow is not None and item.object_id is not None and flow.on_new != "keep"

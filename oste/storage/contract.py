@@ -228,6 +228,29 @@ class Tenants(Protocol):
 
         Raises Conflict if an idempotency key or a recurring occurrence already exists (nothing is
         written then)."""
+
+    async def create_activities_in_turn(self, new: list[r.NewActivity]) -> list[r.Activity]:
+        """``create_activities`` under each type's per-object ``on_new`` (a batch, an import's chunk),
+        in the caller's transaction, item after item in the order given: a ``replace`` item cancels
+        its object's scheduled ones (earlier items of the batch too), a ``debounce`` item stores
+        nothing when its object has a pending one and answers that one, updated. Without such items,
+        exactly ``create_activities``."""
+        ...
+
+    async def create_activity(
+        self,
+        new: r.NewActivity,
+        then: Callable[[r.Activity], Awaitable[None]] | None = None,
+        room: Callable[[], Awaitable[None]] | None = None,
+    ) -> r.Created:
+        """``create_activity_once`` under the type's per-object ``on_new``, saying what happened:
+        ``replace`` cancels the object's scheduled activities of the type in the same transaction
+        (their ids in ``replaced``, each with a ``cancelled`` event naming the new one); ``debounce``
+        stores nothing new when the object has a scheduled, never attempted one, which takes the new
+        parameter and ``scheduled_for`` (at most its first ``scheduled_for`` plus ``max_wait``):
+        ``debounced=True``, ``created=False``, ``room`` not taken. Creates of one object are
+        serialised (exactly one pending survives concurrent ones); a replayed idempotency key answers
+        what its first create did."""
         ...
 
     async def create_activity_once(
@@ -249,6 +272,12 @@ class Tenants(Protocol):
 
     async def get_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> r.Activity:
         """The solution's activity with this id. Raises NotFound."""
+        ...
+
+    async def waiting_for(self, activity: r.Activity) -> uuid.UUID | None:
+        """The activity a held one waits for: the one immediately ahead of it in its object's order
+        under its type's ``per_object`` (fifo: the nearest earlier unfinished one, else a running one;
+        max_concurrency: a running one when they fill it). None when it is not held."""
         ...
 
     async def list_activities(

@@ -181,6 +181,17 @@ class Dialect:
         """``column IN (...)`` over a Python list (``sql_type`` names the PostgreSQL array type)."""
         raise NotImplementedError
 
+    object_lock_sql = ""
+    """A statement that waits for, then holds until its transaction ends, the lock of one key (its one
+    parameter, text): creates of one object under ``on_new`` take it one after the other. Empty where
+    one writer at a time holds the whole database (SQLite)."""
+
+    def take_turn(self, condition: str, key: str) -> str:
+        """A claim's condition that holds when ``condition`` does and, where several claimers run at
+        once, this one alone holds the turn of ``key`` (an SQL text expression) until its transaction
+        ends; a key another claimer holds is skipped, never waited for."""
+        return f"({condition})"
+
     def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:
         """One statement that picks rows (``pick``: ``WHERE … ORDER BY … LIMIT n``), updates them with
         ``assign`` and returns ``returning``; concurrent callers pick disjoint rows."""
@@ -406,6 +417,14 @@ class PostgresDialect(Dialect):
         return (
             f"({condition} OR CASE WHEN jsonb_typeof({column} #> {at}) = 'number' "
             f"THEN ({column} #> {at})::numeric BETWEEN {low}::numeric AND {high}::numeric END)"
+        )
+
+    object_lock_sql = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+
+    def take_turn(self, condition: str, key: str) -> str:
+        # CASE evaluates the lock after the condition: only objects whose activity may start are locked.
+        return (
+            f"CASE WHEN {condition} THEN pg_try_advisory_xact_lock(hashtextextended({key}, 0)) ELSE false END"
         )
 
     def update_picked(self, table: str, key: str, assign: str, pick: str, returning: Sequence[str]) -> str:

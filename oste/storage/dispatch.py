@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import re
 import secrets
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -49,6 +50,7 @@ from oste.storage.chains import write_follow_ons
 from oste.storage.database import outages_unavailable
 from oste.storage.dialects import EXECUTION_COLUMNS, Dialect, FollowOnWriter, Params, dialect_of
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
+from oste.storage.flows import ANY_FLOW_TYPE, FLOW_TYPES, flow_pick, trim_sql
 from oste.storage.notices import publish
 
 TYPES_CHECKED = 1000
@@ -79,6 +81,10 @@ _CLAIM_COLUMNS = (
     "snoozes",
 )
 _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
+FLOW_CHECK_INTERVAL = 1.0
+"""Seconds between two looks for types with per-object flow control: a type that gains ``per_object``
+leaves the ordinary claim at once (in its statement) and is claimed by the flow claim (``oste.storage
+.flows``) from the next look on; while no type has it, the flow claim costs nothing."""
 
 
 class DispatchStore:
@@ -92,6 +98,9 @@ class DispatchStore:
         self.connection = connection
         self.strategy: Dialect = dialect_of(connections.get(connection))
         self._targets: dict[uuid.UUID, DispatchTarget] = {}
+        self._flows_checked_at = -FLOW_CHECK_INTERVAL
+        self._flows = False
+        self._flows_first = False
 
     @property
     def writes_concurrently(self) -> bool:
@@ -238,7 +247,27 @@ class DispatchStore:
         if limit <= 0 or not partitions:
             return []
         skip = (skip_types, skip_companies)
-        return await self._claim_picked(owner, partitions, limit, lease_seconds, horizon, skip, False)
+        if not await self._any_flows():
+            return await self._claim_picked(owner, partitions, limit, lease_seconds, horizon, skip, False)
+        # Per-object types by their own statement; which goes first alternates, so neither starves.
+        self._flows_first = not self._flows_first
+        claims: list[Claim] = []
+        for flows in (True, False) if self._flows_first else (False, True):
+            if len(claims) < limit:
+                more = await self._claim_picked(
+                    owner, partitions, limit - len(claims), lease_seconds, horizon, skip, False, flows
+                )
+                claims += more
+        return sorted(claims, key=lambda c: c.due_at)
+
+    async def _any_flows(self) -> bool:
+        """Whether some type has per-object flow control (looked up every ``FLOW_CHECK_INTERVAL``)."""
+        now = time.monotonic()
+        if now - self._flows_checked_at >= FLOW_CHECK_INTERVAL:
+            async with self._db():
+                self._flows = bool(await self._conn().execute_query_dict(ANY_FLOW_TYPE))
+            self._flows_checked_at = now
+        return self._flows
 
     async def claim_overdue_elsewhere(
         self,
@@ -318,16 +347,20 @@ class DispatchStore:
         horizon: datetime,
         skip: tuple[Iterable[uuid.UUID], Iterable[uuid.UUID]],
         elsewhere: bool,
+        flows: bool = False,
     ) -> list[Claim]:
         now = self.clock.now()
         token = new_id()
         lease_until = now + timedelta(seconds=lease_seconds)
         types, companies = sorted(set(skip[0])), sorted(set(skip[1]))
         sql, values = self._claim_statement(
-            owner, token, lease_until, now, partitions, limit, horizon, types, elsewhere, companies
+            owner, token, lease_until, now, partitions, limit, horizon, types, elsewhere, companies, flows
         )
         async with self._db():
-            rows = await self._conn().execute_query_dict(sql, values)
+            if flows:
+                rows = await self._claim_flows(sql, values, token, now)
+            else:
+                rows = await self._conn().execute_query_dict(sql, values)
         if not rows:
             return []
         return await self._claims_of(rows, owner, token, lease_until, now)
@@ -344,9 +377,12 @@ class DispatchStore:
         skip_types: Sequence[uuid.UUID],
         elsewhere: bool = False,
         skip_companies: Sequence[uuid.UUID] = (),
+        flows: bool = False,
     ) -> tuple[str, list[Any]]:
         """The claim of due activities in ``partitions``; with ``elsewhere``, in all *other*
-        partitions and only of types without limits."""
+        partitions and only of types without limits. Without ``flows`` types with per-object flow
+        control are left out; with it only theirs are claimed, those whose object's rule lets them
+        start (``oste.storage.flows``)."""
         p = Params(self.strategy)
         lease = (
             f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
@@ -361,6 +397,10 @@ class DispatchStore:
         if skip_companies:
             where += " AND NOT " + self._in_uuids("company_id", skip_companies, p)
         left_alone = "t.paused OR s.paused OR c.paused"
+        if flows:
+            where += f" AND activity_type_id IN ({FLOW_TYPES}) AND {flow_pick(self.strategy)}"
+        else:
+            left_alone += " OR t.per_object_scope IS NOT NULL"
         if elsewhere:
             left_alone += " OR t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL"
         paused = (
@@ -369,7 +409,31 @@ class DispatchStore:
             f"WHERE {left_alone})"
         )
         pick = f"WHERE {where} AND {paused} ORDER BY next_attempt_at LIMIT {p.add(limit)}"
-        return self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS), p.values
+        columns = (*_CLAIM_COLUMNS, "object_id") if flows else _CLAIM_COLUMNS
+        return self.strategy.update_picked("activity", "id", lease, pick, columns), p.values
+
+    async def _claim_flows(
+        self, sql: str, values: list[Any], token: uuid.UUID, now: datetime
+    ) -> list[dict[str, Any]]:
+        """Run a flow claim in a transaction: the claim (taking each object's turn), then the check of
+        its claims against the store as it is now, handing back those that break their object's rule
+        (``oste.storage.flows``). Returns the rows kept."""
+        async with in_transaction(self.connection) as conn:
+            rows = await conn.execute_query_dict(sql, values)
+            with_object = [row["id"] for row in rows if row.get("object_id") is not None]
+            if not with_object:
+                return list(rows)
+            p = Params(self.strategy)
+            ids = self.strategy.in_list("a.id", with_object, p, "uuid")
+            broken = await conn.execute_query_dict(trim_sql(ids, lambda: p.uid(token)), p.values)
+            if not broken:
+                return list(rows)
+            back = Params(self.strategy)
+            assign = f"{_UNCLAIMED}, updated_at = {back.add(now)}"
+            where = self.strategy.in_list("id", [row["id"] for row in broken], back, "uuid")
+            await conn.execute_query_dict(self.strategy.update_locked("activity", assign, where), back.values)
+        handed_back = {self.strategy.uuid_of(row["id"]) for row in broken}
+        return [row for row in rows if self.strategy.uuid_of(row["id"]) not in handed_back]
 
     def _claim(
         self,
@@ -664,6 +728,7 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         status_policy=StatusPolicy.of(row.retry_statuses, row.fail_statuses),
         max_snoozes=row.max_snoozes,
         max_lateness=row.max_lateness,
+        per_object=row.per_object_scope is not None,
     )
 
 

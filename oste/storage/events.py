@@ -56,6 +56,8 @@ class Change:
     event: str
     attempt: int = 0
     outcome: str | None = None
+    replaced_by: uuid.UUID | None = None
+    """A ``cancelled`` event's activity that replaced this one (per-object ``on_new: replace``)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class Event:
     attempt: int
     outcome: str | None
     at: datetime
+    replaced_by: uuid.UUID | None = None
 
     @property
     def position(self) -> tuple[int, int]:
@@ -135,6 +138,28 @@ def record_statement(strategy: Dialect, changes: Sequence[Change], now: datetime
         f"attempt, outcome, at) SELECT {strategy.txid_sql}, a.solution_id, a.id, a.activity_type_id, "
         f"a.object_id, v.column2, v.column3, v.column4, {at} FROM (VALUES {values}) AS v "
         "JOIN activity a ON a.id = v.column1"
+    )
+    if any(c.replaced_by is not None for c in changes):  # rare (on_new: replace): a statement of its own
+        return _with_replacements(strategy, changes, now)
+    return sql, p.values
+
+
+def _with_replacements(strategy: Dialect, changes: Sequence[Change], now: datetime) -> tuple[str, list[Any]]:
+    """``record_statement`` for changes of which some name the activity that replaced theirs."""
+    p = Params(strategy)
+    at = p.add(now)
+    cast, int_cast, text_cast = strategy.cast("uuid"), strategy.cast("int"), strategy.cast("text")
+    values = ", ".join(
+        f"({p.uid(c.activity_id)}{cast}, {p.add(c.event)}{text_cast}, {p.add(c.attempt)}{int_cast}, "
+        f"{p.add(c.outcome)}{text_cast}, "
+        f"{p.uid(c.replaced_by) if c.replaced_by else p.add(None)}{cast})"
+        for c in changes
+    )
+    sql = (
+        "INSERT INTO activity_event (txid, solution_id, activity_id, activity_type_id, object_id, event, "
+        f"attempt, outcome, at, replaced_by) SELECT {strategy.txid_sql}, a.solution_id, a.id, "
+        f"a.activity_type_id, a.object_id, v.column2, v.column3, v.column4, {at}, v.column5 "
+        f"FROM (VALUES {values}) AS v JOIN activity a ON a.id = v.column1"
     )
     return sql, p.values
 
@@ -231,7 +256,8 @@ async def read_after(
     if object_id is not None:
         where += f" AND object_id = {p.add(object_id)}"
     sql = (
-        "SELECT txid, seq, activity_id, activity_type_id, object_id, event, attempt, outcome, at "
+        "SELECT txid, seq, activity_id, activity_type_id, object_id, event, attempt, outcome, at, "
+        "replaced_by "
         f"FROM activity_event WHERE {where} ORDER BY txid, seq LIMIT {p.add(limit)}"
     )
     rows = await conn.execute_query_dict(sql, p.values)
@@ -269,6 +295,7 @@ def _event(strategy: Dialect, row: dict[str, Any]) -> Event:
         attempt=int(row["attempt"]),
         outcome=row["outcome"],
         at=strategy.time_of(row["at"]),
+        replaced_by=strategy.optional_uuid_of(row.get("replaced_by")),
     )
 
 

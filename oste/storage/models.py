@@ -166,6 +166,13 @@ class ActivityType(Model):
     max_snoozes = fields.IntField(default=50, db_default=50)
     max_lateness = fields.FloatField(null=True)
     """Seconds after ``scheduled_for`` past which no attempt starts (None: no bound)."""
+    per_object_scope = fields.CharField(max_length=8, null=True)
+    """Per-object flow control (``oste.domain.records.PerObject``): ``type`` or ``solution``; None: none.
+    The claim reads these columns, so they are columns, not one JSON document."""
+    per_object_order = fields.CharField(max_length=8, null=True)
+    per_object_max_concurrency = fields.IntField(null=True)
+    per_object_on_new = fields.CharField(max_length=8, null=True)
+    per_object_max_wait = fields.FloatField(null=True)
 
     class Meta:
         table = "activity_type"
@@ -267,6 +274,9 @@ class Activity(Model):
     """``OSTE-Snooze`` answers so far."""
     labels: fields.JSONField[dict[str, str] | None] = fields.JSONField(null=True)
     """The caller's labels (None: none); filtered through ``ActivityLabel``, one row per label."""
+    debounced_from = fields.DatetimeField(null=True)
+    """Per-object ``on_new: debounce``: its ``scheduled_for`` before the first create debounced into it
+    (a debounce never moves it past this plus the type's ``max_wait``); None: never debounced."""
 
     class Meta:
         table = "activity"
@@ -284,6 +294,11 @@ class Activity(Model):
                 where="state = 'scheduled' AND attempts > 0",
             ),
             Index(fields=("solution_id", "object_id"), name="activity_object_idx"),
+            WhereIndex(  # per-object flow control: an object's unfinished activities, in order
+                fields=("solution_id", "object_id", "state", "scheduled_for"),
+                name="activity_flow_idx",
+                where="object_id IS NOT NULL AND finished_at IS NULL",
+            ),
             Index(fields=("activity_type_id", "state"), name="activity_type_state_idx"),
             WhereIndex(
                 fields=("lease_expires_at",), name="activity_leased_idx", where="lease_expires_at IS NOT NULL"
@@ -317,6 +332,26 @@ class ActivityLabel(Model):
             Index(fields=("solution_id", "key", "value", "activity_id"), name="activity_label_idx"),
             Index(fields=("activity_id",), name="activity_label_activity_idx"),  # the cascade's
         )
+
+
+class DebouncedKey(Model):
+    """An ``Idempotency-Key`` of a create that was debounced into a pending activity (per-object
+    ``on_new: debounce``: nothing new was stored): a replay answers that activity again."""
+
+    _no_comments = True  # see the module's docstring
+
+    id = fields.UUIDField(primary_key=True)
+    solution_id = fields.UUIDField()
+    idempotency_key = fields.CharField(max_length=255)
+    request_hash = fields.CharField(max_length=64, null=True)
+    activity_id = fields.UUIDField()
+    """The activity it was debounced into (no foreign key: purging activities must not pay for it; a
+    key whose activity was purged answers as if it were unknown)."""
+    created_at = fields.DatetimeField()
+
+    class Meta:
+        table = "debounced_key"
+        unique_together = (("solution_id", "idempotency_key"),)
 
 
 class Execution(Model):
@@ -552,6 +587,8 @@ class ActivityEvent(Model):
     attempt = fields.IntField(default=0)
     outcome = fields.CharField(max_length=16, null=True)
     at = fields.DatetimeField()
+    replaced_by = fields.UUIDField(null=True)
+    """A ``cancelled`` event's: the activity that replaced this one (per-object ``on_new: replace``)."""
 
     class Meta:
         table = "activity_event"

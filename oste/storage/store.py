@@ -48,6 +48,8 @@ from oste.storage.calendars import with_calendars
 from oste.storage.changes import cancel_scheduled
 from oste.storage.database import FULL, RETRY_AFTER_SECONDS, raises_unavailable
 from oste.storage.dialects import json_of, optional_time_of, optional_uuid_of
+from oste.storage.flows import per_object_of, waiting_for
+from oste.storage.on_new import debounce_into_pending, lock_object, replace_pending
 from oste.storage.quotas import USAGE_NAMES, count, reset_scheduled_bound
 
 if TYPE_CHECKING:
@@ -239,7 +241,26 @@ def _storable(values: dict[str, Any]) -> dict[str, Any]:
     for key in ("object_id_ref", "success_statuses", "retry_statuses", "fail_statuses"):
         if isinstance(out.get(key), tuple):
             out[key] = list(out[key])
+    if "per_object" in out:
+        out.update(per_object_columns(out.pop("per_object")))
     return out
+
+
+def per_object_columns(flow: r.PerObject | None) -> dict[str, Any]:
+    """A type's ``per_object`` as its columns (all None: none)."""
+    return {
+        "per_object_scope": flow.scope if flow else None,
+        "per_object_order": flow.order if flow else None,
+        "per_object_max_concurrency": flow.max_concurrency if flow else None,
+        "per_object_on_new": flow.on_new if flow else None,
+        "per_object_max_wait": flow.max_wait if flow else None,
+    }
+
+
+def _on_new(item: r.NewActivity) -> str:
+    """What creating ``item`` does to its object's pending activities (``keep`` without an object)."""
+    flow = item.activity_type.per_object
+    return flow.on_new if flow is not None and item.object_id is not None else "keep"
 
 
 _filtered = matching_activities
@@ -513,6 +534,37 @@ class Store:
         written then)."""
         return await write_prepared(prepared)
 
+    async def create_activities_in_turn(self, new: list[r.NewActivity]) -> list[r.Activity]:
+        """``create_activities`` under each type's per-object ``on_new`` (see ``contract.py``)."""
+        if all(_on_new(item) == "keep" for item in new):
+            return await self.create_activities(new)
+        done: list[r.Activity] = []
+        kept: list[r.NewActivity] = []
+        async with in_transaction() as conn:
+            for item in new:
+                if _on_new(item) == "keep":
+                    kept.append(item)
+                    continue
+                done += await self.create_activities(kept)
+                kept = []
+                done.append(await self._in_turn(conn, item))
+            done += await self.create_activities(kept)
+        return done
+
+    async def _in_turn(self, conn: Any, item: r.NewActivity) -> r.Activity:
+        """One item of a batch under its type's ``on_new`` (replace or debounce), in ``conn``."""
+        flow, object_id = item.activity_type.per_object, item.object_id
+        assert flow is not None and object_id is not None
+        await lock_object(conn, item.activity_type, object_id)
+        if flow.on_new == "debounce" and flow.max_wait is not None:
+            pending = await debounce_into_pending(conn, item, object_id, flow.max_wait, self.clock.now())
+            if pending is not None:
+                return await self._activity_by_id(pending)
+        created = (await self.create_activities([item]))[0]
+        if flow.on_new == "replace":
+            await replace_pending(conn, item.activity_type, object_id, created.id, self.clock.now())
+        return created
+
     async def create_activity_once(
         self,
         new: r.NewActivity,
@@ -527,25 +579,56 @@ class Store:
         ``room`` last, just before the commit (the operation's quota, which locks the company's row
         until the commit and raises to refuse: taken last, it is held for the least time): each
         attempt is a transaction of its own, so losing the race to a concurrent request rolls back
-        cleanly and the winner's activity is read.
+        cleanly and the winner's activity is read. (``create_activity`` says what else happened.)
         """
+        done = await self.create_activity(new, then, room)
+        return done.activity, done.created
+
+    async def create_activity(
+        self,
+        new: r.NewActivity,
+        then: Callable[[r.Activity], Awaitable[None]] | None = None,
+        room: Callable[[], Awaitable[None]] | None = None,
+    ) -> r.Created:
+        """``create_activity_once``, under its type's per-object ``on_new`` (``oste.storage.on_new``):
+        ``replace`` cancels the object's scheduled activities of the type in the same transaction
+        (``replaced``); ``debounce`` stores nothing new when the object has a pending one, which takes
+        the new parameter and ``scheduled_for`` (``debounced``, ``created=False``; ``room`` is not
+        taken, ``then`` runs with it). Creates of one object are serialised, so concurrent ones leave
+        exactly one pending. A replayed key answers what its first create answered."""
         if new.idempotency_key is None:
-            return await self._create_one(new, then, room), True
+            return await self._create_one(new, then, room)
         for _ in range(2):
-            existing = await m.Activity.filter(
-                solution_id=new.activity_type.solution_id, idempotency_key=new.idempotency_key
-            ).first()
-            if existing is not None:
-                if existing.request_hash != new.request_hash:
-                    raise InvalidInput.field(
-                        "Idempotency-Key", "was already used in this solution with a different request body"
-                    )
-                return await self._with_type_name(existing), False
+            replay = await self._replayed(new)
+            if replay is not None:
+                return replay
             try:
-                return await self._create_one(new, then, room), True
+                return await self._create_one(new, then, room)
             except Conflict:
                 continue  # a concurrent request with the same key won the race: read its activity
         raise Conflict("the idempotency key is being used concurrently; retry the request")
+
+    async def _replayed(self, new: r.NewActivity) -> r.Created | None:
+        """What an earlier create with ``new``'s idempotency key answered (None: the key is new)."""
+        solution_id = new.activity_type.solution_id
+        existing = await m.Activity.filter(
+            solution_id=solution_id, idempotency_key=new.idempotency_key
+        ).first()
+        debounced = None
+        if existing is None:
+            debounced = await m.DebouncedKey.filter(
+                solution_id=solution_id, idempotency_key=new.idempotency_key
+            ).first()
+            if debounced is not None:
+                existing = await m.Activity.filter(id=debounced.activity_id).first()
+        if existing is None:
+            return None
+        digest = debounced.request_hash if debounced is not None else existing.request_hash
+        if digest != new.request_hash:
+            raise InvalidInput.field(
+                "Idempotency-Key", "was already used in this solution with a different request body"
+            )
+        return r.Created(await self._with_type_name(existing), False, debounced=debounced is not None)
 
     async def used_idempotency_keys(self, solution: r.Solution, keys: Sequence[str]) -> dict[str, str | None]:
         """Which of ``keys`` the solution's activities already hold: key -> that activity's request hash
@@ -562,20 +645,61 @@ class Store:
         new: r.NewActivity,
         then: Callable[[r.Activity], Awaitable[None]] | None,
         room: Callable[[], Awaitable[None]] | None = None,
-    ) -> r.Activity:
-        async with in_transaction():
+    ) -> r.Created:
+        flow, on_new = new.activity_type.per_object, _on_new(new)
+        async with in_transaction() as conn:
+            if on_new != "keep":
+                assert flow is not None and new.object_id is not None
+                await lock_object(conn, new.activity_type, new.object_id)
+            if on_new == "debounce":
+                assert flow is not None and flow.max_wait is not None and new.object_id is not None
+                now = self.clock.now()
+                pending = await debounce_into_pending(conn, new, new.object_id, flow.max_wait, now)
+                if pending is not None:
+                    if new.idempotency_key is not None:
+                        await self._keep_debounced_key(new, pending, now)
+                    updated = await self._activity_by_id(pending)
+                    if then is not None:
+                        await then(updated)
+                    return r.Created(updated, False, debounced=True)
             created = (await self.create_activities([new]))[0]
+            replaced: list[uuid.UUID] = []
+            if on_new == "replace":
+                assert new.object_id is not None
+                replaced = await replace_pending(
+                    conn, new.activity_type, new.object_id, created.id, self.clock.now()
+                )
             if then is not None:
                 await then(created)
             if room is not None:
                 await room()
-        return created
+        return r.Created(created, True, tuple(replaced))
+
+    async def _keep_debounced_key(self, new: r.NewActivity, into: uuid.UUID, now: datetime) -> None:
+        """Remember a debounced create's idempotency key (a concurrent twin raises Conflict)."""
+        row = m.DebouncedKey(
+            id=new_id(),
+            solution_id=new.activity_type.solution_id,
+            idempotency_key=new.idempotency_key,
+            request_hash=new.request_hash,
+            activity_id=into,
+            created_at=now,
+        )
+        try:
+            await row.save(force_create=True)
+        except IntegrityError:
+            raise Conflict("the idempotency key is being used concurrently; retry the request") from None
 
     async def get_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> r.Activity:
         row = await self._one(
             m.Activity.filter(id=activity_id, solution_id=solution.id), "activity not found"
         )
         return await self._with_type_name(row)
+
+    async def waiting_for(self, activity: r.Activity) -> uuid.UUID | None:
+        """The activity a held one waits for: the one immediately ahead of it in its object's order
+        under its type's ``per_object`` (``oste.storage.flows.waiting_for``); None when not held."""
+        return await waiting_for(activity)
 
     async def list_activities(
         self, solution: r.Solution, filters: r.ActivityFilter, limit: int, cursor: str | None = None
@@ -808,4 +932,5 @@ class Store:
             auth=auth_from_document(row.auth),
             retry_statuses=tuple(row.retry_statuses) if row.retry_statuses is not None else None,
             fail_statuses=tuple(row.fail_statuses) if row.fail_statuses is not None else None,
+            per_object=per_object_of(row),
         )

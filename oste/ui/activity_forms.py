@@ -129,7 +129,9 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
         )
     except InvalidInput as exc:
         raise invalid(exc, known=FIELDS) from None
-    activity, _ = await ui(request).operations.activities.create(viewer.actor, company, solution, item)
+    activity = (
+        await ui(request).operations.activities.create(viewer.actor, company, solution, item)
+    ).activity
     object_id = f" Object id {activity.object_id}." if activity.object_id else ""
     await flash(
         request,

@@ -182,6 +182,7 @@ async def activity(request: Request, viewer: Viewer) -> Response:
         executions=executions.items,
         more_executions=executions.next_cursor is not None,
         now=store.clock.now(),
+        waiting_for=await store.waiting_for(item),
     )
 
 

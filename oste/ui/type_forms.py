@@ -1,12 +1,13 @@
 """Activity types from the UI: create, edit and delete (confirmed).
 
 The form holds every member the API takes: verb, URI pattern, parameter schema (JSON text), object id
-fields, retries, timeout, backoff, success statuses, ``max_concurrency``, ``rate_limit``, follow-ons,
-static headers and the receiver ``auth``. Secrets are write-only: a secret header or auth member shows
-as "secret, unchanged" and keeps its stored value unless a new one is typed (the stored value is
-filled in here, on the server; it never reaches the browser). The body is checked with the API's code
-(``schemas.check_shape``, ``resource_values.type_values``, ``check_chain_types``) and a change of the
-rules stored parameters must fit re-checks them as the API's PATCH does (409 unless forced).
+fields, retries, timeout, backoff, success statuses, ``max_concurrency``, ``rate_limit``,
+``per_object``, follow-ons, static headers and the receiver ``auth``. Secrets are write-only: a secret
+header or auth member shows as "secret, unchanged" and keeps its stored value unless a new one is typed
+(the stored value is filled in here, on the server; it never reaches the browser). The body is checked
+with the API's code (``schemas.check_shape``, ``resource_values.type_values``, ``check_chain_types``)
+and a change of the rules stored parameters must fit re-checks them as the API's PATCH does (409 unless
+forced).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ AUTH_FIELDS = {
     ra.MTLS: ("certificate", "private_key"),
 }
 DURATIONS = ("timeout", "backoff_base", "backoff_max")
+PER_OBJECT_FIELDS = ("scope", "order", "max_concurrency", "on_new", "max_wait")
 
 
 def _where(path: str) -> str:
@@ -73,6 +75,12 @@ def _where(path: str) -> str:
     parts = path.split("/")
     if parts[0] == "auth":
         return "auth/" + parts[1] if len(parts) > 1 and parts[1] in _AUTH_NAMES else "auth/type"
+    if parts[0] == "per_object":
+        return (
+            "per_object/" + parts[1]
+            if len(parts) > 1 and parts[1] in PER_OBJECT_FIELDS
+            else "per_object/scope"
+        )
     return parts[0]
 
 
@@ -105,6 +113,7 @@ def _values_of(kind: r.ActivityType) -> dict[str, str]:
         "on_success": kind.on_success or "",
         "on_success_delay": "" if kind.on_success_delay is None else format_duration(kind.on_success_delay),
         "on_dead_letter": kind.on_dead_letter or "",
+        **_per_object_values(kind.per_object),
     }
     for index, (name, header) in enumerate(kind.headers.items()):
         values[f"header-{index}-name"] = name
@@ -119,6 +128,35 @@ def _values_of(kind: r.ActivityType) -> dict[str, str]:
         if name != "type" and name != ra.SECRET_MEMBERS.get(document["type"] if document else ""):
             values[f"auth/{name}"] = value or ""
     return values
+
+
+def _per_object_values(flow: r.PerObject | None) -> dict[str, str]:
+    """The form's per-object fields (``per_object/scope`` empty: off)."""
+    if flow is None:
+        return {"per_object/scope": "", "per_object/order": "none", "per_object/on_new": "keep"}
+    return {
+        "per_object/scope": flow.scope,
+        "per_object/order": flow.order,
+        "per_object/max_concurrency": "" if flow.max_concurrency is None else str(flow.max_concurrency),
+        "per_object/on_new": flow.on_new,
+        "per_object/max_wait": "" if flow.max_wait is None else format_duration(flow.max_wait),
+    }
+
+
+def _per_object(form: dict[str, str], errors: dict[str, str]) -> dict[str, Any] | None:
+    """The ``per_object`` of the API's body (None: off)."""
+    scope = text(form, "per_object/scope")
+    if not scope:
+        return None
+    flow: dict[str, Any] = {
+        "scope": scope,
+        "order": text(form, "per_object/order") or "none",
+        "max_concurrency": whole(form, "per_object/max_concurrency", errors),
+        "on_new": text(form, "per_object/on_new") or "keep",
+    }
+    if text(form, "per_object/max_wait"):
+        flow["max_wait"] = text(form, "per_object/max_wait")
+    return flow
 
 
 def _new_values() -> dict[str, str]:
@@ -219,6 +257,7 @@ def _body(
         "headers": _headers(form, current, errors, kept),
         "max_snoozes": whole(form, "max_snoozes", errors, 50),
         "max_lateness": text(form, "max_lateness") or None,
+        "per_object": _per_object(form, errors),
     }
     for name in ("retry_statuses", "fail_statuses"):
         words = word_list(form, name)
