@@ -125,6 +125,9 @@ class Claim:
     priority: int = 0
     uri_override: str | None = None
     """The activity's own URI pattern, used instead of ``target.uri_pattern`` when set."""
+    traceparent: str | None = None
+    """The caller's W3C trace context stored with the activity (None: the trace is the activity's own)."""
+    tracestate: str | None = None
 
     @property
     def idempotency_key(self) -> str:

@@ -223,6 +223,9 @@ class Activity:
     """Why no follow-on or handler was created when one was configured (or None)."""
     uri_override: str | None = None
     """A URI pattern used instead of its type's from the next attempt on (set by a bulk update)."""
+    traceparent: str | None = None
+    """The W3C trace context of the request that created it (``oste.domain.tracecontext``), or None."""
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,9 @@ class RecurringActivity:
     """Backfilled occurrences waiting their turn (one at a time, ``overlap: buffer_one``)."""
     revision: int = 0
     """Bumped by every change: writers that read an older revision lose (optimistic concurrency)."""
+    traceparent: str | None = None
+    """The W3C trace context of the request that created or last changed it; its occurrences carry it."""
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -304,6 +310,9 @@ class NewActivity:
     request_hash: str | None = None
     recurring_activity_id: uuid.UUID | None = None
     occurrence_at: datetime | None = None
+    traceparent: str | None = None
+    """The caller's W3C trace context (``oste.domain.tracecontext``), kept on the activity."""
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("caused_by", "uuid"),
     ("depth", "int"),
     ("off_schedule", "bool"),
+    ("traceparent", "text"),
+    ("tracestate", "text"),
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
 
@@ -106,6 +108,8 @@ def new_activity_record(
         created_at=now,
         updated_at=now,
         finished_at=None,
+        traceparent=item.traceparent,
+        tracestate=item.tracestate,
     )
 
 
@@ -135,6 +139,8 @@ def _row(a: r.Activity, request_hash: str | None, off_schedule: bool = False) ->
         a.caused_by,
         a.depth,
         True if off_schedule else None,
+        a.traceparent,
+        a.tracestate,
     )
 
 

@@ -75,6 +75,8 @@ _CLAIM_COLUMNS = (
     "occurrence_at",
     "priority",
     "uri_override",
+    "traceparent",
+    "tracestate",
 )
 _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
 
@@ -356,6 +358,8 @@ class DispatchStore:
             target=target,
             priority=int(row["priority"]),
             uri_override=row["uri_override"],
+            traceparent=row["traceparent"],
+            tracestate=row["tracestate"],
         )
 
     async def _targets_of(

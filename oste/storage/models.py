@@ -180,6 +180,9 @@ class RecurringActivity(Model):
     revision = fields.IntField(default=0, db_default=0)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
+    traceparent = fields.CharField(max_length=55, null=True)
+    """The W3C trace context of the request that created or last changed it (its occurrences carry it)."""
+    tracestate = fields.CharField(max_length=512, null=True)
 
     class Meta:
         table = "recurring_activity"
@@ -225,6 +228,9 @@ class Activity(Model):
     uri_override = fields.TextField(null=True)
     off_schedule = fields.BooleanField(null=True)
     """An occurrence made by run-now, a backfill or the backlog: not counted in its schedule's ``runs``."""
+    traceparent = fields.CharField(max_length=55, null=True)
+    """The caller's W3C trace context (``oste.domain.tracecontext``): each attempt is sent in its trace."""
+    tracestate = fields.CharField(max_length=512, null=True)
 
     class Meta:
         table = "activity"
