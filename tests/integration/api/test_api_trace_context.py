@@ -1,8 +1,7 @@
 """The caller's W3C trace context (PRODUCT.md "Tracing"): a create keeps ``traceparent``/``tracestate``
 and every attempt is sent in the caller's trace, with a new span id each; an invalid context is
 ignored; an occurrence is sent in its recurring activity's trace. A real server with its engine, a real
-receiver on loopback, a SQLite file (the claim's columns are the same on PostgreSQL:
-``tests/integration/test_dispatch*`` run both)."""
+receiver on loopback; the retry case on SQLite and PostgreSQL, the others on a SQLite file."""
 
 from __future__ import annotations
 
@@ -28,15 +27,23 @@ async def engine_api(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Api]:
         yield client
 
 
+@pytest.fixture
+async def both_api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    """A server with its engine on SQLite and on PostgreSQL (their inserts and claims differ)."""
+    settings = dataclasses.replace(test_settings(database_url), data_dir=tmp_path)
+    async with api_client(settings, run_engine=True) as client:
+        yield client
+
+
 def parts(traceparent: str) -> tuple[str, str, str, str]:
     version, trace, span, flags = traceparent.split("-")
     return version, trace, span, flags
 
 
 async def test_every_attempt_is_sent_in_the_callers_trace_with_a_new_span(
-    engine_api: Api, receiver: Receiver
+    both_api: Api, receiver: Receiver
 ) -> None:
-    api = engine_api
+    api = both_api
     receiver.behaviour = in_turn(respond(503), respond(200))
     tenant = await api.tenant(uri_pattern=receiver.url + "/song/{SongId}", retries=1, backoff_base="PT0.1S")
     headers = {"traceparent": CALLER, "tracestate": STATE}
