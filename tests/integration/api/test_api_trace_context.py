@@ -118,3 +118,21 @@ async def test_an_occurrence_is_sent_in_its_recurring_activitys_trace(
     assert (trace, flags) == (TRACE, "01") and span != "00f067aa0ba902b7"
     assert hit.headers["tracestate"] == STATE
     assert parse_traceparent(hit.headers["traceparent"]) == hit.headers["traceparent"]
+
+
+async def test_a_follow_on_stays_in_its_origins_trace(engine_api: Api, receiver: Receiver) -> None:
+    api = engine_api
+    tenant = await api.tenant(uri_pattern=receiver.url + "/song/{SongId}", retries=0)
+    await api.activity_type(
+        tenant.path,
+        name="first",
+        uri_pattern=receiver.url + "/first/{SongId}",
+        on_success=tenant.activity_type,
+    )
+    body = {"activity_type": "first", "parameter": {"SongId": 1}}
+    headers = {"traceparent": CALLER, "tracestate": STATE}
+    await api.post(tenant.activities, body, headers=headers, expect=201)
+    first, then = await receiver.wait_for(2, within=30.0)
+    assert (first.path, then.path) == ("/first/1", "/song/1")
+    assert [parts(hit.headers["traceparent"])[1] for hit in (first, then)] == [TRACE, TRACE]
+    assert then.headers["tracestate"] == STATE
