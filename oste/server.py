@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from oste import tracing
 from oste.domain.clock import Clock, SystemClock
 from oste.domain.destinations import BreakerPolicy
 from oste.domain.tenancy import QuotaDefaults
@@ -248,6 +249,7 @@ def create_app(
         if settings.scales_out and settings.listen_database_url not in ("", settings.database_url):
             operations.context.storage.listen_through(settings.listen_database_url)
         stop_metrics_port = None
+        start_tracing()
         try:
             if settings.metrics_port is not None:
                 stop_metrics_port = await serve_metrics_port(settings, settings.metrics_port, clock)
@@ -262,6 +264,7 @@ def create_app(
             if stop_metrics_port is not None:
                 await stop_metrics_port()
             await close_database()
+            await stop_tracing()
 
     api, ui = face_contexts(settings, operations, admin_token, throttle)
     routes = [*api_routes(), *ui_routes(ui)]
@@ -279,6 +282,7 @@ def _add_middleware(app: Starlette, settings: Settings, shares: ApiShares) -> No
     from oste.api.metrics import RequestMetrics
     from oste.api.proxies import TrustedProxies
     from oste.api.ratelimit import RateLimit
+    from oste.api.tracing import ServerSpans
     from oste.api.transport import BodyDeadline, SafeHeaders
 
     if settings.api_rate_limit > 0:
@@ -287,8 +291,26 @@ def _add_middleware(app: Starlette, settings: Settings, shares: ApiShares) -> No
     app.add_middleware(LightRequests, shares=shares)
     app.add_middleware(SafeHeaders)
     app.add_middleware(RequestMetrics)
+    if tracing_wanted():  # a SERVER span per request (``oste.tracing``)
+        app.add_middleware(ServerSpans)
     if settings.forwarded_allow_ips:  # outermost: everything inside sees the client's scheme and address
         app.add_middleware(TrustedProxies, trusted=settings.forwarded_allow_ips)
+
+
+def start_tracing() -> None:
+    """Start the process's tracing when OTEL_EXPORTER_OTLP_ENDPOINT asks for it (``oste.tracing``)."""
+    tracing.start()
+
+
+def tracing_wanted() -> bool:
+    return tracing.wanted()
+
+
+async def stop_tracing() -> None:
+    """Give back this app's or worker's tracing; the last one exports what is buffered and stops."""
+    ended = tracing.stop()
+    if ended is not None:
+        await asyncio.to_thread(ended.shutdown)
 
 
 def face_contexts(
@@ -419,6 +441,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         await open_database(settings.database_url)
     engine = Engine(engine_config_of(settings))
     stop_probes = None
+    start_tracing()
     try:
         if settings.metrics_port is not None:
             stop_probes = await serve_metrics_port(settings, settings.metrics_port, engine.clock)
@@ -433,3 +456,4 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         if stop_probes is not None:
             await stop_probes()
         await close_database()
+        await stop_tracing()

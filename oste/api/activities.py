@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from oste.api.auth import key_alive, solution_in_path, solution_scope
 from oste.api.context import body, ctx, self_audited
 from oste.api.requests import check_storable, paging, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, solution_path
+from oste.api.tracing import caller_trace
 from oste.api.waiting import changed_activity, wait_params
 from oste.domain import records as r
 from oste.domain import schemas
@@ -49,7 +51,7 @@ async def create(request: Request) -> Response:
     now = api.store.clock.now()
     if isinstance(data, dict) and "activities" in data:
         async with api.shares.heavy(request, company):  # one of the company's heavy requests
-            items = await _validated_batch(cache, data, now, api.shares.checkpoint)
+            items = _traced(request, await _validated_batch(cache, data, now, api.shares.checkpoint))
             await api.shares.checkpoint()  # light requests first: the insert holds SQLite's connection
             made = await api.operations.activities.create_many(actor, company, solution, items)
             rendered = [render.activity(a) async for a in api.shares.chunked(made)]
@@ -57,7 +59,7 @@ async def create(request: Request) -> Response:
         # URI, the listing, identifies what was created)
         return json({"activities": rendered}, 201)
     data, shape = schemas.shape_errors(schemas.ACTIVITY_CREATE, data)
-    item = await new_activity(data, cache, now, earlier=shape)
+    (item,) = _traced(request, [await new_activity(data, cache, now, earlier=shape)])
     key = request.headers.get("idempotency-key")
     if key is not None:
         item = keyed(item, check_idempotency_key(key), data)
@@ -70,6 +72,14 @@ async def create(request: Request) -> Response:
     if item.activity_type.per_object is not None and item.activity_type.per_object.on_new == "replace":
         shown["replaced"] = [str(i) for i in done.replaced]
     return created(shown, *solution_path(company, solution), "activities", done.activity.id)
+
+
+def _traced(request: Request, items: list[r.NewActivity]) -> list[r.NewActivity]:
+    """The items with the caller's trace context (``oste.api.tracing``), which their attempts continue."""
+    trace = caller_trace(request)
+    if trace is None:
+        return items
+    return [replace(i, traceparent=trace.traceparent, tracestate=trace.tracestate) for i in items]
 
 
 async def _validated_batch(

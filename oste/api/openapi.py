@@ -42,6 +42,10 @@ ACTIVITY_FILTERS = (
 )
 
 
+TRACE_HEADERS = ("traceparent", "tracestate")
+"""The W3C Trace Context headers a create (or a recurring activity's change) keeps (``oste.api.tracing``)."""
+
+
 @dataclass(frozen=True)
 class Op:
     """One operation: method, path, identity, and what it reads and answers."""
@@ -424,7 +428,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "ActivityOrBatch",
             201,
             body="ActivityCreateOrBatch",
-            headers=("Idempotency-Key",),
+            headers=("Idempotency-Key", *TRACE_HEADERS),
             conflict="the idempotency key is being used by a concurrent request",
             description="One activity (`ActivityCreate`, answered with the activity) or "
             '`{"activities": [...]}` (answered with `{"activities": [...]}`). A batch is all-or-nothing: '
@@ -556,6 +560,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "RecurringActivity",
             201,
             body="RecurringActivityCreate",
+            headers=TRACE_HEADERS,
             description="A schedule (`cron`, or cron fields with `day_of_week` 0 = Sunday) in a time zone; "
             "its occurrences become activities ahead of time.",
         ),
@@ -573,6 +578,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "Change a recurring activity",
             "RecurringActivity",
             body="RecurringActivityPatch",
+            headers=TRACE_HEADERS,
             description="Occurrences not fired yet are replaced under the new values; its next "
             "occurrence is created at once.",
         ),
@@ -793,6 +799,17 @@ _QUERY_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 _QUERY_PARAMETERS.update(audit.QUERY_PARAMETERS)
 _HEADER_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "traceparent": (
+        "The caller's W3C Trace Context: kept with what is created, every attempt is sent in this trace "
+        "(its trace id and sampled flag, a new span id per attempt; a recurring activity's occurrences "
+        "too). An invalid one is ignored, never refused (docs/tracing.md)",
+        {"type": "string", "example": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+    ),
+    "tracestate": (
+        "The caller's W3C `tracestate`, forwarded with every attempt when `traceparent` is valid (at most "
+        "32 members and 512 characters kept; an invalid one is dropped)",
+        {"type": "string"},
+    ),
     "Last-Event-ID": (
         "Resume a stream after this event id (`<txid>-<seq>`, as the last `id:` received); a malformed "
         "one is a 422 naming `Last-Event-ID`",

@@ -20,6 +20,7 @@ from oste.api.callers import Principal
 from oste.api.context import body, ctx, self_audited
 from oste.api.requests import iso, paging, parse_time, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
+from oste.api.tracing import caller_trace
 from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.calendar_walls import check_fires_on_calendar
@@ -74,6 +75,7 @@ async def create(request: Request) -> Response:
         **policy,
         **calendar.values,
         "labels": parse_labels(data.get("labels")) or None,
+        **_trace_values(request),
     }
     recurrence = Recurrence(schedule, **_dst(policy), **calendar.recurrence)
     made = await api.operations.recurring.create(actor, company, solution, kind, values, recurrence)
@@ -127,6 +129,15 @@ async def list_all(request: Request) -> Response:
     return json(render.page(listing, rendered))
 
 
+def _trace_values(request: Request) -> dict[str, str | None]:
+    """The request's trace context (``oste.api.tracing``) as a recurring activity stores it: its
+    occurrences are sent in that trace (none: each occurrence's own, from its id)."""
+    trace = caller_trace(request)
+    if trace is None:
+        return {"traceparent": None, "tracestate": None}
+    return {"traceparent": trace.traceparent, "tracestate": trace.tracestate}
+
+
 @self_audited
 async def patch(request: Request) -> Response:
     actor, company, solution = await solution_scope(request)
@@ -163,6 +174,7 @@ async def patch(request: Request) -> Response:
     )
     if kind.id != recurring.activity_type_id:
         changes.update(activity_type_id=kind.id, partition=kind.partition)
+    changes.update(_trace_values(request))  # the trace of the request that changed it last
     await api.operations.recurring.reschedule(
         actor,
         company,

@@ -1,13 +1,13 @@
 """`oste import` and `oste export`: a solution's activities as JSON lines, streamed in chunks.
 
-One line is one activity in the API's create shape (``activity_type``, ``scheduled_for`` or
-``delay``, ``parameter``, ``retries``, ``priority``, ``labels``) plus an optional ``idempotency_key``.
-Import validates every line with the API's own checks (``oste.operations.creation``) and stores the
-valid ones of each chunk through ``Store.create_activities``, the batch create path; a line with an
-idempotency key goes through ``Store.create_activity_once`` like a create request with an
-``Idempotency-Key`` header. A bad line is reported with its number and reasons and never blocks the
-others. Export pages through the store with its keyset cursor and writes lines that import reads back,
-so memory stays flat either way.
+One line is one activity in the API's create shape (``activity_type``, ``scheduled_for`` or ``delay``,
+``parameter``, ``retries``, ``priority``, ``labels``) plus an optional ``idempotency_key`` and the W3C
+trace context of whoever created it (``traceparent``, ``tracestate``; an invalid one is ignored). Import
+validates every line with the API's own checks (``oste.operations.creation``) and stores the valid ones
+of each chunk through ``Store.create_activities``, the batch create path; a line with an idempotency key
+goes through ``Store.create_activity_once`` like a create request with an ``Idempotency-Key`` header. A
+bad line is reported with its number and reasons and never blocks the others. Export pages through the
+store with its keyset cursor and writes lines that import reads back, so memory stays flat either way.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 import orjson
@@ -25,6 +25,7 @@ import orjson
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.domain.fields import iso
+from oste.domain.tracecontext import TraceContext, trace_context_of
 from oste.errors import Conflict, FieldError, InvalidInput, NotFound
 from oste.operations import SYSTEM, Operations
 from oste.operations.creation import TypeCache, check_idempotency_key, check_item, keyed, validate_each
@@ -72,6 +73,7 @@ class _Chunk:
     texts: list[bytes] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     keys: list[str | None] = field(default_factory=list)
+    traces: list[TraceContext | None] = field(default_factory=list)
 
 
 class Importer:
@@ -134,6 +136,7 @@ class Importer:
             self._reject(number, text, [FieldError("", "must be a JSON object (one activity)")])
             return
         try:
+            trace = _trace_of(data.pop("traceparent", None), data.pop("tracestate", None))
             key = data.pop(KEY_FIELD, None)
             if key is not None:
                 check_idempotency_key(key, KEY_FIELD)
@@ -145,6 +148,7 @@ class Importer:
         chunk.texts.append(text)
         chunk.bodies.append(data)
         chunk.keys.append(key)
+        chunk.traces.append(trace)
 
     async def _store(self, chunk: _Chunk) -> None:
         """Validate a chunk's types and parameters, then store the good lines: in one statement (keyed
@@ -154,12 +158,14 @@ class Importer:
         now = self.store.clock.now()
         results = await validate_each(chunk.bodies, self.cache, now, [""] * len(chunk.bodies))
         valid: list[tuple[int, bytes, r.NewActivity]] = []
-        for number, text, data, key, result in zip(
-            chunk.numbers, chunk.texts, chunk.bodies, chunk.keys, results, strict=True
+        for number, text, data, key, trace, result in zip(
+            chunk.numbers, chunk.texts, chunk.bodies, chunk.keys, chunk.traces, results, strict=True
         ):
             if isinstance(result, InvalidInput):
                 self._reject(number, text, result.errors or [FieldError("", result.detail)])
             else:
+                if trace is not None:
+                    result = replace(result, traceparent=trace.traceparent, tracestate=trace.tracestate)
                 valid.append((number, text, result if key is None else keyed(result, key, data)))
         valid = await self._new_only(valid)
         try:
@@ -235,6 +241,14 @@ class Importer:
         self._pending.clear()
 
 
+def _trace_of(traceparent: Any, tracestate: Any) -> TraceContext | None:
+    """A line's ``traceparent``/``tracestate`` fields, checked as the API checks those headers: an
+    invalid one is ignored, never a rejected line."""
+    if not isinstance(traceparent, str):
+        return None
+    return trace_context_of([traceparent], [tracestate] if isinstance(tracestate, str) else [])
+
+
 def export_line(activity: r.Activity) -> bytes:
     """One activity as an import line: what creating it again needs, and its idempotency key (its own,
     or ``oste-export-<id>`` when it was created without one).
@@ -258,6 +272,10 @@ def export_line(activity: r.Activity) -> bytes:
         line["retries"] = activity.retries
     # every line carries a key, so importing the same file twice creates nothing the second time
     line[KEY_FIELD] = activity.idempotency_key or f"{EXPORT_KEY_PREFIX}{activity.id}"
+    if activity.traceparent is not None:
+        line["traceparent"] = activity.traceparent
+        if activity.tracestate is not None:
+            line["tracestate"] = activity.tracestate
     return orjson.dumps(line) + b"\n"
 
 

@@ -150,6 +150,10 @@ class Claim:
             return late
         return self.expires_at if late is None else min(self.expires_at, late)
 
+    traceparent: str | None = None
+    """The caller's W3C trace context stored with the activity (None: the trace is the activity's own)."""
+    tracestate: str | None = None
+
     @property
     def idempotency_key(self) -> str:
         return idempotency_key(self.activity_id, self.recurring_activity_id, self.occurrence_at)

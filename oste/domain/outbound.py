@@ -19,6 +19,7 @@ from oste import __version__
 from oste.domain.claims import Claim, DispatchTarget
 from oste.domain.parameters import climbing_value, fill_uri
 from oste.domain.records import BODY_VERBS
+from oste.domain.tracecontext import attempt_traceparent
 
 SECRET_PREFIX = "whsec_"
 _spans = random.Random()
@@ -115,11 +116,14 @@ def _basics_of(target: DispatchTarget) -> tuple[str, bool, dict[str, str]]:
 
 
 def traceparent(claim: Claim, span_id: str | None = None) -> str:
-    """A W3C ``traceparent``: one trace per activity (its id), one span per attempt, sampled.
+    """A W3C ``traceparent``, one span per attempt: in the caller's trace when the activity keeps one
+    (its trace id and sampled flag), else one trace per activity (its id), sampled.
 
     Span ids need to be unique, not secret: a fast generator spares a system call per request.
     """
     span = span_id or f"{_spans.getrandbits(64) or 1:016x}"
+    if claim.traceparent is not None:  # the caller's trace: its trace id and sampled flag
+        return attempt_traceparent(claim.traceparent, span)
     return f"00-{claim.activity_id.hex}-{span}-01"
 
 
@@ -152,6 +156,8 @@ def build_request(claim: Claim, now: datetime, span_id: str | None = None) -> Ou
         now,
     )
     headers["traceparent"] = traceparent(claim, span_id)
+    if claim.tracestate is not None:
+        headers["tracestate"] = claim.tracestate
     pattern = claim.uri_override or target.uri_pattern
     climbing = climbing_value(pattern, claim.parameter)
     if climbing is not None:  # stored before creates refused it: never sent

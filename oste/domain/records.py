@@ -275,6 +275,9 @@ class Activity:
     """``OSTE-Snooze`` answers so far (bounded by the type's ``max_snoozes``)."""
     labels: dict[str, str] | None = None
     """The caller's labels (an occurrence: its recurring activity's); None: none."""
+    traceparent: str | None = None
+    """The W3C trace context of the request that created it (``oste.domain.tracecontext``), or None."""
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -326,6 +329,9 @@ class RecurringActivity:
     """The calendar by name with its roll and its days, filled in by storage's reads."""
     labels: dict[str, str] | None = None
     """Labels its occurrences carry (None: none)."""
+    traceparent: str | None = None
+    """The W3C trace context of the request that created or last changed it; its occurrences carry it."""
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -384,6 +390,9 @@ class NewActivity:
     occurrence_at: datetime | None = None
     expires_at: datetime | None = None
     labels: dict[str, str] | None = None
+    traceparent: str | None = None
+    """The caller's W3C trace context (``oste.domain.tracecontext``), kept on the activity."""
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from oste.domain.delivery import (
     parse_snooze,
 )
 from oste.domain.outbound import OutboundRequest, build_request
+from oste.domain.parameters import fill_uri
 from oste.domain.receiver_auth import MutualTls
 from oste.domain.records import Outcome
 from oste.domain.redaction import Redactor, redactor_of, type_forms
@@ -53,6 +54,8 @@ from oste.engine.destinations import DestinationGate, Verdict, could_not_connect
 from oste.engine.fairness import FairQueue
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
 from oste.errors import InvalidInput
+from oste.tracing import active as active_tracing
+from oste.tracing import url_without_query
 
 log = logging.getLogger("oste.engine.executor")
 
@@ -290,7 +293,13 @@ class Executor:
                 claim = dataclasses.replace(claim, target=newest)
         if self._past_deadline(claim):
             return conclude(claim, expired_report(claim, self.clock.now()), self.node_id, self.rng)
-        report = await self.attempt(claim)
+        tracing = active_tracing()
+        if tracing is None:
+            report = await self.attempt(claim)
+        else:
+            span, span_id, traced = tracing.attempt_span(claim)
+            report = await self.attempt(traced, span_id)
+            tracing.end_attempt_span(span, report, self._url_of(claim))
         if report.snooze is not None and claim.snoozes >= claim.target.max_snoozes:
             error = f"{report.error}; more than max_snoozes ({claim.target.max_snoozes}): treated as retry"
             report = dataclasses.replace(report, outcome=Outcome.RETRY, error=error, snooze=None)
@@ -303,8 +312,19 @@ class Executor:
         deadline = claim.deadline
         return deadline is not None and self.clock.now() >= deadline
 
-    async def attempt(self, claim: Claim) -> AttemptReport:
-        """Make the request and report what happened on the wire."""
+    @staticmethod
+    def _url_of(claim: Claim) -> str | None:
+        """The attempt's URL as its span records it (``oste.tracing.url_without_query``)."""
+        try:
+            return url_without_query(
+                fill_uri(claim.uri_override or claim.target.uri_pattern, claim.parameter)
+            )
+        except (KeyError, ValueError, TypeError):
+            return None
+
+    async def attempt(self, claim: Claim, span_id: str | None = None) -> AttemptReport:
+        """Make the request and report what happened on the wire (``span_id``: the span its
+        ``traceparent`` names, when tracing made one)."""
         started = self.clock.now()
         t0 = time.perf_counter()
         if claim.uri_override is not None and claim.target.credentials:
@@ -316,7 +336,7 @@ class Executor:
                 report = self._report(started, t0, Outcome.FAILED, error=refused)
                 return dataclasses.replace(report, reached_receiver=False)
         try:
-            request = build_request(claim, started)
+            request = build_request(claim, started, span_id)
         except (KeyError, ValueError, TypeError) as exc:
             return self._report(started, t0, Outcome.FAILED, error=f"cannot build the request: {exc!r}")
         try:

@@ -62,6 +62,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("off_schedule", "bool"),
     ("expires_at", "timestamptz"),
     ("labels", "jsonb"),
+    ("traceparent", "text"),
+    ("tracestate", "text"),
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
 LABEL_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -118,6 +120,8 @@ def new_activity_record(
         finished_at=None,
         expires_at=_utc(item.expires_at) if item.expires_at else None,
         labels=item.labels or None,
+        traceparent=item.traceparent,
+        tracestate=item.tracestate,
     )
 
 
@@ -149,6 +153,8 @@ def _row(a: r.Activity, request_hash: str | None, off_schedule: bool = False) ->
         True if off_schedule else None,
         a.expires_at,
         orjson.dumps(a.labels).decode() if a.labels else None,
+        a.traceparent,
+        a.tracestate,
     )
 
 

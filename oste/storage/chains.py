@@ -129,8 +129,8 @@ async def _origins(conn: BaseDBAsyncClient, strategy: Dialect, ids: list[uuid.UU
     where = strategy.in_list("a.id", [strategy.encode_uuid(i) for i in ids], p, "uuid")
     sql = (
         "SELECT a.id, a.company_id, a.solution_id, a.parameter, a.depth, a.object_id, a.attempts, "
-        f"a.priority, t.name AS activity_type FROM activity a JOIN activity_type t "
-        f"ON t.id = a.activity_type_id WHERE {where}"
+        "a.priority, a.traceparent, a.tracestate, t.name AS activity_type "
+        f"FROM activity a JOIN activity_type t ON t.id = a.activity_type_id WHERE {where}"
     )
     rows = await conn.execute_query_dict(sql, p.values)
     return [
@@ -232,4 +232,6 @@ def _record(
         finished_at=None,
         caused_by=origin["id"],
         depth=origin["depth"] + 1,
+        traceparent=origin["traceparent"],  # a chain stays in its origin's trace
+        tracestate=origin["tracestate"],
     )

@@ -79,6 +79,8 @@ _CLAIM_COLUMNS = (
     "uri_override",
     "expires_at",
     "snoozes",
+    "traceparent",
+    "tracestate",
 )
 _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
 FLOW_CHECK_INTERVAL = 1.0
@@ -465,6 +467,8 @@ class DispatchStore:
             uri_override=row["uri_override"],
             expires_at=s.optional_time_of(row["expires_at"]),
             snoozes=int(row["snoozes"] or 0),
+            traceparent=row["traceparent"],
+            tracestate=row["tracestate"],
         )
 
     async def _targets_of(

@@ -222,6 +222,9 @@ class RecurringActivity(Model):
     """Labels its occurrences carry (None: none)."""
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
+    traceparent = fields.CharField(max_length=55, null=True)
+    """The W3C trace context of the request that created or last changed it (its occurrences carry it)."""
+    tracestate = fields.CharField(max_length=512, null=True)
 
     class Meta:
         table = "recurring_activity"
@@ -277,6 +280,9 @@ class Activity(Model):
     debounced_from = fields.DatetimeField(null=True)
     """Per-object ``on_new: debounce``: its ``scheduled_for`` before the first create debounced into it
     (a debounce never moves it past this plus the type's ``max_wait``); None: never debounced."""
+    traceparent = fields.CharField(max_length=55, null=True)
+    """The caller's W3C trace context (``oste.domain.tracecontext``): each attempt is sent in its trace."""
+    tracestate = fields.CharField(max_length=512, null=True)
 
     class Meta:
         table = "activity"

@@ -738,6 +738,8 @@ def _occurrence_record(
         created_at=now,
         updated_at=now,
         finished_at=None,
+        traceparent=ra.traceparent,
+        tracestate=ra.tracestate,
     )
 
 

@@ -248,3 +248,31 @@ async def test_import_into_an_unknown_solution_says_which_name(
         "--solution", solution,
     )  # fmt: skip
     assert result.returncode == 1 and message in result.stderr
+
+
+async def test_import_keeps_a_lines_trace_context_and_export_writes_it(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A line's ``traceparent``/``tracestate`` are kept as the API keeps those headers (an invalid one
+    ignored, never a rejected line), and ``oste export`` writes them back."""
+    company, source, _, _, _ = await setup(sqlite_url)
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    lines = [
+        {**GOOD, "traceparent": parent, "tracestate": "rojo=1"},
+        {**GOOD, "traceparent": parent.upper(), "tracestate": "rojo=1"},  # invalid: ignored
+    ]
+    data = tmp_path / "traced.jsonl"
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["--database-url", sqlite_url, "--company", company.name]
+    result = await oste("import", str(data), *args, "--solution", source.name, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    kept = await stored(sqlite_url, company.name, source.name)
+    assert [(a.traceparent, a.tracestate) for a in kept] == [(parent, "rojo=1"), (None, None)]
+    out = tmp_path / "out.jsonl"
+    exported = await oste("export", *args, "--solution", source.name, "-o", str(out))
+    assert exported.returncode == 0, exported.stderr
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(w.get("traceparent"), w.get("tracestate")) for w in written] == [
+        (parent, "rojo=1"),
+        (None, None),
+    ]
