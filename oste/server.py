@@ -162,7 +162,9 @@ def freeze_startup_objects() -> None:
 @contextlib.contextmanager
 def collecting_eagerly() -> Iterator[None]:
     """While a CLI process opens (and migrates) its database: what the imports left alive is frozen out
-    of the collector's reach, and the oldest generation is collected as often as the middle one.
+    of the collector's reach, and the older generations are collected almost as often as the youngest
+    (23 migrations left about 18 MB at the peak with only the oldest made eager, 16.5 MB with both,
+    against 35 MB left alone; no slower).
 
     Migrating renders the ORM's models afresh for every operation, all of it cyclic garbage that would
     otherwise pile up (about 30 MB on a fresh database) until a full collection, and stay the process's
@@ -170,7 +172,7 @@ def collecting_eagerly() -> Iterator[None]:
     """
     gc.freeze()
     threshold = gc.get_threshold()
-    gc.set_threshold(threshold[0], threshold[1], 1)
+    gc.set_threshold(threshold[0], 1, 1)
     try:
         yield
     finally:
