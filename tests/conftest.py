@@ -16,9 +16,10 @@ import asyncpg
 import pytest
 
 from oste.domain.clock import SystemClock
+from oste.engine.runtime import Engine
 from oste.storage.database import close_database, migrate, open_database
 from oste.storage.store import Store
-from tests.engine_support import Receiver
+from tests.engine_support import Receiver, fast_config
 
 PG_ADMIN_DSN = os.environ.get("OSTE_TEST_PG", "postgres://postgres@127.0.0.1:5432/postgres")
 PG_START = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
@@ -176,6 +177,18 @@ async def store(database_url: str) -> AsyncIterator[Store]:
         yield Store(SystemClock())
     finally:
         await close_database()
+
+
+@pytest.fixture
+async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
+    """A running engine (the fast test timings of ``tests.engine_support.fast_config``) over ``store``'s
+    database, stopped after the test."""
+    running = Engine(config=fast_config())
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop(grace=2.0)
 
 
 @pytest.fixture

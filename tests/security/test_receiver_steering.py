@@ -4,28 +4,16 @@ databases)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.storage.store import Store
-from tests.engine_support import Receiver, executions_of, fast_config, respond, settled
+from tests.engine_support import Receiver, executions_of, respond, settled
 from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(config=fast_config())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop(grace=2.0)
 
 
 async def one(store: Store, kind: r.ActivityType) -> r.Activity:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,20 +14,10 @@ from oste.domain.clock import SystemClock
 from oste.engine import Engine
 from oste.storage import models as m
 from oste.storage.store import Store
-from tests.engine_support import Receiver, eventually, fast_config
+from tests.engine_support import Receiver, eventually
 from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(config=fast_config())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop(grace=2.0)
 
 
 async def answer_by_path(request: web.Request, receiver: Receiver) -> web.StreamResponse:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -25,16 +24,6 @@ from tests.engine_support import (
 from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(config=fast_config())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop(grace=2.0)
 
 
 async def fire_one(store: Store, url: str, **type_options: object) -> r.Activity:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator
 from datetime import datetime
 
 import pytest
@@ -22,7 +21,6 @@ from oste.storage.store import Store
 from tests.engine_support import (
     Receiver,
     eventually,
-    fast_config,
     free_port,
     in_turn,
     respond,
@@ -34,16 +32,6 @@ from tests.integration.engine.test_log_rollers import PERIOD, set_uris
 from tests.rollers_support import LogReceiver, ended_activities, later_clock, roller_config
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(config=fast_config())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop(grace=2.0)
 
 
 async def lines_of(

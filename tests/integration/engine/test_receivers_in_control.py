@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from tests.engine_support import (
     Receiver,
     eventually,
     executions_of,
-    fast_config,
     in_turn,
     reload,
     respond,
@@ -34,16 +32,6 @@ from tests.engine_support import (
 from tests.factories import make_activities, make_type
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def engine(store: Store, database_url: str) -> AsyncIterator[Engine]:
-    running = Engine(config=fast_config())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop(grace=2.0)
 
 
 async def a_type(store: Store, url: str, retries: int = 3, **changes: Any) -> r.ActivityType:
