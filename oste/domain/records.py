@@ -220,6 +220,11 @@ class ActivityType:
     """``OSTE-Snooze`` answers one activity may give; one more is treated as ``retry``."""
     max_lateness: float | None = None
     """Seconds after ``scheduled_for`` past which no attempt starts: the activity ends ``expired``."""
+    completion: str = "response"
+    """``response`` (an attempt ends with its answer) or ``callback`` (a 202 waits for the receiver's
+    call to the attempt's ``OSTE-Completion-Url``)."""
+    completion_timeout: float = 3600.0
+    """Seconds a 202 of a ``callback`` type waits for its callback or a heartbeat."""
     per_object: PerObject | None = None
     """Per-object flow control (None: activities of the same object go out independently)."""
 

@@ -1,0 +1,221 @@
+"""Completion by callback, against a real server (API and engine in one process) and real loopback
+receivers on both databases: a 202 of a ``completion: callback`` type waits for the receiver's call to
+its ``OSTE-Completion-Url`` (heartbeats move its deadline), applied exactly once; a callback that never
+comes is an ``error`` once ``completion_timeout`` passed, retried; tokens are never logged."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+
+from oste import receiving
+from oste.cli.serving import AccessLogger
+from oste.server import create_app
+from oste.settings import Settings
+from tests.conftest import migrated
+from tests.engine_support import LOOPBACK, Receiver, eventually
+from tests.integration.api.conftest import ADMIN_TOKEN, Api, Tenant
+
+pytestmark = pytest.mark.timeout(120)
+
+COMPLETION = "OSTE-Completion-Url"
+
+
+@contextlib.asynccontextmanager
+async def server(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    """``create_app`` with its engine, on a port known before the app is made (its OSTE_PUBLIC_URL),
+    with OSTE's access log on."""
+    await migrated(database_url)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    base_url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    settings = Settings(
+        data_dir=tmp_path,
+        database_url=database_url,
+        allowed_targets=LOOPBACK,
+        node_name="test",
+        public_url=base_url,
+        poll_interval=0.2,
+        rescue_interval=0.2,
+    )
+    config = Config()
+    config.bind = [f"fd://{listener.detach()}"]
+    config.graceful_timeout = 5.0
+    config.accesslog = None
+    config.logger_class = AccessLogger
+    stop = asyncio.Event()
+    app = create_app(settings, ADMIN_TOKEN, run_engine=True)
+    task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
+
+            async def ready() -> bool:
+                with contextlib.suppress(httpx.TransportError):
+                    return (await http.get("/readyz")).status_code == 200
+                return False
+
+            await eventually(ready, 30.0)
+            yield Api(http, database_url)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15.0)
+
+
+@pytest.fixture
+async def api(database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Api]:
+    caplog.set_level(logging.INFO)
+    async with server(database_url, tmp_path) as client:
+        yield client
+
+
+async def callback_tenant(api: Api, receiver: Receiver, **fields: Any) -> Tenant:
+    return await api.tenant(
+        uri_pattern=receiver.url + "/song/{SongId}",
+        completion="callback",
+        completion_timeout=fields.pop("completion_timeout", "PT2S"),
+        backoff_base="PT0.1S",
+        backoff_max="PT0.2S",
+        **fields,
+    )
+
+
+async def create(api: Api, tenant: Tenant, **fields: Any) -> dict[str, Any]:
+    return (await api.post(tenant.activities, tenant.activity(**fields), expect=201)).json()
+
+
+async def final(api: Api, tenant: Tenant, activity_id: str, within: float = 30.0) -> dict[str, Any]:
+    async def done() -> bool:
+        got = (await api.get(f"{tenant.activities}/{activity_id}", expect=200)).json()
+        return got["state"] in ("succeeded", "dead", "cancelled")
+
+    await eventually(done, within)
+    return (await api.get(f"{tenant.activities}/{activity_id}", expect=200)).json()
+
+
+async def executions(api: Api, tenant: Tenant, activity_id: str) -> list[dict[str, Any]]:
+    return await api.all_items(f"{tenant.activities}/{activity_id}/executions")
+
+
+def accepted(urls: list[str], by_path: dict[str, str] | None = None) -> Any:
+    """A receiver behaviour: answer 202 and keep each attempt's completion URL."""
+
+    async def answer(request: web.Request, receiver: Receiver) -> web.StreamResponse:
+        if COMPLETION not in request.headers:  # a follow-on of another type
+            return web.Response(text="ok")
+        urls.append(request.headers[COMPLETION])
+        if by_path is not None:
+            by_path[request.path] = request.headers[COMPLETION]
+        return web.Response(status=202, text="working on it")
+
+    return answer
+
+
+async def test_a_202_waits_heartbeats_and_completes_once_feeding_on_success(
+    api: Api, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    urls: list[str] = []
+    receiver.behaviour = accepted(urls)
+    tenant = await callback_tenant(api, receiver)
+    follow = await api.activity_type(tenant.path, uri_pattern=receiver.url + "/follow/{SongId}/{invoice}")
+    await api.patch(f"{tenant.types}/{tenant.activity_type}", {"on_success": follow["name"]}, expect=200)
+    kind = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
+    assert kind["completion"] == "callback" and kind["completion_timeout"] == "PT2S"
+    made = await create(api, tenant)
+    await receiver.wait_for(1, 20.0)
+    [url] = urls
+    assert url.startswith(str(api.http.base_url) + "/v1/completions/")
+
+    async def waiting() -> bool:  # the 202 is written: still running, nothing sent again
+        got = (await api.get(f"{tenant.activities}/{made['id']}", expect=200)).json()
+        return got["state"] == "running" and not await executions(api, tenant, made["id"])
+
+    await eventually(waiting, 10.0)
+    for _ in range(2):  # each heartbeat moves the deadline of PT2S: the job may run past it
+        await asyncio.to_thread(receiving.heartbeat, url)
+        await asyncio.sleep(1.2)
+    assert (await api.get(f"{tenant.activities}/{made['id']}", expect=200)).json()["state"] == "running"
+    await asyncio.to_thread(receiving.complete, url, "ok", {"invoice": "INV-7"})
+    done = await final(api, tenant, made["id"])
+    assert done["state"] == "succeeded" and done["attempts"] == 1
+    [run] = await executions(api, tenant, made["id"])
+    assert run["outcome"] == "ok" and run["http_status"] == 202
+    hits = await receiver.wait_for(2, 20.0)  # the follow-on, its parameter merged with the result
+    assert hits[1].path.endswith("/follow/1/INV-7")
+    assert len(urls) == 1  # the activity was sent once
+
+    with pytest.raises(receiving.CompletionError) as again:  # applied once: a second POST changes nothing
+        await asyncio.to_thread(receiving.complete, url, "failed", None, "too late")
+    assert again.value.status == 409
+    assert (await api.get(f"{tenant.activities}/{made['id']}", expect=200)).json()["state"] == "succeeded"
+    unknown = str(api.http.base_url) + "/v1/completions/" + "0" * 32 + "x" * 43
+    with pytest.raises(receiving.CompletionError) as missing:
+        await asyncio.to_thread(receiving.complete, unknown, "ok")
+    assert missing.value.status == 404
+    bad = await api.post(url.removeprefix(str(api.http.base_url)), {"outcome": "maybe"}, token=None)
+    assert bad.status_code == 422
+
+    token = url.rsplit("/", 1)[1]
+    logged = "\n".join(  # the server's log (this test's own HTTP client logs what it sends)
+        record.getMessage() for record in caplog.records if not record.name.startswith("httpx")
+    )
+    assert "/v1/completions/…" in logged  # the access log saw the callbacks, without their token
+    assert token not in logged and token[32:] not in logged
+    listed = (await api.get(tenant.activities, expect=200)).text
+    assert token[32:] not in listed
+
+
+async def test_a_lost_callback_times_out_and_the_next_attempt_completes(api: Api, receiver: Receiver) -> None:
+    urls: list[str] = []
+    receiver.behaviour = accepted(urls)
+    tenant = await callback_tenant(api, receiver, completion_timeout="PT1S")
+    made = await create(api, tenant)
+    await receiver.wait_for(2, 30.0)  # no callback: past its deadline the attempt is an error, retried
+    first, second = urls[:2]
+    assert first != second
+    with pytest.raises(receiving.CompletionError) as late:  # the first attempt's late callback
+        await asyncio.to_thread(receiving.complete, first, "ok")
+    assert late.value.status == 409
+    await asyncio.to_thread(receiving.complete, urls[-1], "ok", {"n": 2})
+    done = await final(api, tenant, made["id"])
+    assert done["state"] == "succeeded"
+    runs = await executions(api, tenant, made["id"])
+    assert runs[0]["outcome"] == "error" and "completion timed out" in runs[0]["error"]
+    assert runs[-1]["outcome"] == "ok"
+
+
+async def test_failed_dead_letters_and_a_cancelled_activity_answers_409(api: Api, receiver: Receiver) -> None:
+    urls: list[str] = []
+    by_path: dict[str, str] = {}
+    receiver.behaviour = accepted(urls, by_path)
+    tenant = await callback_tenant(api, receiver, completion_timeout="PT60S")
+    one, two = await create(api, tenant, song=1), await create(api, tenant, song=2)
+    await receiver.wait_for(2, 20.0)
+    url_of = {path.rsplit("/", 1)[1]: url for path, url in by_path.items()}
+
+    async def running(activity: dict[str, Any]) -> bool:
+        got = (await api.get(f"{tenant.activities}/{activity['id']}", expect=200)).json()
+        return got["state"] == "running"
+
+    await eventually(lambda: running(two), 10.0)
+    assert (await api.delete(f"{tenant.activities}/{two['id']}")).status_code < 300
+    with pytest.raises(receiving.CompletionError) as cancelled:
+        await asyncio.to_thread(receiving.complete, url_of["2"], "ok")
+    assert cancelled.value.status == 409
+    assert (await api.get(f"{tenant.activities}/{two['id']}", expect=200)).json()["state"] == "cancelled"
+
+    await asyncio.to_thread(receiving.complete, url_of["1"], "failed", None, "the file is corrupt")
+    done = await final(api, tenant, one["id"])
+    assert done["state"] == "dead"
+    [run] = await executions(api, tenant, one["id"])
+    assert run["outcome"] == "failed" and "the file is corrupt" in run["error"]
