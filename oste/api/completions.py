@@ -33,14 +33,14 @@ async def complete(request: Request) -> Response:
     """Apply the outcome ``{"outcome": "ok"|"failed"|"retry", "result": {…}, "error": "…"}`` once."""
     api = ctx(request)
     address = client_address(request)
-    refuse_if_throttled(api.throttle, address)
+    refuse_if_throttled(api.completion_throttle, address)
     data = await read_json(request, MAX_CALLBACK_BYTES)
     outcome, result, error = _callback(data)
     try:
         token = request.path_params["token"]
         await api.operations.activities.complete_by_callback(token, outcome, result, error)
     except NotFound:
-        api.throttle.failed(address)
+        api.completion_throttle.failed(address)
         raise
     return Response(status_code=204)
 
@@ -49,11 +49,11 @@ async def heartbeat(request: Request) -> Response:
     """Move the waiting callback's deadline to now plus the type's ``completion_timeout``."""
     api = ctx(request)
     address = client_address(request)
-    refuse_if_throttled(api.throttle, address)
+    refuse_if_throttled(api.completion_throttle, address)
     try:
         deadline = await api.operations.activities.heartbeat_completion(request.path_params["token"])
     except NotFound:
-        api.throttle.failed(address)
+        api.completion_throttle.failed(address)
         raise
     return json({"deadline": iso(deadline)}, 200)
 
@@ -74,6 +74,35 @@ def _callback(data: Any) -> tuple[str, Any, str | None]:
     if error is not None and not isinstance(error, str):
         raise InvalidInput.field("error", "must be a string")
     return outcome, result, error[:MAX_CALLBACK_ERROR] if error else None
+
+
+COMPONENT_SCHEMAS: dict[str, Any] = {
+    "CallbackOutcome": {
+        "type": "object",
+        "description": "What a receiver of a `completion: callback` type reports for its attempt",
+        "properties": {
+            "outcome": {
+                "type": "string",
+                "enum": list(CALLBACK_OUTCOMES),
+                "description": "`ok`: the activity succeeds; `failed`: a dead letter at once; `retry`: "
+                "retried after the type's backoff (a retry spent)",
+            },
+            "result": {
+                "type": "object",
+                "description": "With `ok`: merged into an `on_success` follow-on's parameter, like a "
+                "response body",
+            },
+            "error": {"type": ["string", "null"], "maxLength": MAX_CALLBACK_ERROR, "description": "Why"},
+        },
+        "required": ["outcome"],
+        "additionalProperties": False,
+    },
+    "CompletionDeadline": {
+        "type": "object",
+        "properties": {"deadline": {"type": "string", "format": "date-time"}},
+        "required": ["deadline"],
+    },
+}
 
 
 ROUTES = [
