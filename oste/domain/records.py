@@ -278,6 +278,9 @@ class Activity:
     """No attempt starts after it: reached unsent or between retries, the activity ends ``expired``."""
     snoozes: int = 0
     """``OSTE-Snooze`` answers so far (bounded by the type's ``max_snoozes``)."""
+    completion_heartbeats: int | None = None
+    """Set while its attempt's receiver answered 202 and the activity waits for its callback (a
+    ``completion: callback`` type): the heartbeats received since; None otherwise."""
     labels: dict[str, str] | None = None
     """The caller's labels (an occurrence: its recurring activity's); None: none."""
     traceparent: str | None = None

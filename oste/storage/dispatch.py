@@ -569,9 +569,14 @@ class DispatchStore:
                     id=c.activity_id, state=ActivityState.RUNNING, claim_token=c.claim_token
                 )
                 first = await current.filter(completion_heartbeats__isnull=True).update(
-                    lease_expires_at=c.next_attempt_at, completion_heartbeats=0, updated_at=now
-                )  # else a heartbeat came before this write: its deadline and count stand
-                done += first or await current.update(updated_at=now)
+                    lease_expires_at=c.next_attempt_at,
+                    completion_heartbeats=0,
+                    claimed_by=None,  # no node holds it: its lease is the callback's deadline
+                    updated_at=now,
+                )  # else a heartbeat came before this write: its count stands
+                done += first or await current.update(
+                    lease_expires_at=c.next_attempt_at, claimed_by=None, updated_at=now
+                )
         return done
 
     async def arm_completion(self, claim: Claim, digest: str) -> bool:
@@ -641,7 +646,7 @@ class DispatchStore:
             row.expires_at,
             row.snoozes,
         )
-        started = row.updated_at if row.completion_heartbeats is not None else now
+        started = row.updated_at if row.claimed_by is None else now
         completion = conclude(claim, callback_report(outcome, started, now, result, error), "callback", rng)
         async with self._db():
             hook = _after_completions([completion], await subscribed_solutions(now, self.connection))
@@ -680,7 +685,7 @@ class DispatchStore:
             return 0
         p = Params(self.strategy)
         assign = f"lease_expires_at = {p.add(until)}"
-        where = "state = 'running' AND completion_heartbeats IS NULL AND " + self._in_uuids(
+        where = "state = 'running' AND claimed_by IS NOT NULL AND " + self._in_uuids(
             "claim_token", token_list, p
         )
         async with self._db():
@@ -775,7 +780,7 @@ class DispatchStore:
                 row.activity_type.backoff_max,
                 row.activity_type.on_dead_letter,
                 row.solution_id,
-                row.updated_at if row.completion_heartbeats is not None else None,
+                row.updated_at if row.claimed_by is None and row.completion_hash else None,
             )
             for row in rows
             if row.claim_token is not None and row.lease_expires_at is not None
