@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -219,3 +220,30 @@ async def test_failed_dead_letters_and_a_cancelled_activity_answers_409(api: Api
     assert done["state"] == "dead"
     [run] = await executions(api, tenant, one["id"])
     assert run["outcome"] == "failed" and "the file is corrupt" in run["error"]
+
+
+async def test_the_documented_receiver_beats_and_completes(api: Api) -> None:
+    page = (Path(__file__).parents[3] / "docs" / "receivers.md").read_text()
+    section = page.split("## Long jobs: completion by callback", 1)[1]
+    [code] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    scope: dict[str, Any] = {"__name__": "callback_doc"}
+    exec(compile(code, "docs/receivers.md", "exec"), scope)
+    scope["STEP_SECONDS"] = 0.7  # three steps and a heartbeat each: past the PT1S timeout in all
+    runner = web.AppRunner(scope["app"], access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        tenant = await api.tenant(
+            uri_pattern=f"http://127.0.0.1:{port}/songs/{{SongId}}",
+            completion="callback",
+            completion_timeout="PT1S",
+        )
+        made = await create(api, tenant, song=7)
+        done = await final(api, tenant, made["id"])
+        assert done["state"] == "succeeded" and done["attempts"] == 1
+        [run] = await executions(api, tenant, made["id"])
+        assert run["outcome"] == "ok" and run["response_excerpt"] == '{"file":"7.mp3"}'
+    finally:
+        await runner.cleanup()
