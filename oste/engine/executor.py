@@ -360,9 +360,7 @@ class Executor:
         host = TARGET_HOST.set(url.host)
         try:
             report = await self._send(request, url, claim.target, started, t0)
-            if callback and report.http_status == 202 and report.outcome == Outcome.OK:
-                report = dataclasses.replace(report, awaiting=True, error=None)
-            return report
+            return _awaiting(report, request.headers[COMPLETION_HEADER]) if callback else report
         except AuthFailure as exc:  # no token or certificate: the request was not sent
             error = _redactor(claim.target, None).text(str(exc))
             report = self._report(started, t0, exc.outcome, error=error, retry_after=exc.retry_after)
@@ -503,6 +501,20 @@ class Executor:
             )
         log.exception("unexpected error while firing")
         return self._report(started, t0, Outcome.ERROR, error=f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _awaiting(report: AttemptReport, completion_url: str) -> AttemptReport:
+    """A callback type's report: a 202 waits for its callback; an answer that echoed the completion
+    token keeps it nowhere (the token is the URL's only credential)."""
+    secret = completion_url.rsplit("/", 1)[1][32:]
+    excerpt, error = report.response_excerpt, report.error
+    if excerpt is not None and secret in excerpt:
+        excerpt = excerpt.replace(secret, "[redacted]")
+    if error is not None and secret in error:
+        error = error.replace(secret, "[redacted]")
+    if report.http_status == 202 and report.outcome == Outcome.OK:
+        return dataclasses.replace(report, awaiting=True, error=None, response_excerpt=excerpt)
+    return dataclasses.replace(report, response_excerpt=excerpt, error=error)
 
 
 def _plain_connect_failure(exc: Exception) -> TypeGuard[aiohttp.ClientConnectorError]:

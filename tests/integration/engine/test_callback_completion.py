@@ -114,6 +114,8 @@ def accepted(urls: list[str], by_path: dict[str, str] | None = None) -> Any:
     async def answer(request: web.Request, receiver: Receiver) -> web.StreamResponse:
         if COMPLETION not in request.headers:  # a follow-on of another type
             return web.Response(text="ok")
+        if request.path.endswith("/song/3"):  # an error page echoing what it got
+            return web.Response(status=500, text=f"failed: {dict(request.headers)}")
         urls.append(request.headers[COMPLETION])
         if by_path is not None:
             by_path[request.path] = request.headers[COMPLETION]
@@ -215,6 +217,15 @@ async def test_failed_dead_letters_and_a_cancelled_activity_answers_409(api: Api
     assert cancelled.value.status == 409
     assert (await api.get(f"{tenant.activities}/{two['id']}", expect=200)).json()["state"] == "cancelled"
 
+    echoed = await create(api, tenant, song=3)  # its answer keeps no completion token
+    await receiver.wait_for(3, 20.0)
+    await eventually(lambda: _ran(api, tenant, echoed), 20.0)
+    [echo, *_] = await executions(api, tenant, echoed["id"])
+    assert echo["http_status"] == 500 and "/v1/completions/" in echo["response_excerpt"]
+    assert "[redacted]" in echo["response_excerpt"]
+    token_part = re.search(r"/v1/completions/([^'\"]+)", echo["response_excerpt"])
+    assert token_part is not None and token_part.group(1).endswith("[redacted]")
+
     await asyncio.to_thread(receiving.complete, url_of["1"], "failed", None, "the file is corrupt")
     done = await final(api, tenant, one["id"])
     assert done["state"] == "dead"
@@ -247,3 +258,7 @@ async def test_the_documented_receiver_beats_and_completes(api: Api) -> None:
         assert run["outcome"] == "ok" and run["response_excerpt"] == '{"file":"7.mp3"}'
     finally:
         await runner.cleanup()
+
+
+async def _ran(api: Api, tenant: Tenant, activity: dict[str, Any]) -> bool:
+    return bool(await executions(api, tenant, activity["id"]))
