@@ -22,8 +22,12 @@ from hypercorn.config import Config
 
 from oste import receiving
 from oste.cli.serving import AccessLogger
+from oste.cli.transfer import export_activities
+from oste.domain import records as r
+from oste.domain.clock import SystemClock
 from oste.server import create_app
 from oste.settings import Settings
+from oste.storage.store import Store
 from tests.conftest import migrated
 from tests.engine_support import LOOPBACK, Receiver, eventually
 from tests.integration.api.conftest import ADMIN_TOKEN, Api, Tenant
@@ -176,6 +180,11 @@ async def test_a_202_waits_heartbeats_and_completes_once_feeding_on_success(
     assert token not in logged and token[32:] not in logged
     listed = (await api.get(tenant.activities, expect=200)).text
     assert token[32:] not in listed
+    store = Store(SystemClock())  # `oste export`'s lines, read from the server's open database
+    solution = await store.get_solution(await store.get_company(tenant.company), tenant.solution)
+    lines: list[bytes] = []
+    assert await export_activities(store, solution, r.ActivityFilter(), lines.append) == 2
+    assert token[32:].encode() not in b"".join(lines)
 
 
 async def test_a_lost_callback_times_out_and_the_next_attempt_completes(api: Api, receiver: Receiver) -> None:
