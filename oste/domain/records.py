@@ -281,6 +281,8 @@ class Activity:
     completion_heartbeats: int | None = None
     """Set while its attempt's receiver answered 202 and the activity waits for its callback (a
     ``completion: callback`` type): the heartbeats received since; None otherwise."""
+    completion_deadline: datetime | None = None
+    """While it waits for its callback: when the attempt times out unless a heartbeat moves it."""
     labels: dict[str, str] | None = None
     """The caller's labels (an occurrence: its recurring activity's); None: none."""
     traceparent: str | None = None

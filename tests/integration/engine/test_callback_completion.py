@@ -31,6 +31,7 @@ from oste.storage.store import Store
 from tests.conftest import migrated
 from tests.engine_support import LOOPBACK, Receiver, eventually
 from tests.integration.api.conftest import ADMIN_TOKEN, Api, Tenant
+from tests.integration.ui.conftest import Browser
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -152,6 +153,13 @@ async def test_a_202_waits_heartbeats_and_completes_once_feeding_on_success(
         await asyncio.to_thread(receiving.heartbeat, url)
         await asyncio.sleep(1.2)
     assert (await api.get(f"{tenant.activities}/{made['id']}", expect=200)).json()["state"] == "running"
+    async with httpx.AsyncClient(base_url=str(api.http.base_url)) as http:  # the UI's activity page
+        browser = Browser(http)
+        await browser.sign_in(ADMIN_TOKEN)
+        ui = f"/ui/companies/{tenant.company}/solutions/{tenant.solution}/activities/{made['id']}"
+        page = (await browser.get(ui)).text
+    assert "waiting for the receiver&#39;s callback" in page or "waiting for the receiver's callback" in page
+    assert "2 heartbeats so far" in page and " until " in page and token_of(url) not in page
     await asyncio.to_thread(receiving.complete, url, "ok", {"invoice": "INV-7"})
     done = await final(api, tenant, made["id"])
     assert done["state"] == "succeeded" and done["attempts"] == 1
@@ -271,3 +279,8 @@ async def test_the_documented_receiver_beats_and_completes(api: Api) -> None:
 
 async def _ran(api: Api, tenant: Tenant, activity: dict[str, Any]) -> bool:
     return bool(await executions(api, tenant, activity["id"]))
+
+
+def token_of(url: str) -> str:
+    """The secret part of a completion URL's token."""
+    return url.rsplit("/", 1)[1][32:]
