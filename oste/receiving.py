@@ -21,6 +21,15 @@ A receiver can also steer what OSTE does next, whatever status it answers, with 
     return web.Response(status=503, headers=snooze(600))           # back in ten minutes, no retry spent
     return web.Response(status=200, headers=abort("customer deleted"))  # a dead letter, now
 
+A receiver of a type with ``completion: callback`` answers ``202`` to a long job and reports later to
+the ``OSTE-Completion-Url`` the request carried, with :func:`complete` (and :func:`heartbeat` to keep
+a long job from timing out)::
+
+    url = request.headers["OSTE-Completion-Url"]
+    ...                                            # start the job; answer 202 at once
+    heartbeat(url)                                 # still working: the deadline moves on
+    complete(url, "ok", {"invoice": "INV-7"})      # done: the result feeds an on_success follow-on
+
 This module stands alone on purpose: it imports only the standard library (no engine, no API, no
 database driver), so a partner can ``pip install oste`` and import it, or copy this one file.
 """
@@ -31,12 +40,25 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
-__all__ = ["DEFAULT_TOLERANCE", "WebhookVerificationError", "abort", "sign", "snooze", "verify"]
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "CompletionError",
+    "WebhookVerificationError",
+    "abort",
+    "complete",
+    "heartbeat",
+    "sign",
+    "snooze",
+    "verify",
+]
 
 DEFAULT_TOLERANCE = 300
 """Seconds a ``webhook-timestamp`` may lie from the receiver's clock, either way (replay window)."""
@@ -159,3 +181,54 @@ def abort(reason: str) -> dict[str, str]:
     characters become spaces; OSTE keeps the first 500 characters."""
     text = " ".join("".join(ch if ch.isprintable() else " " for ch in reason[: MAX_REASON * 2]).split())
     return {"OSTE-Abort": text[:MAX_REASON] or "aborted"}
+
+
+class CompletionError(Exception):
+    """OSTE refused a callback: ``status`` 404 (unknown token), 409 (already completed, timed out,
+    cancelled, or not the current attempt's URL: nothing changed), 422, 429 (too many wrong tokens)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+def complete(
+    url: str,
+    outcome: str,
+    result: Mapping[str, object] | None = None,
+    error: str | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Report the outcome of the attempt whose ``OSTE-Completion-Url`` is ``url``: ``"ok"`` (it
+    succeeds; ``result``, a JSON object, is merged into an ``on_success`` follow-on's parameter like a
+    response body), ``"failed"`` (a dead letter at once) or ``"retry"`` (retried after the type's
+    backoff). Applied once; raises :class:`CompletionError` when OSTE refuses it."""
+    body: dict[str, object] = {"outcome": outcome}
+    if result is not None:
+        body["result"] = dict(result)
+    if error is not None:
+        body["error"] = error
+    _post(url, body, timeout)
+
+
+def heartbeat(url: str, timeout: float = 30.0) -> None:
+    """Tell OSTE the job of ``url`` is still running: its deadline moves to now plus the type's
+    ``completion_timeout``. Raises :class:`CompletionError` when OSTE refuses it."""
+    _post(url.rstrip("/") + "/heartbeat", None, timeout)
+
+
+def _post(url: str, body: dict[str, object] | None, timeout: float) -> None:
+    data = json.dumps(body).encode() if body is not None else b""
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            answer.read()
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode("utf-8", "replace")
+        try:
+            detail = str(json.loads(text).get("detail", text))
+        except (ValueError, AttributeError):
+            detail = text
+        raise CompletionError(exc.code, detail) from None

@@ -75,7 +75,10 @@ def engine_config_of(settings: Settings, **changes: Any) -> EngineConfig:
         lease_seconds=settings.claim_lease,
         poller=PollerConfig(interval=settings.poll_interval),
         executor=ExecutorConfig(
-            max_in_flight=settings.max_in_flight, allowed_targets=settings.allowed_targets, ca_file=ca_file
+            max_in_flight=settings.max_in_flight,
+            allowed_targets=settings.allowed_targets,
+            ca_file=ca_file,
+            public_url=settings.public_url or None,
         ),
         rescuer=RescuerConfig(interval=settings.rescue_interval),
         balancer=BalancerConfig(

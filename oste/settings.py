@@ -315,6 +315,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "may too; without either it answers 401). Give it to Prometheus, or scrape OSTE_METRICS_PORT.",
     ),
     SettingSpec(
+        "public_url",
+        "OSTE_PUBLIC_URL",
+        "http://<OSTE_HOST>:<OSTE_PORT>",
+        "The API's address as receivers reach it: the base of the `OSTE-Completion-Url` each attempt of "
+        "a `completion: callback` type carries (`<OSTE_PUBLIC_URL>/v1/completions/<token>`).",
+    ),
+    SettingSpec(
         "claim_lease",
         "OSTE_CLAIM_LEASE",
         "PT30S",
@@ -408,6 +415,7 @@ class Settings:
     access_log: bool = False
     metrics_port: int | None = None
     metrics_token: str | None = None
+    public_url: str = ""
     claim_lease: float = 30.0
     poll_interval: float = 0.5
     rescue_interval: float = 5.0
@@ -522,6 +530,14 @@ class Settings:
                 f"OSTE_DATABASE_URL must start with sqlite:// or postgres://, got {settings.database_url!r}"
             ) from None
         settings = _with_listen_url(settings)
+        if not settings.public_url:
+            host = f"[{settings.host}]" if ":" in settings.host else settings.host
+            settings = dataclasses.replace(settings, public_url=f"http://{host}:{settings.port}")
+        elif not settings.public_url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"OSTE_PUBLIC_URL must start with http:// or https://, got {settings.public_url!r}"
+            )
+        settings = dataclasses.replace(settings, public_url=settings.public_url.rstrip("/"))
         if not settings.node_name:
             settings = dataclasses.replace(settings, node_name=os.uname().nodename)
         _check_timings(settings)

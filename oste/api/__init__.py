@@ -11,6 +11,7 @@ from oste.api import (
     activity_types,
     audit,
     calendars,
+    completions,
     destinations,
     events,
     log_shipping,
@@ -53,6 +54,7 @@ def _routes() -> list[BaseRoute]:
         *stats.ROUTES,
         *events.ROUTES,
         *destinations.ROUTES,
+        *completions.ROUTES,
     ]
 
 

@@ -15,6 +15,7 @@ from oste.api.fairness import ApiShares
 from oste.api.feeds import EventFeeds
 from oste.api.requests import read_json
 from oste.operations.faces import FaceContext
+from oste.operations.throttle import SignInThrottle
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +29,9 @@ class ApiContext(FaceContext):
     """OSTE_MAX_PARAMETER_BYTES: the largest parameter of one activity, as compact JSON."""
     metrics_token: str | None = None
     """OSTE_METRICS_TOKEN: reads /metrics on this port (so does the admin token)."""
+    completion_throttle: SignInThrottle = field(default_factory=SignInThrottle)
+    """Unknown completion tokens by address (``oste.api.completions``): a receiver guessing them is
+    slowed down there, without locking the API's callers at that address out."""
     shares: ApiShares = field(default_factory=ApiShares)
     """Each company's open streams, long-polls and heavy requests in this process (``oste.api.fairness``)."""
     company_rates: CompanyRates = field(default_factory=CompanyRates)

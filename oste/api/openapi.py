@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from oste import __version__
-from oste.api import audit, log_shipping, stats
+from oste.api import audit, completions, log_shipping, stats
 from oste.api.spec_links import links_of
 from oste.api.spec_names import name_shared_schemas
 from oste.domain import schemas
@@ -695,6 +695,48 @@ TABLE: dict[str, tuple[Op, ...]] = {
             "company's), with their circuit breakers.",
         ),
     ),
+    "Completions": (
+        Op(
+            "POST",
+            "/v1/completions/{token}",
+            "completeAttempt",
+            "Complete a waiting attempt by callback",
+            status=204,
+            body="CallbackOutcome",
+            public=True,
+            conflict="the token is not its activity's current attempt's, or the activity no longer waits "
+            "(already completed, timed out, cancelled, requeued): nothing changed",
+            description="A receiver of a `completion: callback` type that answered `202` posts its outcome "
+            "to the `OSTE-Completion-Url` of the attempt, once; the URL is the only credential. An "
+            "unknown token answers 404 and counts among the address's wrong tokens (429 past the limit).",
+            responses={
+                "404": {"description": "No such completion token", **_content(_ref("Problem"), PROBLEM_JSON)},
+                "429": {
+                    "description": "Too many wrong tokens from this address",
+                    **_content(_ref("Problem"), PROBLEM_JSON),
+                    "headers": _RETRY_AFTER,
+                },
+            },
+        ),
+        Op(
+            "POST",
+            "/v1/completions/{token}/heartbeat",
+            "heartbeatAttempt",
+            "Keep a waiting attempt alive",
+            "CompletionDeadline",
+            public=True,
+            conflict="the token is not its activity's current attempt's, or the activity no longer waits",
+            description="Moves the attempt's deadline to now plus its type's `completion_timeout`.",
+            responses={
+                "404": {"description": "No such completion token", **_content(_ref("Problem"), PROBLEM_JSON)},
+                "429": {
+                    "description": "Too many wrong tokens from this address",
+                    **_content(_ref("Problem"), PROBLEM_JSON),
+                    "headers": _RETRY_AFTER,
+                },
+            },
+        ),
+    ),
     "Schedules": (
         Op(
             "POST",
@@ -740,6 +782,11 @@ _PATH_PARAMETERS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "key_id": ("key_id", "Id of the API key", schemas.ID),
     "activity_id": ("id", "Id of the activity", schemas.ID),
     "recurring_id": ("id", "Id of the recurring activity", schemas.ID),
+    "token": (
+        "token",
+        "The completion token of an attempt (from its `OSTE-Completion-Url`): the only credential",
+        {"type": "string", "maxLength": 200},
+    ),
     "destination": (
         "destination",
         "A destination, `scheme://host:port` (as is, or percent-encoded)",
@@ -984,6 +1031,7 @@ def _component_schemas() -> dict[str, Any]:
         **log_shipping.COMPONENT_SCHEMAS,
         **audit.COMPONENT_SCHEMAS,
         **stats.COMPONENT_SCHEMAS,
+        **completions.COMPONENT_SCHEMAS,
     }
 
 

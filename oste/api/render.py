@@ -114,6 +114,8 @@ def activity_type(t: r.ActivityType, solution_name: str) -> dict[str, Any]:
         "fail_statuses": list(t.fail_statuses) if t.fail_statuses is not None else None,
         "max_snoozes": t.max_snoozes,
         "max_lateness": format_duration(t.max_lateness) if t.max_lateness is not None else None,
+        "completion": t.completion,
+        "completion_timeout": format_duration(t.completion_timeout),
         "per_object": per_object(t.per_object),
         "created_at": iso(t.created_at),
         "updated_at": iso(t.updated_at),

@@ -54,7 +54,7 @@ class AccessLogger(HypercornLogger):
     async def access(self, request: Any, response: Any, request_time: float) -> None:
         client = request.get("client")
         query = request.get("query_string", b"")
-        path = request.get("path", "") + (f"?{query.decode('latin-1')}" if query else "")
+        path = _without_secrets(request.get("path", "")) + (f"?{query.decode('latin-1')}" if query else "")
         status = response.get("status") if response else None
         headers = (response or {}).get("headers", ())
         size = next((v.decode("latin-1") for k, v in headers if k.lower() == b"content-length"), "-")
@@ -74,6 +74,17 @@ class AccessLogger(HypercornLogger):
                 "duration_ms": round(request_time * 1000.0, 3),
             },
         )
+
+
+def _without_secrets(path: str) -> str:
+    """The path as the access log shows it: a completion URL's token (its only credential) hidden."""
+    if path.startswith(COMPLETIONS):
+        rest = path[len(COMPLETIONS) :]
+        return COMPLETIONS + "…" + ("/heartbeat" if rest.endswith("/heartbeat") else "")
+    return path
+
+
+COMPLETIONS = "/v1/completions/"
 
 
 class StartupFailure:

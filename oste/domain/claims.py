@@ -92,6 +92,10 @@ class DispatchTarget:
     max_snoozes: int = 50
     """``OSTE-Snooze`` answers an activity of this type may give; one more counts as ``retry``."""
     max_lateness: float | None = None
+    completion: str = "response"
+    """``callback``: each attempt carries an ``OSTE-Completion-Url`` and a 202 waits for its call."""
+    completion_timeout: float = 3600.0
+    """Seconds a 202 of a ``callback`` type waits for its callback or a heartbeat."""
     """Seconds after ``scheduled_for`` past which no attempt of this type starts (None: no bound)."""
     per_object: bool = False
     """True when the type has per-object flow control: a completion may let the object's next start,
@@ -179,6 +183,9 @@ class AttemptReport:
     with OSTE's own trust settings): evidence about the host, not about the request. Never a timeout."""
     snooze: float | None = None
     """Seconds a valid ``OSTE-Snooze`` asked for (the outcome is then ``snoozed``)."""
+    awaiting: bool = False
+    """True when a ``callback`` type's receiver answered 202: the activity stays ``running`` and
+    waits for the call to its ``OSTE-Completion-Url`` (the completion's state is ``running``)."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +235,8 @@ class ExpiredClaim:
     backoff_max: float
     on_dead_letter: str | None = None
     solution_id: uuid.UUID | None = None
+    awaiting_since: datetime | None = None
+    """Set when the activity waited for its receiver's callback (a 202) and its deadline passed."""
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
+import secrets
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
+
+import orjson
 
 from oste.domain.claims import AttemptReport, Claim, Completion, ExpiredClaim, FollowOn
 from oste.domain.records import ActivityState, Outcome
@@ -27,6 +32,10 @@ MAX_ABORT_REASON = 500
 
 MAX_HEADER_READ = 1_000
 """Characters of a receiver's ``OSTE-Snooze`` value read at most (a longer one is ignored)."""
+
+COMPLETION_HEADER = "OSTE-Completion-Url"
+CALLBACK_OUTCOMES = ("ok", "failed", "retry")
+"""What a receiver's callback may say: ``ok`` succeeds, ``failed`` dead-letters, ``retry`` retries."""
 
 ABORTED = "aborted by the receiver"
 SNOOZE_HEADER = "OSTE-Snooze"
@@ -224,6 +233,21 @@ def conclude(claim: Claim, report: AttemptReport, node: str, rng: random.Random 
     if outcome == Outcome.SNOOZED:
         later = timedelta(seconds=report.retry_after or 0.0)
         state, left, at = ActivityState.SCHEDULED, claim.retries, report.finished_at + later
+    elif report.awaiting:  # a 202 of a callback type: running until its callback or its deadline
+        later = timedelta(seconds=target.completion_timeout)
+        state, left, at = ActivityState.RUNNING, claim.retries, report.finished_at + later
+        return Completion(
+            claim.activity_id,
+            claim.claim_token,
+            claim.attempt,
+            state,
+            left,
+            at,
+            node,
+            report,
+            None,
+            target.solution_id,
+        )
     elif outcome == Outcome.EXPIRED:
         state, left, at = ActivityState.DEAD, claim.retries, None
     else:
@@ -291,6 +315,8 @@ def conclude_expired(expired: ExpiredClaim, now: datetime, rng: random.Random | 
         error=f"lease expired: node {expired.owner!r} did not complete the attempt in time "
         "(it stopped, or lost the database); the request may or may not have been received",
     )
+    if expired.awaiting_since is not None:
+        report = callback_timeout_report(expired.awaiting_since, now)
     state, left, at = next_step(
         Outcome.ERROR,
         expired.retries,
@@ -313,4 +339,58 @@ def conclude_expired(expired: ExpiredClaim, now: datetime, rng: random.Random | 
         report,
         follow,
         expired.solution_id,
+    )
+
+
+def completion_token(activity_id: uuid.UUID) -> str:
+    """A new completion token of an attempt of ``activity_id``: its id (32 hex digits) then 256
+    random bits (URL-safe base64). Only its ``token_digest`` is stored."""
+    return activity_id.hex + secrets.token_urlsafe(32)
+
+
+def token_digest(token: str, claim_token: uuid.UUID) -> str:
+    """The SHA-256 (hex) of a completion token and the claim it was made for, as the activity keeps
+    it: once the activity is claimed again, the old attempt's token no longer matches."""
+    return hashlib.sha256(f"{claim_token.hex}:{token}".encode("utf-8", "replace")).hexdigest()
+
+
+def token_activity(token: str) -> uuid.UUID | None:
+    """The activity a completion token names, or None when it is not shaped like one."""
+    if len(token) != 75:
+        return None
+    try:
+        return uuid.UUID(hex=token[:32])
+    except ValueError:
+        return None
+
+
+def callback_report(
+    outcome: str, started_at: datetime, now: datetime, result: Any = None, error: str | None = None
+) -> AttemptReport:
+    """The report of an attempt its receiver completed by callback: ``ok``, ``failed`` (a dead letter)
+    or ``retry``; ``result`` (JSON) becomes the response excerpt a success follow-on merges."""
+    kind = {"ok": Outcome.OK, "failed": Outcome.FAILED, "retry": Outcome.RETRY}[outcome]
+    excerpt = orjson.dumps(result).decode() if result is not None else None
+    reason = "".join(ch if ch.isprintable() else " " for ch in (error or "")[: MAX_ABORT_REASON * 2]).strip()
+    said = f"callback: {outcome}" + (f": {reason[:MAX_ABORT_REASON]}" if reason else "")
+    return AttemptReport(
+        kind,
+        started_at,
+        now,
+        max((now - started_at).total_seconds() * 1000.0, 0.0),
+        202,
+        None if kind == Outcome.OK else said,
+        excerpt,
+    )
+
+
+def callback_timeout_report(started_at: datetime, now: datetime) -> AttemptReport:
+    """The report of a 202 whose callback (or heartbeat) did not come before its deadline: an error."""
+    return AttemptReport(
+        Outcome.ERROR,
+        started_at,
+        now,
+        max((now - started_at).total_seconds() * 1000.0, 0.0),
+        202,
+        "completion timed out: no callback to OSTE-Completion-Url before the type's completion_timeout",
     )

@@ -220,6 +220,11 @@ class ActivityType:
     """``OSTE-Snooze`` answers one activity may give; one more is treated as ``retry``."""
     max_lateness: float | None = None
     """Seconds after ``scheduled_for`` past which no attempt starts: the activity ends ``expired``."""
+    completion: str = "response"
+    """``response`` (an attempt ends with its answer) or ``callback`` (a 202 waits for the receiver's
+    call to the attempt's ``OSTE-Completion-Url``)."""
+    completion_timeout: float = 3600.0
+    """Seconds a 202 of a ``callback`` type waits for its callback or a heartbeat."""
     per_object: PerObject | None = None
     """Per-object flow control (None: activities of the same object go out independently)."""
 
@@ -273,6 +278,11 @@ class Activity:
     """No attempt starts after it: reached unsent or between retries, the activity ends ``expired``."""
     snoozes: int = 0
     """``OSTE-Snooze`` answers so far (bounded by the type's ``max_snoozes``)."""
+    completion_heartbeats: int | None = None
+    """Set while its attempt's receiver answered 202 and the activity waits for its callback (a
+    ``completion: callback`` type): the heartbeats received since; None otherwise."""
+    completion_deadline: datetime | None = None
+    """While it waits for its callback: when the attempt times out unless a heartbeat moves it."""
     labels: dict[str, str] | None = None
     """The caller's labels (an occurrence: its recurring activity's); None: none."""
     traceparent: str | None = None

@@ -127,6 +127,7 @@ def type_values(
             "paused",
             "breaker_failures",
             "max_snoozes",
+            "completion",
         )
         if k in data
     }
@@ -180,6 +181,13 @@ def _durations(data: dict[str, Any], values: dict[str, Any], errors: FieldErrors
             )
             if values["max_lateness"] is not None and values["max_lateness"] <= 0:
                 raise InvalidInput.field("max_lateness", "must be longer than zero, or null for no bound")
+    if "completion_timeout" in data:
+        with errors.check():
+            values["completion_timeout"] = parse_duration(
+                data["completion_timeout"], "completion_timeout", MAX_COMPLETION_TIMEOUT
+            )
+            if values["completion_timeout"] <= 0:
+                raise InvalidInput.field("completion_timeout", "must be longer than zero")
     if "on_success_delay" in data:
         delay = data["on_success_delay"]
         with errors.check():
@@ -187,6 +195,9 @@ def _durations(data: dict[str, Any], values: dict[str, Any], errors: FieldErrors
                 None if delay is None else parse_duration(delay, "on_success_delay", MAX_ON_SUCCESS_DELAY)
             )
 
+
+MAX_COMPLETION_TIMEOUT = 30 * 86400.0
+"""A callback type's ``completion_timeout`` is at most 30 days."""
 
 MAX_LATENESS = 365 * 86400.0
 """A type's ``max_lateness`` is at most a year."""
@@ -238,6 +249,8 @@ TYPE_DEFAULTS: dict[str, Any] = {
     "fail_statuses": None,
     "max_snoozes": 50,
     "max_lateness": None,
+    "completion": "response",
+    "completion_timeout": 3600.0,
     "per_object": None,
 }
 """A created type's values for the fields its body leaves out."""

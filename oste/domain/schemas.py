@@ -360,6 +360,18 @@ ACTIVITY_TYPE_CREATE = _obj(
             "description": "No attempt starts this long after `scheduled_for` (at most P365D; null: no "
             "bound): the activity ends `dead` with `last_outcome: expired`, unsent",
         },
+        "completion": {
+            "type": "string",
+            "enum": ["response", "callback"],
+            "description": "`response` (default): an attempt ends with its answer. `callback`: each attempt "
+            "carries `OSTE-Completion-Url`, and a `202` leaves the activity running until the receiver "
+            "posts its outcome there (or `completion_timeout` passes: an `error`, retried)",
+        },
+        "completion_timeout": {
+            **DURATION,
+            "description": "How long a `202` of a `callback` type waits for its callback or a heartbeat "
+            "(default PT1H, at most P30D)",
+        },
         "per_object": PER_OBJECT,
     },
     ("name", "verb", "uri_pattern"),

@@ -71,6 +71,9 @@ class ExecutorConfig:
     excerpt_bytes: int = DEFAULT_EXCERPT_BYTES
     resolver: Any = None
     """An aiohttp resolver to ask before the SSRF guard filters (tests inject fake DNS); None: threaded."""
+    public_url: str | None = None
+    """``OSTE_PUBLIC_URL``: the base of a callback type's ``OSTE-Completion-Url`` (None: callback types
+    are sent as ``response`` ones, since no receiver could call back)."""
     ca_file: str | None = None
     """A PEM file of CA certificates trusted for HTTPS receivers and token endpoints beside the system's
     (``OSTE_CA_FILE``; tests trust their own CA with it); None: the system's alone."""

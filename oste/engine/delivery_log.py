@@ -113,7 +113,7 @@ def log_delivery(
             report.http_status,
             report.duration_ms,
             lag,
-            state,
+            _waiting(completion) if report.awaiting else state,
             extra=extra,
         )
         return
@@ -170,3 +170,13 @@ def _why_dead(outcome: str) -> str:
     if outcome == "expired":
         return "not sent (past its expires_at or its type's max_lateness)"
     return "no retry left"
+
+
+def _waiting(completion: Completion) -> str:
+    """What a 202 of a callback type leaves: the activity waits for its callback until a deadline."""
+    deadline = completion.next_attempt_at
+    return (
+        f"waiting for its callback until {deadline.isoformat(timespec='milliseconds')}"
+        if deadline
+        else "waiting"
+    )

@@ -20,7 +20,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeGuard
@@ -33,13 +33,16 @@ from oste.domain.claims import AttemptReport, Claim, Completion, Deferral, Dispa
 from oste.domain.clock import Clock
 from oste.domain.delivery import (
     ABORT_HEADER,
+    COMPLETION_HEADER,
     SNOOZE_HEADER,
     abort_reason,
     classify,
+    completion_token,
     conclude,
     expired_report,
     parse_retry_after,
     parse_snooze,
+    token_digest,
 )
 from oste.domain.outbound import OutboundRequest, build_request
 from oste.domain.parameters import fill_uri
@@ -91,6 +94,7 @@ class Executor:
         may_send: Callable[[], bool] | None = None,
         latest: Callable[[DispatchTarget], DispatchTarget] | None = None,
         expired: Callable[[Claim], bool] | None = None,
+        arm: Callable[[Claim, str], Awaitable[bool]] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -115,6 +119,9 @@ class Executor:
         self.expired = expired
         """True for a claim whose lease ended before it could be sent (the node was stopped or cut off
         past it): it is not sent, since another node may be sending it already; its rescue sends it."""
+        self.arm = arm
+        """Writes the digest of an attempt's completion token on its activity (guarded by the claim
+        token) before a ``callback`` type's request goes out; False: the claim is no longer current."""
         self.may_send = may_send
         """False while too many completions wait to be written: no new request starts then, so a crash
         repeats at most the requests in flight plus one batch of unwritten completions."""
@@ -343,9 +350,17 @@ class Executor:
             url = URL(request.url, encoded=True) if request.url.isascii() else URL(request.url)
         except ValueError as exc:
             return self._report(started, t0, Outcome.FAILED, error=f"invalid URL: {exc}")
+        callback = claim.target.completion == "callback" and bool(self.config.public_url and self.arm)
+        if callback:
+            armed = await self._armed(claim, request)
+            if isinstance(armed, str):
+                report = self._report(started, t0, Outcome.ERROR, error=armed)
+                return dataclasses.replace(report, reached_receiver=False)
+            request = armed
         host = TARGET_HOST.set(url.host)
         try:
-            return await self._send(request, url, claim.target, started, t0)
+            report = await self._send(request, url, claim.target, started, t0)
+            return _awaiting(report, request.headers[COMPLETION_HEADER]) if callback else report
         except AuthFailure as exc:  # no token or certificate: the request was not sent
             error = _redactor(claim.target, None).text(str(exc))
             report = self._report(started, t0, exc.outcome, error=error, retry_after=exc.retry_after)
@@ -357,6 +372,19 @@ class Executor:
             return report
         finally:
             TARGET_HOST.reset(host)
+
+    async def _armed(self, claim: Claim, request: OutboundRequest) -> OutboundRequest | str:
+        """The request of a ``callback`` type's attempt with its ``OSTE-Completion-Url``, the digest of
+        its new token stored first; or why it is not sent (the claim was lost, the database is out)."""
+        assert self.arm is not None
+        token = completion_token(claim.activity_id)
+        try:
+            if not await self.arm(claim, token_digest(token, claim.claim_token)):
+                return "not sent: the claim was taken over before the request went out"
+        except Exception as exc:  # a database outage: not sent, retried like a failed attempt
+            return f"not sent: the completion token could not be stored: {exc}"
+        url = f"{self.config.public_url}/v1/completions/{token}"
+        return dataclasses.replace(request, headers={**request.headers, COMPLETION_HEADER: url})
 
     async def _send(
         self, request: OutboundRequest, url: URL, target: DispatchTarget, started: datetime, t0: float
@@ -473,6 +501,20 @@ class Executor:
             )
         log.exception("unexpected error while firing")
         return self._report(started, t0, Outcome.ERROR, error=f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _awaiting(report: AttemptReport, completion_url: str) -> AttemptReport:
+    """A callback type's report: a 202 waits for its callback; an answer that echoed the completion
+    token keeps it nowhere (the token is the URL's only credential)."""
+    secret = completion_url.rsplit("/", 1)[1][32:]
+    excerpt, error = report.response_excerpt, report.error
+    if excerpt is not None and secret in excerpt:
+        excerpt = excerpt.replace(secret, "[redacted]")
+    if error is not None and secret in error:
+        error = error.replace(secret, "[redacted]")
+    if report.http_status == 202 and report.outcome == Outcome.OK:
+        return dataclasses.replace(report, awaiting=True, error=None, response_excerpt=excerpt)
+    return dataclasses.replace(report, response_excerpt=excerpt, error=error)
 
 
 def _plain_connect_failure(exc: Exception) -> TypeGuard[aiohttp.ClientConnectorError]:

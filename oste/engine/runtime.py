@@ -145,6 +145,7 @@ class Engine:
             may_send=self._may_send,
             latest=self.store.latest_target,
             expired=self._lease_over,
+            arm=self.store.arm_completion,
         )
         self.keeper = DestinationKeeper(self.gate, self.storage.destinations, node.id, self.executor.pump)
         self.gate.wake = self.keeper.wake

@@ -15,8 +15,9 @@ from typing import Any
 
 from oste.domain import records as r
 from oste.domain.bulk import BulkResult, UpdatePlan
+from oste.domain.delivery import token_activity
 from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES
-from oste.errors import Conflict
+from oste.errors import Conflict, NotFound
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
 from oste.storage import QUOTA_FULL, Change
@@ -30,6 +31,28 @@ class ActivityOperations:
     def __init__(self, context: OperationContext) -> None:
         self.context = context
         self.store = context.store
+
+    async def complete_by_callback(self, token: str, outcome: str, result: Any, error: str | None) -> None:
+        """A receiver's callback to its attempt's ``OSTE-Completion-Url``: applied exactly once. The
+        token is the only credential; NotFound for an unknown one, Conflict when it is not the current
+        attempt's or the activity no longer waits (completed, cancelled, requeued)."""
+        activity_id = token_activity(token)
+        said = "unknown"
+        if activity_id is not None:
+            said = await self.context.storage.dispatch.complete_by_callback(
+                activity_id, token, outcome, result, error
+            )
+        _callback_said(said)
+
+    async def heartbeat_completion(self, token: str) -> Any:
+        """A waiting callback's heartbeat: its deadline moves to now plus ``completion_timeout``
+        (returned). NotFound and Conflict as ``complete_by_callback``."""
+        activity_id = token_activity(token)
+        said, deadline = "unknown", None
+        if activity_id is not None:
+            said, deadline = await self.context.storage.dispatch.heartbeat_completion(activity_id, token)
+        _callback_said(said)
+        return deadline
 
     async def create(
         self, actor: Actor, company: r.Company, solution: r.Solution, item: r.NewActivity
@@ -207,3 +230,13 @@ def _steered(item: r.NewActivity) -> bool:
     """Whether creating ``item`` replaces or debounces its object's pending activities."""
     flow = item.activity_type.per_object
     return flow is not None and item.object_id is not None and flow.on_new != "keep"
+
+
+def _callback_said(said: str) -> None:
+    if said == "unknown":
+        raise NotFound("no activity has this completion token")
+    if said == "conflict":
+        raise Conflict(
+            "this completion token is not the current attempt's, or the activity no longer waits for "
+            "it (already completed, timed out, cancelled or requeued): nothing changed"
+        )

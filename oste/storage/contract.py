@@ -715,6 +715,30 @@ class Dispatch(Protocol):
         """Extend the lease of every running activity claimed under ``tokens`` to ``until``."""
         ...
 
+    async def arm_completion(self, claim: Claim, digest: str) -> bool:
+        """Keep the digest of the completion token the claim's attempt is about to carry (before the
+        request goes out). False when the claim is no longer current."""
+        ...
+
+    async def complete_by_callback(
+        self,
+        activity_id: uuid.UUID,
+        token: str,
+        outcome: str,
+        result: Any,
+        error: str | None,
+        rng: random.Random | None = None,
+    ) -> str:
+        """Apply a receiver's callback once (one conditional write, in its own transaction): ``ok``
+        succeeds, ``failed`` dead-letters, ``retry`` retries. Returns ``applied``, ``unknown`` (no such
+        activity) or ``conflict`` (not the current attempt's token, or no longer running)."""
+        ...
+
+    async def heartbeat_completion(self, activity_id: uuid.UUID, token: str) -> tuple[str, datetime | None]:
+        """Move a waiting callback's deadline to now plus its type's ``completion_timeout``: (``applied``,
+        the deadline), or (``unknown``/``conflict``, None)."""
+        ...
+
     async def release_claims(self, claims: Iterable[Claim]) -> int:
         """Hand unstarted claims back: ``scheduled`` again, due as before, the attempt not counted."""
         ...

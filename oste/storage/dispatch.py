@@ -14,6 +14,7 @@ SQL that differs per dialect is a member of the ``Dialect`` (``oste.storage.dial
 
 from __future__ import annotations
 
+import hmac
 import random
 import re
 import secrets
@@ -26,6 +27,7 @@ from typing import Any
 
 from tortoise import connections
 from tortoise.exceptions import IntegrityError
+from tortoise.expressions import F
 from tortoise.transactions import in_transaction
 
 from oste.domain.bound_credentials import credential_fields
@@ -39,7 +41,7 @@ from oste.domain.claims import (
     NodeInfo,
 )
 from oste.domain.clock import Clock
-from oste.domain.delivery import StatusPolicy, conclude_expired
+from oste.domain.delivery import StatusPolicy, callback_report, conclude, conclude_expired, token_digest
 from oste.domain.ids import new_id
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.domain.receiver_auth import auth_from_document
@@ -544,12 +546,129 @@ class DispatchStore:
         ignored entirely and counted as stale. Each chunk is written in one transaction.
         """
         applied = stale = 0
+        waiting = [c for c in completions if c.state == ActivityState.RUNNING]
+        if waiting:
+            done = await self._await_callbacks(waiting)
+            applied, stale = done, len(waiting) - done
+            completions = [c for c in completions if c.state != ActivityState.RUNNING]
         for start in range(0, len(completions), WRITE_CHUNK):
             chunk = completions[start : start + WRITE_CHUNK]
             done = await self._complete_chunk(chunk)
             applied += done
             stale += len(chunk) - done
         return CompletionResult(applied, stale)
+
+    async def _await_callbacks(self, waiting: Sequence[Completion]) -> int:
+        """Leave 202s of callback types ``running``, waiting for their callbacks until their deadline
+        (``lease_expires_at``; the rescuer ends them past it). Returns how many were still current."""
+        now = self.clock.now()
+        done = 0
+        async with self._db():
+            for c in waiting:
+                current = m.Activity.filter(
+                    id=c.activity_id, state=ActivityState.RUNNING, claim_token=c.claim_token
+                )
+                first = await current.filter(completion_heartbeats__isnull=True).update(
+                    lease_expires_at=c.next_attempt_at,
+                    completion_heartbeats=0,
+                    claimed_by=None,  # no node holds it: its lease is the callback's deadline
+                    updated_at=now,
+                )  # else a heartbeat came before this write: its count stands
+                done += first or await current.update(
+                    lease_expires_at=c.next_attempt_at, claimed_by=None, updated_at=now
+                )
+        return done
+
+    async def arm_completion(self, claim: Claim, digest: str) -> bool:
+        """Keep the digest of the completion token the claim's attempt is about to carry (before the
+        request goes out: its receiver may call back before the answer is written). False when the
+        claim is no longer current."""
+        async with self._db():
+            changed = await m.Activity.filter(
+                id=claim.activity_id, state=ActivityState.RUNNING, claim_token=claim.claim_token
+            ).update(completion_hash=digest, completion_heartbeats=None)
+        return changed > 0
+
+    async def _callback_row(self, activity_id: uuid.UUID, token: str) -> m.Activity | None:
+        """The activity a completion token names, when it exists (its token may no longer match)."""
+        async with self._db():
+            row = await m.Activity.filter(id=activity_id).first()
+            if row is not None:  # its type read whole, as a claim reads it (URI, secrets, chaining)
+                kinds = await m.ActivityType.filter(id=row.activity_type_id).select_related(
+                    "solution__company"
+                )
+                row.activity_type = kinds[0]
+            return row
+
+    @staticmethod
+    def _current(row: m.Activity, token: str) -> bool:
+        """True when ``token`` is the completion token of the activity's current, running attempt."""
+        if row.state != ActivityState.RUNNING or row.claim_token is None or row.completion_hash is None:
+            return False
+        return hmac.compare_digest(row.completion_hash, token_digest(token, row.claim_token))
+
+    async def complete_by_callback(
+        self,
+        activity_id: uuid.UUID,
+        token: str,
+        outcome: str,
+        result: Any,
+        error: str | None,
+        rng: random.Random | None = None,
+    ) -> str:
+        """Apply a receiver's callback once: ``ok`` succeeds the activity (``result`` feeds a success
+        follow-on like a response body), ``failed`` dead-letters it, ``retry`` retries it. Returns
+        ``applied``, ``unknown`` (no such activity) or ``conflict`` (not its current attempt's token,
+        already completed, cancelled, requeued)."""
+        row = await self._callback_row(activity_id, token)
+        if row is None:
+            return "unknown"
+        if not self._current(row, token):
+            return "conflict"
+        now = self.clock.now()
+        assert row.claim_token is not None and row.lease_expires_at is not None
+        claim = Claim(
+            row.id,
+            row.claim_token,
+            row.claimed_by or "callback",
+            row.attempts + 1,
+            row.retries,
+            row.partition,
+            row.scheduled_for,
+            row.next_attempt_at,
+            row.parameter or {},
+            row.recurring_activity_id,
+            row.occurrence_at,
+            row.lease_expires_at,
+            _target(row.activity_type),
+            row.priority,
+            row.uri_override,
+            row.expires_at,
+            row.snoozes,
+        )
+        started = row.updated_at if row.claimed_by is None else now
+        completion = conclude(claim, callback_report(outcome, started, now, result, error), "callback", rng)
+        async with self._db():
+            hook = _after_completions([completion], await subscribed_solutions(now, self.connection))
+            ids = await self.strategy.record_completions(self.connection, [completion], now, hook)
+        await publish(self.connection, ids)
+        return "applied" if ids else "conflict"
+
+    async def heartbeat_completion(self, activity_id: uuid.UUID, token: str) -> tuple[str, datetime | None]:
+        """Move a waiting callback's deadline to now plus its type's ``completion_timeout``. Returns
+        (``applied``, the new deadline), or (``unknown``/``conflict``, None) as ``complete_by_callback``."""
+        row = await self._callback_row(activity_id, token)
+        if row is None:
+            return "unknown", None
+        if not self._current(row, token):  # a heartbeat may come before the 202 is written
+            return "conflict", None
+        deadline = self.clock.now() + timedelta(seconds=row.activity_type.completion_timeout)
+        beats = F("completion_heartbeats") + 1 if row.completion_heartbeats is not None else 1
+        async with self._db():
+            changed = await m.Activity.filter(
+                id=row.id, state=ActivityState.RUNNING, claim_token=row.claim_token
+            ).update(lease_expires_at=deadline, completion_heartbeats=beats)
+        return ("applied", deadline) if changed else ("conflict", None)
 
     async def _complete_chunk(self, chunk: Sequence[Completion]) -> int:
         now = self.clock.now()
@@ -566,7 +685,9 @@ class DispatchStore:
             return 0
         p = Params(self.strategy)
         assign = f"lease_expires_at = {p.add(until)}"
-        where = "state = 'running' AND " + self._in_uuids("claim_token", token_list, p)
+        where = "state = 'running' AND claimed_by IS NOT NULL AND " + self._in_uuids(
+            "claim_token", token_list, p
+        )
         async with self._db():
             rows = await self._conn().execute_query_dict(
                 self.strategy.update_locked("activity", assign, where), p.values
@@ -659,6 +780,7 @@ class DispatchStore:
                 row.activity_type.backoff_max,
                 row.activity_type.on_dead_letter,
                 row.solution_id,
+                row.updated_at if row.claimed_by is None and row.completion_hash else None,
             )
             for row in rows
             if row.claim_token is not None and row.lease_expires_at is not None
@@ -732,6 +854,8 @@ def _target(row: m.ActivityType) -> DispatchTarget:
         status_policy=StatusPolicy.of(row.retry_statuses, row.fail_statuses),
         max_snoozes=row.max_snoozes,
         max_lateness=row.max_lateness,
+        completion=row.completion,
+        completion_timeout=row.completion_timeout,
         per_object=row.per_object_scope is not None,
     )
 

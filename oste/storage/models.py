@@ -166,6 +166,12 @@ class ActivityType(Model):
     max_snoozes = fields.IntField(default=50, db_default=50)
     max_lateness = fields.FloatField(null=True)
     """Seconds after ``scheduled_for`` past which no attempt starts (None: no bound)."""
+    completion = fields.CharField(max_length=8, default="response", db_default="response")
+    """``response``: an attempt ends with its answer; ``callback``: a 202 waits for the receiver's
+    callback to the attempt's ``OSTE-Completion-Url``."""
+    completion_timeout = fields.FloatField(default=3600.0, db_default=3600.0)
+    """Seconds a 202 of a ``callback`` type waits for its callback (or a heartbeat) before it is an
+    ``error``."""
     per_object_scope = fields.CharField(max_length=8, null=True)
     """Per-object flow control (``oste.domain.records.PerObject``): ``type`` or ``solution``; None: none.
     The claim reads these columns, so they are columns, not one JSON document."""
@@ -283,6 +289,12 @@ class Activity(Model):
     traceparent = fields.CharField(max_length=55, null=True)
     """The caller's W3C trace context (``oste.domain.tracecontext``): each attempt is sent in its trace."""
     tracestate = fields.CharField(max_length=512, null=True)
+    completion_hash = fields.CharField(max_length=64, null=True)
+    """SHA-256 (hex) of the completion token the current attempt of a ``callback`` type carries; the
+    token itself is never stored."""
+    completion_heartbeats = fields.IntField(null=True)
+    """None unless the current attempt was answered 202 and waits for its callback (its deadline is
+    ``lease_expires_at``): the heartbeats received since."""
 
     class Meta:
         table = "activity"

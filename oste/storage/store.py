@@ -104,11 +104,17 @@ def activity_record(row: m.Activity | Mapping[str, Any], type_name: str) -> r.Ac
     if isinstance(row, Mapping):
         row = _decoded(row, _ACTIVITY_IDS, _ACTIVITY_TIMES, _DOCUMENTS if "labels" in row else _PARAMETER)
         state, outcome = row["state"], row["last_outcome"]
+        beats = row.get("completion_heartbeats")
+        deadline = optional_time_of(row.get("lease_expires_at")) if beats is not None else None
     else:
         state, outcome = row.state, row.last_outcome
+        beats = row.completion_heartbeats
+        deadline = row.lease_expires_at if beats is not None else None
     return to_record(
         r.Activity,
         row,
+        completion_heartbeats=beats,
+        completion_deadline=deadline,
         activity_type=type_name,
         state=r.ActivityState(state),
         last_outcome=r.Outcome(outcome) if outcome else None,

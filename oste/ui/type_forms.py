@@ -108,6 +108,8 @@ def _values_of(kind: r.ActivityType) -> dict[str, str]:
         "fail_statuses": ", ".join(str(s) for s in kind.fail_statuses or ()),
         "max_snoozes": str(kind.max_snoozes),
         "max_lateness": "" if kind.max_lateness is None else format_duration(kind.max_lateness),
+        "completion": kind.completion,
+        "completion_timeout": format_duration(kind.completion_timeout),
         "max_concurrency": "" if kind.max_concurrency is None else str(kind.max_concurrency),
         "rate_limit": "" if kind.rate_limit is None else f"{kind.rate_limit:g}",
         "on_success": kind.on_success or "",
@@ -167,6 +169,8 @@ def _new_values() -> dict[str, str]:
         "backoff_base": "PT1S",
         "backoff_max": "PT1H",
         "max_snoozes": "50",
+        "completion": "response",
+        "completion_timeout": "PT1H",
         "header_rows": str(BLANK_HEADER_ROWS),
         "auth/type": "",
     }
@@ -257,6 +261,8 @@ def _body(
         "headers": _headers(form, current, errors, kept),
         "max_snoozes": whole(form, "max_snoozes", errors, 50),
         "max_lateness": text(form, "max_lateness") or None,
+        "completion": text(form, "completion") or "response",
+        "completion_timeout": text(form, "completion_timeout") or "PT1H",
         "per_object": _per_object(form, errors),
     }
     for name in ("retry_statuses", "fail_statuses"):

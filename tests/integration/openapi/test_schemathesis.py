@@ -136,7 +136,10 @@ def aim(case: schemathesis.Case) -> None:
         return
     if case.path_parameters:
         real = real_path_values(case.method, case.operation.path)
-        case.path_parameters = {**case.path_parameters, **{k: real[k] for k in case.path_parameters}}
+        case.path_parameters = {
+            **case.path_parameters,
+            **{k: real[k] for k in case.path_parameters if k in real},
+        }
     if case.method.upper() == "POST":
         aim_body(case.operation.path, case.body, choice)
 

@@ -95,7 +95,14 @@ def test_only_system_endpoints_are_public() -> None:
         for method, op in item.items()
         if method in METHODS and op.get("security") == []
     }
-    assert public == {"/healthz", "/readyz", "/openapi.json", "/docs"}  # /metrics names every tenant
+    assert public == {  # /metrics names every tenant; a completion URL's token is its credential
+        "/healthz",
+        "/readyz",
+        "/openapi.json",
+        "/docs",
+        "/v1/completions/{token}",
+        "/v1/completions/{token}/heartbeat",
+    }
 
 
 async def test_swagger_ui_is_served_from_bundled_assets(client: httpx.AsyncClient) -> None:

@@ -27,6 +27,9 @@ def test_every_authenticated_operation_documents_429_with_retry_after() -> None:
                 continue
             documented = "429" in operation["responses"]
             public = operation.get("security") == []
+            if path.startswith("/v1/completions/"):  # public, but throttled on unknown tokens
+                assert documented, f"{method.upper()} {path}"
+                continue
             assert documented != public, f"{method.upper()} {path}: 429 documented={documented}"
 
 

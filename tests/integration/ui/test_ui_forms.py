@@ -460,6 +460,8 @@ async def test_the_type_form_sets_what_the_receivers_answers_mean(world: UiWorld
         "fail_statuses": "503",
         "max_snoozes": "7",
         "max_lateness": "PT2H",
+        "completion": "callback",
+        "completion_timeout": "PT5M",
     }
     await admin.get(f"{base}/new-type")
     both = await admin.post(f"{base}/new-type", {**form, "fail_statuses": "409"}, expect=422)
@@ -468,6 +470,7 @@ async def test_the_type_form_sets_what_the_receivers_answers_mean(world: UiWorld
     stored = (await api.get(f"{tenant.types}/steered", expect=200)).json()
     assert (stored["retry_statuses"], stored["fail_statuses"]) == (["5xx", 409], [503])
     assert (stored["max_snoozes"], stored["max_lateness"]) == (7, "PT2H")
+    assert (stored["completion"], stored["completion_timeout"]) == ("callback", "PT5M")
     edit = (await admin.get(f"{base}/types/steered/edit")).text
     assert shown_value(edit, "retry_statuses") == "5xx, 409" and shown_value(edit, "max_lateness") == "PT2H"
     cleared = {**{k: v for k, v in form.items() if k != "name"}, "fail_statuses": "", "max_lateness": ""}
