@@ -50,7 +50,7 @@ from oste.storage.chains import write_follow_ons
 from oste.storage.database import outages_unavailable
 from oste.storage.dialects import EXECUTION_COLUMNS, Dialect, FollowOnWriter, Params, dialect_of
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
-from oste.storage.flows import ANY_FLOW_TYPE, FLOW_TYPES, flow_pick, trim_sql
+from oste.storage.flows import ANY_FLOW_TYPE, HEADS, NO_OBJECT_FLOW, flow_pick, trim_sql
 from oste.storage.notices import publish
 
 TYPES_CHECKED = 1000
@@ -400,9 +400,9 @@ class DispatchStore:
             where += " AND NOT " + self._in_uuids("company_id", skip_companies, p)
         left_alone = "t.paused OR s.paused OR c.paused"
         if flows:
-            where += f" AND activity_type_id IN ({FLOW_TYPES}) AND {flow_pick(self.strategy)}"
+            where += f" AND id IN ({HEADS}) AND {flow_pick(self.strategy)}"
         else:
-            left_alone += " OR t.per_object_scope IS NOT NULL"
+            where += f" AND {NO_OBJECT_FLOW}"
         if elsewhere:
             left_alone += " OR t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL"
         paused = (

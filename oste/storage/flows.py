@@ -39,6 +39,36 @@ FLOW_TYPES = "SELECT ft.id FROM activity_type ft WHERE ft.per_object_scope IS NO
 ANY_FLOW_TYPE = "SELECT 1 AS found FROM activity_type WHERE per_object_scope IS NOT NULL LIMIT 1"
 """Whether some type has per-object flow control (the flow claim runs only then)."""
 
+FIRST_OF_TYPE = (
+    "x.state = 'scheduled' AND x.object_id IS NOT NULL ORDER BY x.object_id, x.scheduled_for, x.id LIMIT 1"
+)
+"""The rest of a read of ``activity_flow_head_idx``: the first scheduled activity of the next object."""
+
+HEADS = (
+    "WITH RECURSIVE heads(id) AS ("
+    f"SELECT (SELECT x.id FROM activity x WHERE x.activity_type_id = ft.id AND {FIRST_OF_TYPE}) "
+    "FROM activity_type ft WHERE ft.per_object_order = 'fifo' "
+    "UNION ALL "
+    "SELECT (SELECT x.id FROM activity p JOIN activity x "
+    "ON x.activity_type_id = p.activity_type_id AND x.object_id > p.object_id "
+    f"WHERE p.id = heads.id AND {FIRST_OF_TYPE}) FROM heads WHERE heads.id IS NOT NULL) "
+    "SELECT heads.id FROM heads WHERE heads.id IS NOT NULL "
+    "UNION ALL "
+    "SELECT u.id FROM activity u WHERE u.state = 'scheduled' AND u.object_id IS NOT NULL AND u.activity_type_id "
+    "IN (SELECT ut.id FROM activity_type ut WHERE ut.per_object_scope IS NOT NULL "
+    "AND (ut.per_object_order IS NULL OR ut.per_object_order <> 'fifo'))"
+)
+"""The flow claim's candidates, read without walking past held activities: of each fifo type, each
+object's first scheduled activity (in ``scheduled_for`` then id order: the only one of the type's
+object that may start; one index entry per object, ``activity_flow_head_idx``, object after object); of
+the other per-object types, every scheduled activity with an object (any of them may start while the
+object has room). The claim then keeps those due and allowed (``flow_pick``): with scope ``solution``
+the first of a type may still wait behind another type's."""
+
+NO_OBJECT_FLOW = f"(object_id IS NULL OR activity_type_id NOT IN ({FLOW_TYPES}))"
+"""The ordinary claim's condition: activities with an object of per-object types are the flow claim's
+(those without an object start as any other, by the ordinary claim)."""
+
 UNFINISHED = "o.finished_at IS NULL"
 """Repeated in every condition over an object's activities: ``activity_flow_idx``'s predicate, which
 SQLite uses only when the query states it."""
