@@ -19,9 +19,10 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from tortoise import connections
@@ -50,7 +51,14 @@ from oste.storage.chains import write_follow_ons
 from oste.storage.database import outages_unavailable
 from oste.storage.dialects import EXECUTION_COLUMNS, Dialect, FollowOnWriter, Params, dialect_of
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
-from oste.storage.flows import ANY_FLOW_TYPE, HEADS, NO_OBJECT_FLOW, flow_pick, trim_sql
+from oste.storage.flows import (
+    FLOW_TYPE_ORDERS,
+    NO_OBJECT_FLOW,
+    OTHER_FLOW_TYPES,
+    flow_pick,
+    heads_sql,
+    trim_sql,
+)
 from oste.storage.notices import publish
 
 TYPES_CHECKED = 1000
@@ -83,6 +91,9 @@ _CLAIM_COLUMNS = (
     "tracestate",
 )
 _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
+HEADS_READ = 200
+"""The fewest objects' heads a flow claim reads per fifo type (it reads twice its limit when more)."""
+
 FLOW_CHECK_INTERVAL = 1.0
 """Seconds between two looks for types with per-object flow control: a type that gains ``per_object``
 leaves the ordinary claim at once (in its statement) and is claimed by the flow claim (``oste.storage
@@ -102,6 +113,10 @@ class DispatchStore:
         self._targets: dict[uuid.UUID, DispatchTarget] = {}
         self._flows_checked_at = -FLOW_CHECK_INTERVAL
         self._flows = False
+        self._fifo_types: list[uuid.UUID] = []
+        self._other_flows = False
+        self._after: dict[uuid.UUID, str] = {}
+        """Per fifo type, the object after which the next flow claim reads heads (absent: the first)."""
         self._flows_first = False
 
     @property
@@ -267,7 +282,10 @@ class DispatchStore:
         now = time.monotonic()
         if now - self._flows_checked_at >= FLOW_CHECK_INTERVAL:
             async with self._db():
-                self._flows = bool(await self._conn().execute_query_dict(ANY_FLOW_TYPE))
+                kinds = await self._conn().execute_query_dict(FLOW_TYPE_ORDERS)
+            fifo = [self.strategy.uuid_of(k["id"]) for k in kinds if k["per_object_order"] == "fifo"]
+            self._flows, self._fifo_types = bool(kinds), fifo
+            self._other_flows = len(fifo) < len(kinds)
             self._flows_checked_at = now
         return self._flows
 
@@ -355,14 +373,17 @@ class DispatchStore:
         token = new_id()
         lease_until = now + timedelta(seconds=lease_seconds)
         types, companies = sorted(set(skip[0])), sorted(set(skip[1]))
-        sql, values = self._claim_statement(
-            owner, token, lease_until, now, partitions, limit, horizon, types, elsewhere, companies, flows
-        )
+
+        def statement(among: Callable[[Params], str] | None, most: int) -> tuple[str, list[Any]]:
+            return self._claim_statement(
+                owner, token, lease_until, now, partitions, most, horizon, types, elsewhere, companies, among
+            )
+
         async with self._db():
             if flows:
-                rows = await self._claim_flows(sql, values, token, now)
+                rows = await self._claim_flows(statement, limit, token, now)
             else:
-                rows = await self._conn().execute_query_dict(sql, values)
+                rows = await self._conn().execute_query_dict(*statement(None, limit))
         if not rows:
             return []
         return await self._claims_of(rows, owner, token, lease_until, now)
@@ -379,12 +400,13 @@ class DispatchStore:
         skip_types: Sequence[uuid.UUID],
         elsewhere: bool = False,
         skip_companies: Sequence[uuid.UUID] = (),
-        flows: bool = False,
+        flows: Callable[[Params], str] | None = None,
     ) -> tuple[str, list[Any]]:
         """The claim of due activities in ``partitions``; with ``elsewhere``, in all *other*
-        partitions and only of types without limits. Without ``flows`` types with per-object flow
-        control are left out; with it only theirs are claimed, those whose object's rule lets them
-        start (``oste.storage.flows``)."""
+        partitions and only of types without limits. Without ``flows`` activities with an object of
+        types with per-object flow control are left out; with it (a condition naming the flow claim's
+        candidates) only those candidates are claimed whose object's rule lets them start
+        (``oste.storage.flows``)."""
         p = Params(self.strategy)
         lease = (
             f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
@@ -399,8 +421,8 @@ class DispatchStore:
         if skip_companies:
             where += " AND NOT " + self._in_uuids("company_id", skip_companies, p)
         left_alone = "t.paused OR s.paused OR c.paused"
-        if flows:
-            where += f" AND id IN ({HEADS}) AND {flow_pick(self.strategy)}"
+        if flows is not None:
+            where += f" AND {flows(p)} AND object_id IS NOT NULL AND {flow_pick(self.strategy)}"
         else:
             where += f" AND {NO_OBJECT_FLOW}"
         if elsewhere:
@@ -411,17 +433,29 @@ class DispatchStore:
             f"WHERE {left_alone})"
         )
         pick = f"WHERE {where} AND {paused} ORDER BY next_attempt_at LIMIT {p.add(limit)}"
-        columns = (*_CLAIM_COLUMNS, "object_id") if flows else _CLAIM_COLUMNS
+        columns = (*_CLAIM_COLUMNS, "object_id") if flows is not None else _CLAIM_COLUMNS
         return self.strategy.update_picked("activity", "id", lease, pick, columns), p.values
 
     async def _claim_flows(
-        self, sql: str, values: list[Any], token: uuid.UUID, now: datetime
+        self,
+        statement: Callable[[Callable[[Params], str] | None, int], tuple[str, list[Any]]],
+        limit: int,
+        token: uuid.UUID,
+        now: datetime,
     ) -> list[dict[str, Any]]:
-        """Run a flow claim in a transaction: the claim (taking each object's turn), then the check of
-        its claims against the store as it is now, handing back those that break their object's rule
+        """Run a flow claim in a transaction: read the fifo types' heads (``heads_sql``), claim those
+        allowed (taking each object's turn), then the other per-object types' allowed ones, then check
+        the claims against the store as it is now, handing back those that break their object's rule
         (``oste.storage.flows``). Returns the rows kept."""
         async with in_transaction(self.connection) as conn:
-            rows = await conn.execute_query_dict(sql, values)
+            rows: list[dict[str, Any]] = []
+            heads = await self._heads(conn, max(2 * limit, HEADS_READ))
+            if heads:
+                among = partial(self.strategy.in_list, "id", heads, sql_type="uuid")
+                rows += await conn.execute_query_dict(*statement(lambda p: among(params=p), limit))
+            if self._other_flows and len(rows) < limit:
+                others = f"activity_type_id IN ({OTHER_FLOW_TYPES})"
+                rows += await conn.execute_query_dict(*statement(lambda p: others, limit - len(rows)))
             with_object = [row["id"] for row in rows if row.get("object_id") is not None]
             if not with_object:
                 return list(rows)
@@ -436,6 +470,22 @@ class DispatchStore:
             await conn.execute_query_dict(self.strategy.update_locked("activity", assign, where), back.values)
         handed_back = {self.strategy.uuid_of(row["id"]) for row in broken}
         return [row for row in rows if self.strategy.uuid_of(row["id"]) not in handed_back]
+
+    async def _heads(self, conn: Any, most: int) -> list[Any]:
+        """Up to ``most`` objects' heads of each fifo type, from where the last read of the type
+        stopped (then from its first object again once a read reaches its last)."""
+        heads: list[Any] = []
+        for type_id in self._fifo_types:
+            p = Params(self.strategy)
+            after = self._after.get(type_id)
+            sql = heads_sql(p.uid(type_id), p.add(after) if after is not None else None, p.add(most))
+            found = await conn.execute_query_dict(sql, p.values)
+            heads += [row["id"] for row in found]
+            if len(found) < most:
+                self._after.pop(type_id, None)
+            else:
+                self._after[type_id] = found[-1]["object_id"]
+        return heads
 
     def _claim(
         self,

@@ -44,26 +44,39 @@ FIRST_OF_TYPE = (
 )
 """The rest of a read of ``activity_flow_head_idx``: the first scheduled activity of the next object."""
 
-HEADS = (
-    "WITH RECURSIVE heads(id) AS ("
-    f"SELECT (SELECT x.id FROM activity x WHERE x.activity_type_id = ft.id AND {FIRST_OF_TYPE}) "
-    "FROM activity_type ft WHERE ft.per_object_order = 'fifo' "
-    "UNION ALL "
-    "SELECT (SELECT x.id FROM activity p JOIN activity x "
-    "ON x.activity_type_id = p.activity_type_id AND x.object_id > p.object_id "
-    f"WHERE p.id = heads.id AND {FIRST_OF_TYPE}) FROM heads WHERE heads.id IS NOT NULL) "
-    "SELECT heads.id FROM heads WHERE heads.id IS NOT NULL "
-    "UNION ALL "
-    "SELECT u.id FROM activity u WHERE u.state = 'scheduled' AND u.object_id IS NOT NULL AND u.activity_type_id "
-    "IN (SELECT ut.id FROM activity_type ut WHERE ut.per_object_scope IS NOT NULL "
-    "AND (ut.per_object_order IS NULL OR ut.per_object_order <> 'fifo'))"
+FLOW_TYPE_ORDERS = "SELECT id, per_object_order FROM activity_type WHERE per_object_scope IS NOT NULL"
+"""The types with per-object flow control and their order (the flow claim reads fifo types' heads)."""
+
+OTHER_FLOW_TYPES = (
+    "SELECT ot.id FROM activity_type ot WHERE ot.per_object_scope IS NOT NULL "
+    "AND (ot.per_object_order IS NULL OR ot.per_object_order <> 'fifo')"
 )
-"""The flow claim's candidates, read without walking past held activities: of each fifo type, each
-object's first scheduled activity (in ``scheduled_for`` then id order: the only one of the type's
-object that may start; one index entry per object, ``activity_flow_head_idx``, object after object); of
-the other per-object types, every scheduled activity with an object (any of them may start while the
-object has room). The claim then keeps those due and allowed (``flow_pick``): with scope ``solution``
-the first of a type may still wait behind another type's."""
+"""The per-object types without fifo: any scheduled activity of an object may start while it has room."""
+
+
+def heads_sql(type_id: str, after: str | None, most: str) -> str:
+    """Of a fifo type (``type_id``: its placeholder), at most ``most`` objects' first scheduled
+    activities (``scheduled_for`` then id: the only one of the object that may start), object after
+    object from the one after ``after`` (a placeholder; None: from the first), with their objects.
+
+    Each object costs one read of ``activity_flow_head_idx`` (a recursive walk that jumps from an object
+    to the next), never a read of the activities held behind its head; the claim then keeps those due
+    and allowed (``flow_pick``: with scope ``solution`` a type's first may still wait behind another
+    type's). Reading a bounded number from a moving start (``DispatchStore``) visits every object in
+    turn, whatever their number."""
+    first = f"x.activity_type_id = {type_id}" + (f" AND x.object_id > {after}" if after else "")
+    step = (
+        "SELECT (SELECT x.id FROM activity p JOIN activity x "
+        "ON x.activity_type_id = p.activity_type_id AND x.object_id > p.object_id "
+        f"WHERE p.id = heads.id AND {FIRST_OF_TYPE}), heads.n + 1 "
+        f"FROM heads WHERE heads.id IS NOT NULL AND heads.n < {most}"
+    )
+    seed = f"SELECT (SELECT x.id FROM activity x WHERE {first} AND {FIRST_OF_TYPE}), 1"
+    return (
+        f"WITH RECURSIVE heads(id, n) AS ({seed} UNION ALL {step}) "
+        "SELECT a.id, a.object_id FROM heads JOIN activity a ON a.id = heads.id ORDER BY heads.n"
+    )
+
 
 NO_OBJECT_FLOW = f"(object_id IS NULL OR activity_type_id NOT IN ({FLOW_TYPES}))"
 """The ordinary claim's condition: activities with an object of per-object types are the flow claim's
