@@ -374,9 +374,22 @@ class DispatchStore:
         lease_until = now + timedelta(seconds=lease_seconds)
         types, companies = sorted(set(skip[0])), sorted(set(skip[1]))
 
-        def statement(among: Callable[[Params], str] | None, most: int) -> tuple[str, list[Any]]:
+        def statement(
+            among: Callable[[Params], str] | None, most: int, order: str = "next_attempt_at"
+        ) -> tuple[str, list[Any]]:
             return self._claim_statement(
-                owner, token, lease_until, now, partitions, most, horizon, types, elsewhere, companies, among
+                owner,
+                token,
+                lease_until,
+                now,
+                partitions,
+                most,
+                horizon,
+                types,
+                elsewhere,
+                companies,
+                among,
+                order,
             )
 
         async with self._db():
@@ -401,12 +414,13 @@ class DispatchStore:
         elsewhere: bool = False,
         skip_companies: Sequence[uuid.UUID] = (),
         flows: Callable[[Params], str] | None = None,
+        order: str = "next_attempt_at",
     ) -> tuple[str, list[Any]]:
         """The claim of due activities in ``partitions``; with ``elsewhere``, in all *other*
         partitions and only of types without limits. Without ``flows`` activities with an object of
         types with per-object flow control are left out; with it (a condition naming the flow claim's
         candidates) only those candidates are claimed whose object's rule lets them start
-        (``oste.storage.flows``)."""
+        (``oste.storage.flows``). ``order``: which go first when more than ``limit`` may."""
         p = Params(self.strategy)
         lease = (
             f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
@@ -432,27 +446,32 @@ class DispatchStore:
             "JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = s.company_id "
             f"WHERE {left_alone})"
         )
-        pick = f"WHERE {where} AND {paused} ORDER BY next_attempt_at LIMIT {p.add(limit)}"
+        pick = f"WHERE {where} AND {paused} ORDER BY {order} LIMIT {p.add(limit)}"
         columns = (*_CLAIM_COLUMNS, "object_id") if flows is not None else _CLAIM_COLUMNS
         return self.strategy.update_picked("activity", "id", lease, pick, columns), p.values
 
     async def _claim_flows(
         self,
-        statement: Callable[[Callable[[Params], str] | None, int], tuple[str, list[Any]]],
+        statement: Callable[..., tuple[str, list[Any]]],
         limit: int,
         token: uuid.UUID,
         now: datetime,
     ) -> list[dict[str, Any]]:
         """Run a flow claim in a transaction: read the fifo types' heads (``heads_sql``), claim those
-        allowed (taking each object's turn), then the other per-object types' allowed ones, then check
-        the claims against the store as it is now, handing back those that break their object's rule
-        (``oste.storage.flows``). Returns the rows kept."""
+        allowed (taking each object's turn; the oldest first: ids grow with time), then the other
+        per-object types' allowed ones, then check the claims against the store as it is now, handing
+        back those that break their object's rule (``oste.storage.flows``). Returns the rows kept."""
         async with in_transaction(self.connection) as conn:
             rows: list[dict[str, Any]] = []
+            index_order, undo = self.strategy.index_order_sql
+            if index_order and self._fifo_types:
+                await conn.execute_query(index_order)
             heads = await self._heads(conn, max(2 * limit, HEADS_READ))
             if heads:
                 among = partial(self.strategy.in_list, "id", heads, sql_type="uuid")
-                rows += await conn.execute_query_dict(*statement(lambda p: among(params=p), limit))
+                rows += await conn.execute_query_dict(*statement(lambda p: among(params=p), limit, "id"))
+            if undo and self._fifo_types:
+                await conn.execute_query(undo)
             if self._other_flows and len(rows) < limit:
                 others = f"activity_type_id IN ({OTHER_FLOW_TYPES})"
                 rows += await conn.execute_query_dict(*statement(lambda p: others, limit - len(rows)))
@@ -476,16 +495,19 @@ class DispatchStore:
         stopped (then from its first object again once a read reaches its last)."""
         heads: list[Any] = []
         for type_id in self._fifo_types:
-            p = Params(self.strategy)
-            after = self._after.get(type_id)
-            sql = heads_sql(p.uid(type_id), p.add(after) if after is not None else None, p.add(most))
-            found = await conn.execute_query_dict(sql, p.values)
+            found = await conn.execute_query_dict(*self._heads_of(type_id, most))
             heads += [row["id"] for row in found]
             if len(found) < most:
                 self._after.pop(type_id, None)
             else:
-                self._after[type_id] = found[-1]["object_id"]
+                self._after[type_id] = max(found, key=lambda row: int(row["n"]))["object_id"]
         return heads
+
+    def _heads_of(self, type_id: uuid.UUID, most: int) -> tuple[str, list[Any]]:
+        p = Params(self.strategy)
+        after = self._after.get(type_id)
+        since = (lambda: p.add(after)) if after is not None else None
+        return heads_sql(lambda: p.uid(type_id), since, lambda: p.add(most)), p.values
 
     def _claim(
         self,

@@ -54,27 +54,28 @@ OTHER_FLOW_TYPES = (
 """The per-object types without fifo: any scheduled activity of an object may start while it has room."""
 
 
-def heads_sql(type_id: str, after: str | None, most: str) -> str:
-    """Of a fifo type (``type_id``: its placeholder), at most ``most`` objects' first scheduled
-    activities (``scheduled_for`` then id: the only one of the object that may start), object after
-    object from the one after ``after`` (a placeholder; None: from the first), with their objects.
+def heads_sql(type_id: Callable[[], str], after: Callable[[], str] | None, most: Callable[[], str]) -> str:
+    """Of a fifo type, at most ``most`` objects' first scheduled activities (``scheduled_for`` then id:
+    the only one of the object that may start), object after object from the one after ``after`` (None:
+    from the first), with their objects and places (``n``, from 1). The arguments give placeholders of
+    the type's id, the object and the number, once per use, in the text's order.
 
     Each object costs one read of ``activity_flow_head_idx`` (a recursive walk that jumps from an object
     to the next), never a read of the activities held behind its head; the claim then keeps those due
     and allowed (``flow_pick``: with scope ``solution`` a type's first may still wait behind another
     type's). Reading a bounded number from a moving start (``DispatchStore``) visits every object in
     turn, whatever their number."""
-    first = f"x.activity_type_id = {type_id}" + (f" AND x.object_id > {after}" if after else "")
-    step = (
-        "SELECT (SELECT x.id FROM activity p JOIN activity x "
-        "ON x.activity_type_id = p.activity_type_id AND x.object_id > p.object_id "
-        f"WHERE p.id = heads.id AND {FIRST_OF_TYPE}), heads.n + 1 "
-        f"FROM heads WHERE heads.id IS NOT NULL AND heads.n < {most}"
-    )
+    first = f"x.activity_type_id = {type_id()}" + (f" AND x.object_id > {after()}" if after else "")
     seed = f"SELECT (SELECT x.id FROM activity x WHERE {first} AND {FIRST_OF_TYPE}), 1"
+    step = (
+        f"SELECT (SELECT x.id FROM activity x WHERE x.activity_type_id = {type_id()} "
+        f"AND x.object_id > (SELECT p.object_id FROM activity p WHERE p.id = heads.id) AND {FIRST_OF_TYPE}), "
+        f"heads.n + 1 FROM heads WHERE heads.id IS NOT NULL AND heads.n < {most()}"
+    )
     return (
-        f"WITH RECURSIVE heads(id, n) AS ({seed} UNION ALL {step}) "
-        "SELECT a.id, a.object_id FROM heads JOIN activity a ON a.id = heads.id ORDER BY heads.n"
+        f"WITH RECURSIVE heads(id, n) AS ({seed} UNION ALL {step}) SELECT heads.id, heads.n, "
+        "(SELECT a.object_id FROM activity a WHERE a.id = heads.id) AS object_id "
+        "FROM heads WHERE heads.id IS NOT NULL"
     )
 
 
