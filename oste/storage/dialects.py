@@ -181,12 +181,6 @@ class Dialect:
         """``column IN (...)`` over a Python list (``sql_type`` names the PostgreSQL array type)."""
         raise NotImplementedError
 
-    index_order_sql: tuple[str, str] = ("", "")
-    """Statements around statements whose ``ORDER BY`` an index gives (the flow claim's heads, and its
-    claim among them in id order): the first makes the planner take that index, never a sort, even
-    while the table has no statistics yet (a burst into a new table: a walk of the due index would then
-    look cheaper); the second undoes it for the rest of the transaction. Empty: nothing needed."""
-
     object_lock_sql = ""
     """A statement that waits for, then holds until its transaction ends, the lock of one key (its one
     parameter, text): creates of one object under ``on_new`` take it one after the other. Empty where
@@ -426,7 +420,6 @@ class PostgresDialect(Dialect):
         )
 
     object_lock_sql = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
-    index_order_sql = ("SET LOCAL enable_sort = off", "SET LOCAL enable_sort = on")
 
     def take_turn(self, condition: str, key: str) -> str:
         # CASE evaluates the lock after the condition: only objects whose activity may start are locked.

@@ -19,10 +19,9 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import Any
 
 from tortoise import connections
@@ -51,14 +50,7 @@ from oste.storage.chains import write_follow_ons
 from oste.storage.database import outages_unavailable
 from oste.storage.dialects import EXECUTION_COLUMNS, Dialect, FollowOnWriter, Params, dialect_of
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
-from oste.storage.flows import (
-    FLOW_TYPE_ORDERS,
-    NO_OBJECT_FLOW,
-    OTHER_FLOW_TYPES,
-    flow_pick,
-    heads_sql,
-    trim_sql,
-)
+from oste.storage.flows import ANY_FLOW_TYPE, FLOW_TYPES, flow_pick, trim_sql
 from oste.storage.notices import publish
 
 TYPES_CHECKED = 1000
@@ -91,9 +83,6 @@ _CLAIM_COLUMNS = (
     "tracestate",
 )
 _NODE_ID_CHARS = re.compile(r"[^a-z0-9-]+")
-HEADS_READ = 200
-"""The fewest objects' heads a flow claim reads per fifo type (it reads twice its limit when more)."""
-
 FLOW_CHECK_INTERVAL = 1.0
 """Seconds between two looks for types with per-object flow control: a type that gains ``per_object``
 leaves the ordinary claim at once (in its statement) and is claimed by the flow claim (``oste.storage
@@ -113,10 +102,6 @@ class DispatchStore:
         self._targets: dict[uuid.UUID, DispatchTarget] = {}
         self._flows_checked_at = -FLOW_CHECK_INTERVAL
         self._flows = False
-        self._fifo_types: list[uuid.UUID] = []
-        self._other_flows = False
-        self._after: dict[uuid.UUID, str] = {}
-        """Per fifo type, the object after which the next flow claim reads heads (absent: the first)."""
         self._flows_first = False
 
     @property
@@ -282,10 +267,7 @@ class DispatchStore:
         now = time.monotonic()
         if now - self._flows_checked_at >= FLOW_CHECK_INTERVAL:
             async with self._db():
-                kinds = await self._conn().execute_query_dict(FLOW_TYPE_ORDERS)
-            fifo = [self.strategy.uuid_of(k["id"]) for k in kinds if k["per_object_order"] == "fifo"]
-            self._flows, self._fifo_types = bool(kinds), fifo
-            self._other_flows = len(fifo) < len(kinds)
+                self._flows = bool(await self._conn().execute_query_dict(ANY_FLOW_TYPE))
             self._flows_checked_at = now
         return self._flows
 
@@ -373,30 +355,14 @@ class DispatchStore:
         token = new_id()
         lease_until = now + timedelta(seconds=lease_seconds)
         types, companies = sorted(set(skip[0])), sorted(set(skip[1]))
-
-        def statement(
-            among: Callable[[Params], str] | None, most: int, order: str = "next_attempt_at"
-        ) -> tuple[str, list[Any]]:
-            return self._claim_statement(
-                owner,
-                token,
-                lease_until,
-                now,
-                partitions,
-                most,
-                horizon,
-                types,
-                elsewhere,
-                companies,
-                among,
-                order,
-            )
-
+        sql, values = self._claim_statement(
+            owner, token, lease_until, now, partitions, limit, horizon, types, elsewhere, companies, flows
+        )
         async with self._db():
             if flows:
-                rows = await self._claim_flows(statement, limit, token, now)
+                rows = await self._claim_flows(sql, values, token, now)
             else:
-                rows = await self._conn().execute_query_dict(*statement(None, limit))
+                rows = await self._conn().execute_query_dict(sql, values)
         if not rows:
             return []
         return await self._claims_of(rows, owner, token, lease_until, now)
@@ -413,14 +379,12 @@ class DispatchStore:
         skip_types: Sequence[uuid.UUID],
         elsewhere: bool = False,
         skip_companies: Sequence[uuid.UUID] = (),
-        flows: Callable[[Params], str] | None = None,
-        order: str = "next_attempt_at",
+        flows: bool = False,
     ) -> tuple[str, list[Any]]:
         """The claim of due activities in ``partitions``; with ``elsewhere``, in all *other*
-        partitions and only of types without limits. Without ``flows`` activities with an object of
-        types with per-object flow control are left out; with it (a condition naming the flow claim's
-        candidates) only those candidates are claimed whose object's rule lets them start
-        (``oste.storage.flows``). ``order``: which go first when more than ``limit`` may."""
+        partitions and only of types without limits. Without ``flows`` types with per-object flow
+        control are left out; with it only theirs are claimed, those whose object's rule lets them
+        start (``oste.storage.flows``)."""
         p = Params(self.strategy)
         lease = (
             f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
@@ -435,10 +399,10 @@ class DispatchStore:
         if skip_companies:
             where += " AND NOT " + self._in_uuids("company_id", skip_companies, p)
         left_alone = "t.paused OR s.paused OR c.paused"
-        if flows is not None:
-            where += f" AND {flows(p)} AND object_id IS NOT NULL AND {flow_pick(self.strategy)}"
+        if flows:
+            where += f" AND activity_type_id IN ({FLOW_TYPES}) AND {flow_pick(self.strategy)}"
         else:
-            where += f" AND {NO_OBJECT_FLOW}"
+            left_alone += " OR t.per_object_scope IS NOT NULL"
         if elsewhere:
             left_alone += " OR t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL"
         paused = (
@@ -446,35 +410,18 @@ class DispatchStore:
             "JOIN solution s ON s.id = t.solution_id JOIN company c ON c.id = s.company_id "
             f"WHERE {left_alone})"
         )
-        pick = f"WHERE {where} AND {paused} ORDER BY {order} LIMIT {p.add(limit)}"
-        columns = (*_CLAIM_COLUMNS, "object_id") if flows is not None else _CLAIM_COLUMNS
+        pick = f"WHERE {where} AND {paused} ORDER BY next_attempt_at LIMIT {p.add(limit)}"
+        columns = (*_CLAIM_COLUMNS, "object_id") if flows else _CLAIM_COLUMNS
         return self.strategy.update_picked("activity", "id", lease, pick, columns), p.values
 
     async def _claim_flows(
-        self,
-        statement: Callable[..., tuple[str, list[Any]]],
-        limit: int,
-        token: uuid.UUID,
-        now: datetime,
+        self, sql: str, values: list[Any], token: uuid.UUID, now: datetime
     ) -> list[dict[str, Any]]:
-        """Run a flow claim in a transaction: read the fifo types' heads (``heads_sql``), claim those
-        allowed (taking each object's turn; the oldest first: ids grow with time), then the other
-        per-object types' allowed ones, then check the claims against the store as it is now, handing
-        back those that break their object's rule (``oste.storage.flows``). Returns the rows kept."""
+        """Run a flow claim in a transaction: the claim (taking each object's turn), then the check of
+        its claims against the store as it is now, handing back those that break their object's rule
+        (``oste.storage.flows``). Returns the rows kept."""
         async with in_transaction(self.connection) as conn:
-            rows: list[dict[str, Any]] = []
-            index_order, undo = self.strategy.index_order_sql
-            if index_order and self._fifo_types:
-                await conn.execute_query(index_order)
-            heads = await self._heads(conn, max(2 * limit, HEADS_READ))
-            if heads:
-                among = partial(self.strategy.in_list, "id", heads, sql_type="uuid")
-                rows += await conn.execute_query_dict(*statement(lambda p: among(params=p), limit, "id"))
-            if undo and self._fifo_types:
-                await conn.execute_query(undo)
-            if self._other_flows and len(rows) < limit:
-                others = f"activity_type_id IN ({OTHER_FLOW_TYPES})"
-                rows += await conn.execute_query_dict(*statement(lambda p: others, limit - len(rows)))
+            rows = await conn.execute_query_dict(sql, values)
             with_object = [row["id"] for row in rows if row.get("object_id") is not None]
             if not with_object:
                 return list(rows)
@@ -489,25 +436,6 @@ class DispatchStore:
             await conn.execute_query_dict(self.strategy.update_locked("activity", assign, where), back.values)
         handed_back = {self.strategy.uuid_of(row["id"]) for row in broken}
         return [row for row in rows if self.strategy.uuid_of(row["id"]) not in handed_back]
-
-    async def _heads(self, conn: Any, most: int) -> list[Any]:
-        """Up to ``most`` objects' heads of each fifo type, from where the last read of the type
-        stopped (then from its first object again once a read reaches its last)."""
-        heads: list[Any] = []
-        for type_id in self._fifo_types:
-            found = await conn.execute_query_dict(*self._heads_of(type_id, most))
-            heads += [row["id"] for row in found]
-            if len(found) < most:
-                self._after.pop(type_id, None)
-            else:
-                self._after[type_id] = max(found, key=lambda row: int(row["n"]))["object_id"]
-        return heads
-
-    def _heads_of(self, type_id: uuid.UUID, most: int) -> tuple[str, list[Any]]:
-        p = Params(self.strategy)
-        after = self._after.get(type_id)
-        since = (lambda: p.add(after)) if after is not None else None
-        return heads_sql(lambda: p.uid(type_id), since, lambda: p.add(most)), p.values
 
     def _claim(
         self,

@@ -39,50 +39,6 @@ FLOW_TYPES = "SELECT ft.id FROM activity_type ft WHERE ft.per_object_scope IS NO
 ANY_FLOW_TYPE = "SELECT 1 AS found FROM activity_type WHERE per_object_scope IS NOT NULL LIMIT 1"
 """Whether some type has per-object flow control (the flow claim runs only then)."""
 
-FIRST_OF_TYPE = (
-    "x.state = 'scheduled' AND x.object_id IS NOT NULL ORDER BY x.object_id, x.scheduled_for, x.id LIMIT 1"
-)
-"""The rest of a read of ``activity_flow_head_idx``: the first scheduled activity of the next object."""
-
-FLOW_TYPE_ORDERS = "SELECT id, per_object_order FROM activity_type WHERE per_object_scope IS NOT NULL"
-"""The types with per-object flow control and their order (the flow claim reads fifo types' heads)."""
-
-OTHER_FLOW_TYPES = (
-    "SELECT ot.id FROM activity_type ot WHERE ot.per_object_scope IS NOT NULL "
-    "AND (ot.per_object_order IS NULL OR ot.per_object_order <> 'fifo')"
-)
-"""The per-object types without fifo: any scheduled activity of an object may start while it has room."""
-
-
-def heads_sql(type_id: Callable[[], str], after: Callable[[], str] | None, most: Callable[[], str]) -> str:
-    """Of a fifo type, at most ``most`` objects' first scheduled activities (``scheduled_for`` then id:
-    the only one of the object that may start), object after object from the one after ``after`` (None:
-    from the first), with their objects and places (``n``, from 1). The arguments give placeholders of
-    the type's id, the object and the number, once per use, in the text's order.
-
-    Each object costs one read of ``activity_flow_head_idx`` (a recursive walk that jumps from an object
-    to the next), never a read of the activities held behind its head; the claim then keeps those due
-    and allowed (``flow_pick``: with scope ``solution`` a type's first may still wait behind another
-    type's). Reading a bounded number from a moving start (``DispatchStore``) visits every object in
-    turn, whatever their number."""
-    first = f"x.activity_type_id = {type_id()}" + (f" AND x.object_id > {after()}" if after else "")
-    seed = f"SELECT (SELECT x.id FROM activity x WHERE {first} AND {FIRST_OF_TYPE}), 1"
-    step = (
-        f"SELECT (SELECT x.id FROM activity x WHERE x.activity_type_id = {type_id()} "
-        f"AND x.object_id > (SELECT p.object_id FROM activity p WHERE p.id = heads.id) AND {FIRST_OF_TYPE}), "
-        f"heads.n + 1 FROM heads WHERE heads.id IS NOT NULL AND heads.n < {most()}"
-    )
-    return (
-        f"WITH RECURSIVE heads(id, n) AS ({seed} UNION ALL {step}) SELECT heads.id, heads.n, "
-        "(SELECT a.object_id FROM activity a WHERE a.id = heads.id) AS object_id "
-        "FROM heads WHERE heads.id IS NOT NULL"
-    )
-
-
-NO_OBJECT_FLOW = f"(object_id IS NULL OR activity_type_id NOT IN ({FLOW_TYPES}))"
-"""The ordinary claim's condition: activities with an object of per-object types are the flow claim's
-(those without an object start as any other, by the ordinary claim)."""
-
 UNFINISHED = "o.finished_at IS NULL"
 """Repeated in every condition over an object's activities: ``activity_flow_idx``'s predicate, which
 SQLite uses only when the query states it."""

@@ -305,11 +305,6 @@ class Activity(Model):
                 name="activity_flow_idx",
                 where="object_id IS NOT NULL AND finished_at IS NULL",
             ),
-            WhereIndex(  # the flow claim's heads: each object's first scheduled one per type
-                fields=("activity_type_id", "object_id", "scheduled_for", "id"),
-                name="activity_flow_head_idx",
-                where="state = 'scheduled' AND object_id IS NOT NULL",
-            ),
             Index(fields=("activity_type_id", "state"), name="activity_type_state_idx"),
             WhereIndex(
                 fields=("lease_expires_at",), name="activity_leased_idx", where="lease_expires_at IS NOT NULL"

@@ -11,7 +11,6 @@ import pytest
 
 from oste.domain import records as r
 from oste.domain.partitions import ALL_PARTITIONS
-from oste.storage import dispatch as dispatch_module
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
 from tests.contract.test_dispatch_store import error, ok
@@ -154,20 +153,6 @@ async def test_run_now_makes_a_held_one_due_but_it_still_waits_its_turn(
     await store.run_now(b)
     assert await claim(dispatch, at=10) == []  # b is due, a is not yet: b waits for a
     assert [x.activity_id for x in await claim(dispatch, at=40)] == [a.id]
-
-
-async def test_a_claim_reads_a_bounded_number_of_heads_and_every_object_gets_its_turn(
-    store: Store, dispatch: DispatchStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(dispatch_module, "HEADS_READ", 3)  # each claim reads 3 objects' heads
-    kind = await flow_type(store)
-    firsts = [await create(store, kind, song, 1) for song in range(7)]
-    for song in range(7):
-        await create(store, kind, song, 2)
-    taken = []
-    for _ in range(12):  # never completed: each object's second one waits
-        taken += [c.activity_id for c in await claim(dispatch, limit=1)]
-    assert sorted(taken) == sorted(a.id for a in firsts)  # every head in turn, nothing behind one
 
 
 async def test_scope_type_keeps_flows_apart_and_scope_solution_joins_them(
