@@ -153,3 +153,33 @@ async def test_run_now_makes_a_held_one_due_but_it_still_waits_its_turn(
     await store.run_now(b)
     assert await claim(dispatch, at=10) == []  # b is due, a is not yet: b waits for a
     assert [x.activity_id for x in await claim(dispatch, at=40)] == [a.id]
+
+
+async def test_scope_type_keeps_flows_apart_and_scope_solution_joins_them(
+    store: Store, dispatch: DispatchStore
+) -> None:
+    apart = await flow_type(store)
+    other = await make_activity_type(store, await store._solution_by_id(apart.solution_id), per_object=FIFO)
+    a, b = await create(store, apart, 1, 1), await create(store, other, 1, 2)
+    assert {c.activity_id for c in await claim(dispatch)} == {a.id, b.id}  # two flows of object 1
+    joined = r.PerObject(scope="solution", order="fifo")
+    first = await flow_type(store, joined)
+    second = await make_activity_type(
+        store, await store._solution_by_id(first.solution_id), per_object=joined
+    )
+    late, early = await create(store, first, 1, 9), await create(store, second, 1, 8)
+    node = DispatchStore(dispatch.clock)  # one that has not looked at the types yet
+    claims = await claim(node)
+    assert [c.activity_id for c in claims] == [early.id]  # one flow: the other type's earlier one first
+    await node.complete([ok(claims[0], T0)])
+    assert [c.activity_id for c in await claim(node)] == [late.id]
+
+
+async def test_an_activity_without_an_object_of_a_fifo_type_goes_as_any_other(
+    store: Store, dispatch: DispatchStore
+) -> None:
+    kind = await flow_type(store, object_id_ref=(), uri_pattern="https://receiver.example/song/{SongId}")
+    items = [new_activity(kind, T0, parameter={"SongId": 1}) for _ in range(3)]
+    made = await store.create_activities(items)
+    assert all(a.object_id is None for a in made)
+    assert len(await claim(dispatch)) == 3  # no object: no order between them
