@@ -52,7 +52,10 @@ DEFAULT_PURGE_CHUNK = 500
 """Activities deleted per transaction: small enough that SQLite's one writer is held for milliseconds."""
 
 
-_ACTIVITY_COLUMNS = tuple(f.name for f in dataclasses.fields(r.Activity) if f.name != "activity_type")
+_DERIVED = ("activity_type", "completion_deadline")
+"""Fields of an activity's record that are no column of its row (its type's name; a waiting callback's
+deadline, which is the row's lease)."""
+_ACTIVITY_COLUMNS = tuple(f.name for f in dataclasses.fields(r.Activity) if f.name not in _DERIVED)
 _EXECUTION_COLUMNS = tuple(f.name for f in dataclasses.fields(r.Execution))
 
 
