@@ -235,19 +235,8 @@ def conclude(claim: Claim, report: AttemptReport, node: str, rng: random.Random 
         state, left, at = ActivityState.SCHEDULED, claim.retries, report.finished_at + later
     elif report.awaiting:  # a 202 of a callback type: running until its callback or its deadline
         later = timedelta(seconds=target.completion_timeout)
-        state, left, at = ActivityState.RUNNING, claim.retries, report.finished_at + later
-        return Completion(
-            claim.activity_id,
-            claim.claim_token,
-            claim.attempt,
-            state,
-            left,
-            at,
-            node,
-            report,
-            None,
-            target.solution_id,
-        )
+        at = report.finished_at + later
+        return _completion(claim, ActivityState.RUNNING, claim.retries, at, node, report, None)
     elif outcome == Outcome.EXPIRED:
         state, left, at = ActivityState.DEAD, claim.retries, None
     else:
@@ -266,6 +255,18 @@ def conclude(claim: Claim, report: AttemptReport, node: str, rng: random.Random 
         if deadline is not None and at > deadline:
             at = deadline
     follow = follow_on(state, target.on_success, target.on_success_delay, target.on_dead_letter)
+    return _completion(claim, state, left, at, node, report, follow)
+
+
+def _completion(
+    claim: Claim,
+    state: ActivityState,
+    left: int,
+    at: datetime | None,
+    node: str,
+    report: AttemptReport,
+    follow: FollowOn | None,
+) -> Completion:
     return Completion(
         claim.activity_id,
         claim.claim_token,
@@ -276,7 +277,7 @@ def conclude(claim: Claim, report: AttemptReport, node: str, rng: random.Random 
         node,
         report,
         follow,
-        target.solution_id,
+        claim.target.solution_id,
     )
 
 
