@@ -237,6 +237,10 @@ class ExpiredClaim:
     solution_id: uuid.UUID | None = None
     awaiting_since: datetime | None = None
     """Set when the activity waited for its receiver's callback (a 202) and its deadline passed."""
+    company_id: uuid.UUID | None = None
+    activity_type_id: uuid.UUID | None = None
+    names: tuple[str, str, str] | None = None
+    """The type's (company, solution, type) names: a completion timeout is counted under them."""
 
 
 @dataclass(frozen=True)

@@ -56,10 +56,15 @@ class Rollup:
     lag_max: float = 0.0
 
     def add(self, outcome_index: int, lag: float | None) -> None:
-        """Count an attempt; ``lag`` None for one that was never sent (``expired``: no lag to speak of)."""
+        """Count an attempt; ``lag`` None for one that was never sent (``expired``: no lag to speak of)
+        or whose lag was counted when it was sent (a callback type's, whose outcome comes later)."""
         self.outcomes[outcome_index] += 1
-        if lag is None:
-            return
+        if lag is not None:
+            self.add_lag(lag)
+
+    def add_lag(self, lag: float) -> None:
+        """Count the lag of a request whose outcome is not known yet (a 202 of a callback type: its
+        outcome is added by the callback, or the completion timeout, with no lag of its own)."""
         lag = max(lag, 0.0)
         self.buckets[bucket_of(lag)] += 1
         if lag > self.lag_max:

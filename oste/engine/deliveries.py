@@ -15,24 +15,17 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from oste.domain.claims import Claim, Completion
+from oste.domain.claims import Claim, Completion, DispatchTarget
 from oste.domain.destinations import static_destination
 from oste.domain.records import ActivityState
 from oste.domain.recurrence import MISFIRE_GRACE
 from oste.domain.stats import FAILING_OUTCOMES, OUTCOMES, DestinationRollup, Rollup, minute_of
 from oste.engine.delivery_log import UNKNOWN_NAMES, delivery_log, log_batch, log_delivery
 from oste.engine.destinations import destination_for
-from oste.engine.metrics import (
-    DEAD_LETTERS,
-    DELIVERIES,
-    DURATIONS,
-    FIRE_LAG,
-    LEASE_EXPIRIES,
-    MAX_TYPE_LABELS,
-    OTHER,
-)
+from oste.engine.metrics import DEAD_LETTERS, DURATIONS, FIRE_LAG, LEASE_EXPIRIES
 from oste.engine.rollups import RollupWriter
 from oste.errors import InvalidInput
+from oste.metrics import DELIVERIES, type_label
 from oste.storage import StatsStore
 
 log = logging.getLogger("oste.engine.metrics")
@@ -61,7 +54,6 @@ class DeliveryRecorder:
         self.rollups = rollups
         self._children: dict[uuid.UUID, tuple[Any, ...]] = {}
         self._names: dict[uuid.UUID, tuple[str, str, str]] = {}
-        self._type_labels: set[tuple[str, str, str]] = set()
         self._destinations: dict[str, str | None] = {}
         """Each URI pattern's destination (None: its host depends on the parameter)."""
 
@@ -87,13 +79,8 @@ class DeliveryRecorder:
             names = {}
         for type_id in new:
             company, solution, type_name = names.get(type_id, UNKNOWN_NAMES)
-            labels = (company, solution, type_name)
-            self._names[type_id] = labels
-            if labels not in self._type_labels:
-                if len(self._type_labels) >= MAX_TYPE_LABELS:
-                    type_name = OTHER
-                else:
-                    self._type_labels.add(labels)
+            self._names[type_id] = (company, solution, type_name)
+            type_name = type_label(company, solution, type_name)
             self._children[type_id] = (
                 *(
                     DELIVERIES.labels(outcome=o, company=company, solution=solution, activity_type=type_name)
@@ -121,8 +108,10 @@ class DeliveryRecorder:
             type_id = target.activity_type_id
             index = _OUTCOME_INDEX[report.outcome]
             lag = fire_lag(claim, report.started_at)
-            key = (type_id, index)
-            counts[key] = counts.get(key, 0) + 1
+            awaiting = report.awaiting  # a 202 of a callback type: its outcome is counted when known
+            if not awaiting:
+                key = (type_id, index)
+                counts[key] = counts.get(key, 0) + 1
             dead = completion.state is DEAD
             if dead:
                 dead_counts[type_id] = dead_counts.get(type_id, 0) + 1
@@ -131,16 +120,11 @@ class DeliveryRecorder:
                 observe_lag(lag)
                 DURATIONS[index].observe(seconds)
             minute = minute_of(report.started_at)
-            rollup = rollups.get((minute, type_id))
-            if rollup is None:
-                rollup = rollups[(minute, type_id)] = Rollup(
-                    minute, target.company_id, target.solution_id, type_id
-                )
-            rollup.add(index, lag if index != EXPIRED else None)
+            _roll(rollups, minute, target, index, lag, awaiting)
             self._count_request(claim, index, report.reached_receiver, seconds, minute, destinations)
             if lag > lag_max and index != EXPIRED:
                 lag_max = lag
-            if index != OK or dead or report.error is not None:
+            if index != OK or dead or report.error is not None or awaiting:
                 if info_on or (dead and warnings_on):
                     log_delivery(claim, completion, lag, names.get(type_id, UNKNOWN_NAMES))
             else:
@@ -192,6 +176,27 @@ class DeliveryRecorder:
                 self._destinations.clear()
             self._destinations[pattern] = known
         return known if known is not None else destination_for(claim)
+
+
+def _roll(
+    rollups: dict[tuple[int, uuid.UUID], Rollup],
+    minute: int,
+    target: DispatchTarget,
+    index: int,
+    lag: float,
+    awaiting: bool,
+) -> None:
+    """Add an attempt to its type's rollup of the minute: a 202 of a callback type only its lag (its
+    outcome is added when its callback, or its completion timeout, is written), one that expired
+    unsent only its outcome."""
+    type_id = target.activity_type_id
+    rollup = rollups.get((minute, type_id))
+    if rollup is None:
+        rollup = rollups[(minute, type_id)] = Rollup(minute, target.company_id, target.solution_id, type_id)
+    if awaiting:
+        rollup.add_lag(lag)
+    else:
+        rollup.add(index, lag if index != EXPIRED else None)
 
 
 _UNKNOWN = "\0"

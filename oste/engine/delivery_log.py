@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from oste.domain.claims import Claim, Completion
 from oste.domain.records import ActivityState
 from oste.domain.stats import OUTCOMES
-from oste.engine.metrics import OTHER
+from oste.metrics import OTHER
 
 delivery_log = logging.getLogger("oste.deliveries")
 """One line per failed attempt, one INFO line per written batch (see the module docstring)."""

@@ -20,18 +20,6 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from oste.domain.stats import LAG_BUCKETS, OUTCOMES
 
-MAX_TYPE_LABELS = 200
-"""Distinct ``activity_type`` label values per process; later types are counted as ``other``."""
-OTHER = "other"
-
-DELIVERIES = Counter(
-    "oste_deliveries",
-    "Delivery attempts by outcome (ok, failed, retry, error, snoozed, expired), company, solution and "
-    "activity type. "
-    f"At most {MAX_TYPE_LABELS} activity types per process get their own label; "
-    'the rest are counted under activity_type="other".',
-    ["outcome", "company", "solution", "activity_type"],
-)
 DEAD_LETTERS = Counter(
     "oste_dead_letters",
     "Activities that became dead letters after an attempt on this node (a permanent failure, or no "

@@ -20,7 +20,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -46,7 +46,9 @@ from oste.domain.ids import new_id
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.domain.receiver_auth import auth_from_document
 from oste.domain.records import ActivityState, Header
+from oste.domain.stats import OUTCOMES, Rollup, minute_of
 from oste.errors import Unavailable
+from oste.metrics import count_delivery
 from oste.storage import models as m
 from oste.storage.chains import write_follow_ons
 from oste.storage.database import outages_unavailable
@@ -54,6 +56,7 @@ from oste.storage.dialects import EXECUTION_COLUMNS, Dialect, FollowOnWriter, Pa
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
 from oste.storage.flows import ANY_FLOW_TYPE, FLOW_TYPES, flow_pick, trim_sql
 from oste.storage.notices import publish
+from oste.storage.stats import upsert_rollups
 
 TYPES_CHECKED = 1000
 """Activity types whose stored versions one statement reads at most.
@@ -648,11 +651,16 @@ class DispatchStore:
         )
         started = row.updated_at if row.claimed_by is None else now
         completion = conclude(claim, callback_report(outcome, started, now, result, error), "callback", rng)
+        settled = {row.id: (row.company_id, row.activity_type_id)}
         async with self._db():
-            hook = _after_completions([completion], await subscribed_solutions(now, self.connection))
+            subscribed = await subscribed_solutions(now, self.connection)
+            hook = _after_completions([completion], subscribed, settled)
             ids = await self.strategy.record_completions(self.connection, [completion], now, hook)
         await publish(self.connection, ids)
-        return "applied" if ids else "conflict"
+        if not ids:
+            return "conflict"
+        count_delivery(str(completion.report.outcome), _names_of(row.activity_type))
+        return "applied"
 
     async def heartbeat_completion(self, activity_id: uuid.UUID, token: str) -> tuple[str, datetime | None]:
         """Move a waiting callback's deadline to now plus its type's ``completion_timeout``. Returns
@@ -766,7 +774,7 @@ class DispatchStore:
                 m.Activity.filter(state=ActivityState.RUNNING, lease_expires_at__lt=now)
                 .order_by("lease_expires_at")
                 .limit(limit)
-                .select_related("activity_type")
+                .select_related("activity_type__solution__company")
             )
         return [
             ExpiredClaim(
@@ -781,6 +789,9 @@ class DispatchStore:
                 row.activity_type.on_dead_letter,
                 row.solution_id,
                 row.updated_at if row.claimed_by is None and row.completion_hash else None,
+                row.company_id,
+                row.activity_type_id,
+                _names_of(row.activity_type),
             )
             for row in rows
             if row.claim_token is not None and row.lease_expires_at is not None
@@ -798,10 +809,20 @@ class DispatchStore:
         completions = [conclude_expired(e, now, rng) for e in expired]
         if not completions:
             return 0, 0
+        waits = {e.activity_id: e for e in expired if e.awaiting_since is not None}
+        settled = {
+            a: (e.company_id, e.activity_type_id)
+            for a, e in waits.items()
+            if e.company_id is not None and e.activity_type_id is not None
+        }
         async with self._db():
-            hook = _after_completions(completions, await subscribed_solutions(now, self.connection))
+            subscribed = await subscribed_solutions(now, self.connection)
+            hook = _after_completions(completions, subscribed, settled)
             ids = await self.strategy.record_completions(self.connection, completions, now, hook)
         await publish(self.connection, ids)
+        for activity_id, wait in waits.items():  # the completion timeouts: the 202's outcome, known now
+            if activity_id in ids and wait.names is not None:
+                count_delivery("error", wait.names)
         dead = sum(1 for c in completions if c.activity_id in ids and c.state == ActivityState.DEAD)
         return len(ids) - dead, dead
 
@@ -814,6 +835,11 @@ class DispatchStore:
     async def _db(self) -> AsyncIterator[None]:
         async with outages_unavailable():  # an outage becomes Unavailable (see storage.database.outage)
             yield
+
+
+def _names_of(row: m.ActivityType) -> tuple[str, str, str]:
+    """A type's (company, solution, type) names, as metrics label it (its solution and company read)."""
+    return (row.solution.company.name, row.solution.name, row.name)
 
 
 def _node(row: m.Node) -> NodeInfo:
@@ -865,20 +891,45 @@ def _headers(document: dict[str, Any] | None) -> dict[str, Header]:
 
 
 def _after_completions(
-    completions: Sequence[Completion], subscribed: frozenset[uuid.UUID]
+    completions: Sequence[Completion],
+    subscribed: frozenset[uuid.UUID],
+    settled: Mapping[uuid.UUID, tuple[uuid.UUID, uuid.UUID]] | None = None,
 ) -> FollowOnWriter | None:
     """What a completion batch must also write in its transaction: follow-ons when some completion
-    chains, events when some activity's solution is streamed; None (the batch costs nothing more)
-    when neither."""
+    chains, events when some activity's solution is streamed, the statistics of callbacks settled
+    (``settled``: activity id -> (company id, activity type id) of each completion that ends a callback
+    wait, whose outcome the engine did not count at its 202); None (the batch costs nothing more) when
+    none of these."""
     chains = any(c.follow_on is not None for c in completions)
     streamed = bool(subscribed) and any(c.solution_id in subscribed for c in completions)
-    if not chains and not streamed:
+    if not chains and not streamed and not settled:
         return None
 
     async def after(conn: Any, strategy: Dialect, written: Sequence[Completion], now: datetime) -> int:
         created = await write_follow_ons(conn, strategy, written, now, subscribed) if chains else 0
         if streamed:
             await record(conn, strategy, completion_changes(written, subscribed), now)
+        if settled:
+            await upsert_rollups(conn, strategy, settled_rollups(written, settled, now))
         return created
 
     return after
+
+
+def settled_rollups(
+    written: Sequence[Completion], settled: Mapping[uuid.UUID, tuple[uuid.UUID, uuid.UUID]], now: datetime
+) -> list[Rollup]:
+    """The per-minute rollups of the callback waits ``written`` ended: one outcome each, no lag (the
+    lag was counted when the request was sent)."""
+    minute = minute_of(now)
+    rollups: dict[uuid.UUID, Rollup] = {}
+    for completion in written:
+        ids = settled.get(completion.activity_id)
+        if ids is None or completion.solution_id is None:
+            continue
+        company_id, type_id = ids
+        rollup = rollups.get(type_id)
+        if rollup is None:
+            rollup = rollups[type_id] = Rollup(minute, company_id, completion.solution_id, type_id)
+        rollup.add(OUTCOMES.index(completion.report.outcome), None)
+    return list(rollups.values())

@@ -46,7 +46,7 @@ from oste.domain.stats import (
     windows_of,
 )
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import Query, dialect_of, time_of, uuid_of
+from oste.storage.dialects import Dialect, Query, dialect_of, time_of, uuid_of
 
 COUNT_CAP = 10_000
 """Counts stop here (reported with ``at_least``): a count over a huge backlog stays bounded (about
@@ -113,41 +113,47 @@ CountingQuery = _Sql
 """The public name other storage modules use."""
 
 
+async def upsert_rollups(conn: Any, strategy: Dialect, rollups: Sequence[Rollup]) -> None:
+    """Add ``rollups`` to the stored ones on ``conn`` (in its transaction, if any): an upsert per key,
+    counts add up, the max is kept. Keys in one lock order, so concurrent writers never deadlock."""
+    if not rollups:
+        return
+    marks = ", ".join(strategy.placeholder(i + 1) for i in range(len(_COLUMNS)))
+    greatest = strategy.greatest
+    adds = ", ".join(f"{c} = stats_minute.{c} + excluded.{c}" for c in (*OUTCOMES, *_BUCKET_COLUMNS))
+    sql = (
+        f"INSERT INTO stats_minute ({', '.join(_COLUMNS)}) VALUES ({marks}) "
+        f"ON CONFLICT (minute, activity_type_id) DO UPDATE SET {adds}, "
+        f"lag_max = {greatest}(stats_minute.lag_max, excluded.lag_max)"
+    )
+
+    def ident(value: uuid.UUID) -> Any:
+        return strategy.encode_uuid(value)
+
+    values = [
+        [
+            ident(uuid.uuid4()),
+            u.minute,
+            ident(u.company_id),
+            ident(u.solution_id),
+            ident(u.activity_type_id),
+            *u.outcomes,
+            *u.buckets,
+            u.lag_max,
+        ]
+        for u in sorted(rollups, key=lambda u: (u.minute, str(u.activity_type_id)))  # one lock order
+    ]
+    await conn.execute_many(sql, values)
+
+
 @raises_unavailable
 class StatsStore:
     """The engine's writes: rollups of a batch of deliveries, pruning, and names for metric labels."""
 
     async def write_rollups(self, rollups: Sequence[Rollup]) -> None:
         """Add ``rollups`` to the stored ones (an upsert per key: counts add up, the max is kept)."""
-        if not rollups:
-            return
-        strategy = dialect_of(connections.get("default"))
-        marks = ", ".join(strategy.placeholder(i + 1) for i in range(len(_COLUMNS)))
-        greatest = strategy.greatest
-        adds = ", ".join(f"{c} = stats_minute.{c} + excluded.{c}" for c in (*OUTCOMES, *_BUCKET_COLUMNS))
-        sql = (
-            f"INSERT INTO stats_minute ({', '.join(_COLUMNS)}) VALUES ({marks}) "
-            f"ON CONFLICT (minute, activity_type_id) DO UPDATE SET {adds}, "
-            f"lag_max = {greatest}(stats_minute.lag_max, excluded.lag_max)"
-        )
-
-        def ident(value: uuid.UUID) -> Any:
-            return strategy.encode_uuid(value)
-
-        values = [
-            [
-                ident(uuid.uuid4()),
-                u.minute,
-                ident(u.company_id),
-                ident(u.solution_id),
-                ident(u.activity_type_id),
-                *u.outcomes,
-                *u.buckets,
-                u.lag_max,
-            ]
-            for u in sorted(rollups, key=lambda u: (u.minute, str(u.activity_type_id)))  # one lock order
-        ]
-        await connections.get("default").execute_many(sql, values)
+        conn = connections.get("default")
+        await upsert_rollups(conn, dialect_of(conn), rollups)
 
     async def write_destination_rollups(self, rollups: Sequence[DestinationRollup]) -> None:
         """Add ``rollups`` to the destinations' stored ones (an upsert per key, as ``write_rollups``)."""

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from oste.engine.metrics import DELIVERIES
 from oste.errors import ConfigurationError
+from oste.metrics import DELIVERIES
 from oste.operations.throttle import FAILURE_BURST, FAILURE_REFILL_SECONDS, SignInThrottle
 from oste.settings import Settings
 from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem

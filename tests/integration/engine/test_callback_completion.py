@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
+from prometheus_client import REGISTRY
 
 from oste import receiving
 from oste.cli.serving import AccessLogger
@@ -160,9 +161,12 @@ async def test_a_202_waits_heartbeats_and_completes_once_feeding_on_success(
         page = (await browser.get(ui)).text
     assert "waiting for the receiver&#39;s callback" in page or "waiting for the receiver's callback" in page
     assert "2 heartbeats so far" in page and " until " in page and token_of(url) not in page
+    assert counted(tenant) == {}  # the 202 is no outcome: the callback's is
     await asyncio.to_thread(receiving.complete, url, "ok", {"invoice": "INV-7"})
     done = await final(api, tenant, made["id"])
     assert done["state"] == "succeeded" and done["attempts"] == 1
+    assert counted(tenant) == {"ok": 1}
+    assert await stats_outcomes(api, tenant) == {"ok": 1}
     [run] = await executions(api, tenant, made["id"])
     assert run["outcome"] == "ok" and run["http_status"] == 202
     hits = await receiver.wait_for(2, 20.0)  # the follow-on, its parameter merged with the result
@@ -212,6 +216,9 @@ async def test_a_lost_callback_times_out_and_the_next_attempt_completes(api: Api
     runs = await executions(api, tenant, made["id"])
     assert runs[0]["outcome"] == "error" and "completion timed out" in runs[0]["error"]
     assert runs[-1]["outcome"] == "ok"
+    timed_out = sum(1 for run in runs if run["outcome"] == "error")  # one per lost callback
+    assert counted(tenant) == {"error": timed_out, "ok": 1}
+    assert await stats_outcomes(api, tenant) == {"error": timed_out, "ok": 1}
 
 
 async def test_failed_dead_letters_and_a_cancelled_activity_answers_409(api: Api, receiver: Receiver) -> None:
@@ -248,6 +255,8 @@ async def test_failed_dead_letters_and_a_cancelled_activity_answers_409(api: Api
     assert done["state"] == "dead"
     [run] = await executions(api, tenant, one["id"])
     assert run["outcome"] == "failed" and "the file is corrupt" in run["error"]
+    outcomes = counted(tenant)  # song 1's callback; song 3's 500s (retried); song 2 cancelled: none
+    assert outcomes["failed"] == 1 and "ok" not in outcomes and outcomes["error"] >= 1
 
 
 async def test_the_documented_receiver_beats_and_completes(api: Api) -> None:
@@ -275,6 +284,23 @@ async def test_the_documented_receiver_beats_and_completes(api: Api) -> None:
         assert run["outcome"] == "ok" and run["response_excerpt"] == '{"file":"7.mp3"}'
     finally:
         await runner.cleanup()
+
+
+def counted(tenant: Tenant) -> dict[str, int]:
+    """This process's ``oste_deliveries_total`` of the tenant's type, by outcome (those above 0)."""
+    labels = {"company": tenant.company, "solution": tenant.solution, "activity_type": tenant.activity_type}
+    got = {
+        outcome: REGISTRY.get_sample_value("oste_deliveries_total", {"outcome": outcome, **labels}) or 0.0
+        for outcome in ("ok", "failed", "retry", "error", "snoozed", "expired")
+    }
+    return {outcome: int(n) for outcome, n in got.items() if n}
+
+
+async def stats_outcomes(api: Api, tenant: Tenant) -> dict[str, int]:
+    """The type's outcomes of the last hour in the stats API (those above 0)."""
+    path = f"{tenant.types}/{tenant.activity_type}/stats"
+    outcomes = (await api.get(path, expect=200)).json()["windows"]["1h"]["outcomes"]
+    return {outcome: n for outcome, n in outcomes.items() if n}
 
 
 async def _ran(api: Api, tenant: Tenant, activity: dict[str, Any]) -> bool:
