@@ -192,6 +192,13 @@ class CompletionError(Exception):
         self.status = status
         self.detail = detail
 
+    @property
+    def already_applied(self) -> bool:
+        """True for the 409 of a repeated callback whose first POST was applied (its answer was lost,
+        or refused with 503 after the database committed it): the outcome is recorded, treat it as
+        done."""
+        return self.status == 409 and "already applied" in self.detail
+
 
 def complete(
     url: str,

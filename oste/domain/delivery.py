@@ -355,6 +355,13 @@ def token_digest(token: str, claim_token: uuid.UUID) -> str:
     return hashlib.sha256(f"{claim_token.hex}:{token}".encode("utf-8", "replace")).hexdigest()
 
 
+def applied_digest(token: str) -> str:
+    """What an activity keeps of the completion token whose callback was applied (in the callback's
+    transaction): a repeat of that callback (its caller retried after a 503 or a lost answer) is told
+    it was applied, not only that nothing changed. Never equal to a ``token_digest``."""
+    return hashlib.sha256(f"applied:{token}".encode("utf-8", "replace")).hexdigest()
+
+
 def token_activity(token: str) -> uuid.UUID | None:
     """The activity a completion token names, or None when it is not shaped like one."""
     if len(token) != 75:

@@ -286,6 +286,7 @@ class Engine:
         if self.deferrals is not None:
             await _guarded(self.deferrals.flush(), "writing the last deferred activities")
         await self.rollups.run_once()
+        await _guarded(self.store.settled.written(), "writing the statistics of settled callbacks")
         for name in list(self._tasks):
             await _cancel(self._tasks.pop(name))
         await _guarded(self.balancer.leave(), "leaving the partitions")

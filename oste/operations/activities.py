@@ -235,6 +235,11 @@ def _steered(item: r.NewActivity) -> bool:
 def _callback_said(said: str) -> None:
     if said == "unknown":
         raise NotFound("no activity has this completion token")
+    if said == "already_applied":
+        raise Conflict(
+            "this callback was already applied (a repeat of it, perhaps after a 503 or a lost answer): "
+            "the attempt's outcome is recorded; nothing changed"
+        )
     if said == "conflict":
         raise Conflict(
             "this completion token is not the current attempt's, or the activity no longer waits for "

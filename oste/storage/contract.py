@@ -730,8 +730,10 @@ class Dispatch(Protocol):
         rng: random.Random | None = None,
     ) -> str:
         """Apply a receiver's callback once (one conditional write, in its own transaction): ``ok``
-        succeeds, ``failed`` dead-letters, ``retry`` retries. Returns ``applied``, ``unknown`` (no such
-        activity) or ``conflict`` (not the current attempt's token, or no longer running)."""
+        succeeds, ``failed`` dead-letters, ``retry`` retries; the same transaction counts the outcome in
+        the per-minute statistics and keeps the token's ``applied_digest``. Returns ``applied``,
+        ``unknown`` (no such activity), ``already_applied`` (a callback with this token was applied
+        before) or ``conflict`` (not the current attempt's token, or no longer running)."""
         ...
 
     async def heartbeat_completion(self, activity_id: uuid.UUID, token: str) -> tuple[str, datetime | None]:

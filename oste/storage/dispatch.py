@@ -20,7 +20,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -41,12 +41,18 @@ from oste.domain.claims import (
     NodeInfo,
 )
 from oste.domain.clock import Clock
-from oste.domain.delivery import StatusPolicy, callback_report, conclude, conclude_expired, token_digest
+from oste.domain.delivery import (
+    StatusPolicy,
+    applied_digest,
+    callback_report,
+    conclude,
+    conclude_expired,
+    token_digest,
+)
 from oste.domain.ids import new_id
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.domain.receiver_auth import auth_from_document
-from oste.domain.records import ActivityState, Header
-from oste.domain.stats import OUTCOMES, Rollup, minute_of
+from oste.domain.records import ActivityState, Header, Outcome
 from oste.errors import Unavailable
 from oste.metrics import count_delivery
 from oste.storage import models as m
@@ -56,7 +62,7 @@ from oste.storage.dialects import EXECUTION_COLUMNS, Dialect, FollowOnWriter, Pa
 from oste.storage.events import Change, completion_changes, record, record_changes, subscribed_solutions
 from oste.storage.flows import ANY_FLOW_TYPE, FLOW_TYPES, flow_pick, trim_sql
 from oste.storage.notices import publish
-from oste.storage.stats import upsert_rollups
+from oste.storage.stats import SettledOutcomes
 
 TYPES_CHECKED = 1000
 """Activity types whose stored versions one statement reads at most.
@@ -108,6 +114,8 @@ class DispatchStore:
         self._flows_checked_at = -FLOW_CHECK_INTERVAL
         self._flows = False
         self._flows_first = False
+        self.settled = SettledOutcomes(connection)
+        """The outcomes of callback waits settled here, counted in the statistics after their commit."""
 
     @property
     def writes_concurrently(self) -> bool:
@@ -621,13 +629,17 @@ class DispatchStore:
     ) -> str:
         """Apply a receiver's callback once: ``ok`` succeeds the activity (``result`` feeds a success
         follow-on like a response body), ``failed`` dead-letters it, ``retry`` retries it. Returns
-        ``applied``, ``unknown`` (no such activity) or ``conflict`` (not its current attempt's token,
-        already completed, cancelled, requeued)."""
+        ``applied``, ``unknown`` (no such activity), ``already_applied`` (this very callback was applied
+        before: its caller retried) or ``conflict`` (not its current attempt's token, already completed
+        otherwise, cancelled, requeued)."""
         row = await self._callback_row(activity_id, token)
         if row is None:
             return "unknown"
         if not self._current(row, token):
-            return "conflict"
+            applied = row.completion_hash is not None and hmac.compare_digest(
+                row.completion_hash, applied_digest(token)
+            )
+            return "already_applied" if applied else "conflict"
         now = self.clock.now()
         assert row.claim_token is not None and row.lease_expires_at is not None
         claim = Claim(
@@ -651,15 +663,25 @@ class DispatchStore:
         )
         started = row.updated_at if row.claimed_by is None else now
         completion = conclude(claim, callback_report(outcome, started, now, result, error), "callback", rng)
-        settled = {row.id: (row.company_id, row.activity_type_id)}
         async with self._db():
-            subscribed = await subscribed_solutions(now, self.connection)
-            hook = _after_completions([completion], subscribed, settled)
+            after = _after_completions([completion], await subscribed_solutions(now, self.connection))
+
+            async def hook(conn: Any, strategy: Dialect, written: Sequence[Completion], at: datetime) -> int:
+                created = await after(conn, strategy, written, at) if after is not None else 0
+                if written:  # what a repeat of this callback is told (``applied_digest``)
+                    p = Params(strategy)
+                    mark = f"completion_hash = {p.add(applied_digest(token))}"
+                    where = f"id = {p.add(strategy.encode_uuid(row.id))}"
+                    await conn.execute_query(f"UPDATE activity SET {mark} WHERE {where}", p.values)
+                return created
+
             ids = await self.strategy.record_completions(self.connection, [completion], now, hook)
         await publish(self.connection, ids)
         if not ids:
             return "conflict"
-        count_delivery(str(completion.report.outcome), _names_of(row.activity_type))
+        outcome = completion.report.outcome
+        self.settled.add(now, row.company_id, row.solution_id, row.activity_type_id, outcome)
+        count_delivery(str(outcome), _names_of(row.activity_type))
         return "applied"
 
     async def heartbeat_completion(self, activity_id: uuid.UUID, token: str) -> tuple[str, datetime | None]:
@@ -670,11 +692,12 @@ class DispatchStore:
             return "unknown", None
         if not self._current(row, token):  # a heartbeat may come before the 202 is written
             return "conflict", None
-        deadline = self.clock.now() + timedelta(seconds=row.activity_type.completion_timeout)
+        now = self.clock.now()
+        deadline = now + timedelta(seconds=row.activity_type.completion_timeout)
         beats = F("completion_heartbeats") + 1 if row.completion_heartbeats is not None else 1
-        async with self._db():
+        async with self._db():  # a beat past the deadline is too late: the rescuer may be timing it out
             changed = await m.Activity.filter(
-                id=row.id, state=ActivityState.RUNNING, claim_token=row.claim_token
+                id=row.id, state=ActivityState.RUNNING, claim_token=row.claim_token, lease_expires_at__gt=now
             ).update(lease_expires_at=deadline, completion_heartbeats=beats)
         return ("applied", deadline) if changed else ("conflict", None)
 
@@ -780,7 +803,7 @@ class DispatchStore:
             ExpiredClaim(
                 row.id,
                 row.claim_token,
-                row.claimed_by or "?",
+                row.claimed_by or ("callback" if row.completion_hash else "?"),
                 row.attempts + 1,
                 row.retries,
                 row.lease_expires_at,
@@ -809,20 +832,17 @@ class DispatchStore:
         completions = [conclude_expired(e, now, rng) for e in expired]
         if not completions:
             return 0, 0
-        waits = {e.activity_id: e for e in expired if e.awaiting_since is not None}
-        settled = {
-            a: (e.company_id, e.activity_type_id)
-            for a, e in waits.items()
-            if e.company_id is not None and e.activity_type_id is not None
-        }
+        waits = [e for e in expired if e.awaiting_since is not None]
         async with self._db():
-            subscribed = await subscribed_solutions(now, self.connection)
-            hook = _after_completions(completions, subscribed, settled)
+            hook = _after_completions(completions, await subscribed_solutions(now, self.connection))
             ids = await self.strategy.record_completions(self.connection, completions, now, hook)
         await publish(self.connection, ids)
-        for activity_id, wait in waits.items():  # the completion timeouts: the 202's outcome, known now
-            if activity_id in ids and wait.names is not None:
-                count_delivery("error", wait.names)
+        for wait in waits:  # the completion timeouts: the 202's outcome, known now
+            if wait.activity_id not in ids or wait.names is None:
+                continue
+            if wait.company_id and wait.solution_id and wait.activity_type_id:
+                self.settled.add(now, wait.company_id, wait.solution_id, wait.activity_type_id, Outcome.ERROR)
+            count_delivery(Outcome.ERROR, wait.names)
         dead = sum(1 for c in completions if c.activity_id in ids and c.state == ActivityState.DEAD)
         return len(ids) - dead, dead
 
@@ -891,45 +911,20 @@ def _headers(document: dict[str, Any] | None) -> dict[str, Header]:
 
 
 def _after_completions(
-    completions: Sequence[Completion],
-    subscribed: frozenset[uuid.UUID],
-    settled: Mapping[uuid.UUID, tuple[uuid.UUID, uuid.UUID]] | None = None,
+    completions: Sequence[Completion], subscribed: frozenset[uuid.UUID]
 ) -> FollowOnWriter | None:
     """What a completion batch must also write in its transaction: follow-ons when some completion
-    chains, events when some activity's solution is streamed, the statistics of callbacks settled
-    (``settled``: activity id -> (company id, activity type id) of each completion that ends a callback
-    wait, whose outcome the engine did not count at its 202); None (the batch costs nothing more) when
-    none of these."""
+    chains, events when some activity's solution is streamed; None (the batch costs nothing more)
+    when neither."""
     chains = any(c.follow_on is not None for c in completions)
     streamed = bool(subscribed) and any(c.solution_id in subscribed for c in completions)
-    if not chains and not streamed and not settled:
+    if not chains and not streamed:
         return None
 
     async def after(conn: Any, strategy: Dialect, written: Sequence[Completion], now: datetime) -> int:
         created = await write_follow_ons(conn, strategy, written, now, subscribed) if chains else 0
         if streamed:
             await record(conn, strategy, completion_changes(written, subscribed), now)
-        if settled:
-            await upsert_rollups(conn, strategy, settled_rollups(written, settled, now))
         return created
 
     return after
-
-
-def settled_rollups(
-    written: Sequence[Completion], settled: Mapping[uuid.UUID, tuple[uuid.UUID, uuid.UUID]], now: datetime
-) -> list[Rollup]:
-    """The per-minute rollups of the callback waits ``written`` ended: one outcome each, no lag (the
-    lag was counted when the request was sent)."""
-    minute = minute_of(now)
-    rollups: dict[uuid.UUID, Rollup] = {}
-    for completion in written:
-        ids = settled.get(completion.activity_id)
-        if ids is None or completion.solution_id is None:
-            continue
-        company_id, type_id = ids
-        rollup = rollups.get(type_id)
-        if rollup is None:
-            rollup = rollups[type_id] = Rollup(minute, company_id, completion.solution_id, type_id)
-        rollup.add(OUTCOMES.index(completion.report.outcome), None)
-    return list(rollups.values())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ DUE_SCAN = 2_000
 """Due activities of a company, solution or type, and the throttled ones, are counted among the
 oldest ``DUE_SCAN`` due activities of the deployment (one bounded scan of the scheduled index per
 report); past that the counts are lower bounds (``at_least``)."""
+log = logging.getLogger("oste.storage")
 RETENTION_MINUTES = 26 * 60
 """Rollups older than this are pruned."""
 DueRows = tuple[dict[tuple[uuid.UUID, uuid.UUID], int], bool] | Awaitable[Any]
@@ -144,6 +146,66 @@ async def upsert_rollups(conn: Any, strategy: Dialect, rollups: Sequence[Rollup]
         for u in sorted(rollups, key=lambda u: (u.minute, str(u.activity_type_id)))  # one lock order
     ]
     await conn.execute_many(sql, values)
+
+
+MAX_SETTLED_KEYS = 10_000
+"""(minute, type) rollups of settled callbacks a process keeps while the database refuses them; past
+this the oldest minutes are dropped (and a warning says how many outcomes went uncounted)."""
+
+
+class SettledOutcomes:
+    """The outcomes of callback waits this process settled (a receiver's callback, a completion
+    timeout), added to the per-minute rollups after their transaction committed, by one writer at a
+    time: a burst of callbacks of one type becomes one upsert of its minute's row, and no callback's
+    transaction waits for that row (callbacks of one type would otherwise queue on it, each for a whole
+    commit). The engine counted the 202's lag when it was sent; these add the outcome alone. An
+    outcome still buffered when the process stops uncounted, as the engine's own buffer."""
+
+    def __init__(self, connection: str = "default") -> None:
+        self.connection = connection
+        self.buffer: dict[tuple[int, uuid.UUID], Rollup] = {}
+        self._writing: asyncio.Task[None] | None = None
+
+    def add(
+        self, at: datetime, company_id: uuid.UUID, solution_id: uuid.UUID, type_id: uuid.UUID, outcome: str
+    ) -> None:
+        """Count one settled outcome of ``type_id`` in the minute of ``at``; written soon."""
+        minute = minute_of(at)
+        rollup = self.buffer.get((minute, type_id))
+        if rollup is None:
+            rollup = self.buffer[(minute, type_id)] = Rollup(minute, company_id, solution_id, type_id)
+        rollup.add(OUTCOMES.index(outcome), None)
+        if self._writing is None or self._writing.done():
+            self._writing = asyncio.get_running_loop().create_task(self._write())
+
+    async def written(self) -> None:
+        """Wait until what was added so far is written (or failed, kept for the next ``add``)."""
+        while self._writing is not None and not self._writing.done():
+            await asyncio.shield(self._writing)
+
+    async def _write(self) -> None:
+        while self.buffer:
+            rollups = list(self.buffer.values())
+            self.buffer.clear()
+            try:
+                conn = connections.get(self.connection)
+                await upsert_rollups(conn, dialect_of(conn), rollups)
+            except Exception as exc:  # kept, merged with what came meanwhile: written with the next add
+                for rollup in rollups:
+                    kept = self.buffer.setdefault((rollup.minute, rollup.activity_type_id), rollup)
+                    if kept is not rollup:
+                        kept.outcomes = [a + b for a, b in zip(kept.outcomes, rollup.outcomes, strict=True)]
+                self._bound()
+                log.warning("writing the statistics of settled callbacks failed (kept for later): %s", exc)
+                return
+
+    def _bound(self) -> None:
+        if len(self.buffer) <= MAX_SETTLED_KEYS:
+            return
+        dropped = 0
+        for key in sorted(self.buffer)[: len(self.buffer) - MAX_SETTLED_KEYS]:
+            dropped += sum(self.buffer.pop(key).outcomes)
+        log.warning("%d settled callback outcomes went uncounted in the statistics (refused)", dropped)
 
 
 @raises_unavailable

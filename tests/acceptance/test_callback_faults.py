@@ -10,7 +10,7 @@
   by its caller while it is refused, is applied once or refused with 503 (never a 500), never applied
   twice; every activity has exactly one `ok` execution and its `on_success` follow-on exists once. A
   callback whose commit reached the standby before the kill was applied although its caller was
-  answered 503: its retry answers 409, like any second callback.
+  answered 503: its retry answers 409 saying the callback was already applied.
 """
 
 from __future__ import annotations
@@ -358,6 +358,7 @@ async def test_callbacks_during_a_failover_are_applied_once_or_refused_with_503(
 
                 again = await asyncio.gather(*(callers.post(url[n], json={"outcome": "ok"}) for n in order))
                 assert [answer.status_code for answer in again] == [409] * total  # nothing applies twice
+                assert all("already applied" in answer.json()["detail"] for answer in again)  # and says so
 
                 await eventually(lambda: _follow_ons_sent(receiver, total), 60, 0.05, "every follow-on sent")
                 executions, states, created = await db_rows(

@@ -4,6 +4,7 @@ rescue, nodes and partition leases. Time is a ManualClock, so tests stand exactl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from datetime import datetime, timedelta
 
@@ -12,7 +13,7 @@ import pytest
 from oste.domain import records as r
 from oste.domain.claims import AttemptReport, Claim, Completion
 from oste.domain.clock import ManualClock
-from oste.domain.delivery import conclude
+from oste.domain.delivery import completion_token, conclude, token_digest
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.storage.dispatch import DispatchStore
 from oste.storage.store import Store
@@ -301,3 +302,26 @@ async def test_partition_leases(store: Store, dispatch: DispatchStore, clock: Ma
     assert set(taken) == set(got_b[4:])
     await dispatch.deregister_node(a.id)
     assert set((await dispatch.partition_owners()).values()) == {None}
+
+
+async def test_a_heartbeat_moves_a_waiting_callbacks_deadline_only_while_it_is_ahead(
+    store: Store, dispatch: DispatchStore, clock: ManualClock
+) -> None:
+    kind = await make_type(store, URL)
+    [made] = await make_activities(store, kind, T0)
+    [claim] = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
+    token = completion_token(claim.activity_id)
+    assert await dispatch.arm_completion(claim, token_digest(token, claim.claim_token))
+    claim = dataclasses.replace(claim, target=dataclasses.replace(claim.target, completion_timeout=10.0))
+    accepted = AttemptReport(r.Outcome.OK, T0, T0, 1.0, 202, awaiting=True)
+    await dispatch.complete([conclude(claim, accepted, "n1")])  # waits until T0 + 10 s
+    clock.advance(9.0)
+    said, deadline = await dispatch.heartbeat_completion(claim.activity_id, token)
+    assert said == "applied" and deadline == T0 + timedelta(seconds=9 + kind.completion_timeout)
+    clock.set(deadline + timedelta(milliseconds=1))  # past it: the rescuer may be timing it out
+    assert await dispatch.heartbeat_completion(claim.activity_id, token) == ("conflict", None)
+    assert await dispatch.reap_expired(100) == (1, 0)
+    [timed_out] = await executions_of(store, made)
+    assert timed_out.outcome == r.Outcome.ERROR and "completion timed out" in (timed_out.error or "")
+    assert timed_out.node == "callback"  # no node held the wait
+    assert await dispatch.heartbeat_completion(claim.activity_id, token) == ("conflict", None)
