@@ -2,12 +2,13 @@
 
 Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set;
 the SDK is imported then only, so that without it nothing of it is loaded and an attempt pays one
-``None`` check. Spans go over OTLP/HTTP (protobuf) through the SDK's batch processor, configured by the
-SDK's standard variables: ``OTEL_SERVICE_NAME`` (default ``oste``), ``OTEL_RESOURCE_ATTRIBUTES``,
+``None`` check. Spans go over OTLP through the SDK's batch processor, configured by the SDK's standard
+variables: ``OTEL_SERVICE_NAME`` (default ``oste``), ``OTEL_RESOURCE_ATTRIBUTES``,
 ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG`` (default: parent-based, always on),
-``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT``, ``OTEL_BSP_*``;
-``OTEL_EXPORTER_OTLP_PROTOCOL`` must be ``http/protobuf`` (the default), any other leaves tracing off
-with a warning.
+``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT``, ``OTEL_BSP_*``, and
+``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf`` (the default) or ``grpc`` (the exporter of the
+``otlp-grpc`` extra; ``OTEL_EXPORTER_OTLP_INSECURE`` as the SDK reads it). Another protocol
+(``http/json``, which the Python SDK has no exporter for) leaves tracing off with a warning.
 
 Two kinds of span: a SERVER span per API request (``oste.api.tracing.ServerSpans``), continuing the
 caller's W3C context or starting the trace, whose context a create stores with its activities; and a
@@ -33,6 +34,13 @@ log = logging.getLogger(__name__)
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 PROTOCOL = "http/protobuf"
+"""The default protocol."""
+EXPORTERS = {
+    "http/protobuf": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+}
+"""The module of each protocol's span exporter (its ``OTLPSpanExporter``)."""
+GRPC_EXTRA = "pip install 'oste[otlp-grpc]'"
 DEFAULT_SERVICE_NAME = "oste"
 
 
@@ -43,10 +51,12 @@ def wanted(environ: Mapping[str, str] | None = None) -> bool:
 
 
 class Tracing:
-    """A tracer provider exporting over OTLP/HTTP, and the spans OSTE makes with it."""
+    """A tracer provider exporting over OTLP (``protocol``, one of ``EXPORTERS``), and the spans OSTE
+    makes with it."""
 
-    def __init__(self) -> None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    def __init__(self, protocol: str = PROTOCOL) -> None:
+        import importlib
+
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -65,7 +75,8 @@ class Tracing:
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
         self.provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        exporter = importlib.import_module(EXPORTERS[protocol]).OTLPSpanExporter()
+        self.provider.add_span_processor(BatchSpanProcessor(exporter))
         self.tracer = self.provider.get_tracer("oste", __version__)
         self._span_context, self._non_recording, self._in_context = (
             SpanContext,
@@ -187,17 +198,27 @@ def start() -> Tracing | None:
             os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
             or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         ) or PROTOCOL
-        if protocol != PROTOCOL:
+        if protocol not in EXPORTERS:
             log.warning(
-                "tracing is off: OTEL_EXPORTER_OTLP_PROTOCOL=%s, OSTE exports %s only", protocol, PROTOCOL
+                "tracing is off: OTEL_EXPORTER_OTLP_PROTOCOL=%s; OSTE exports over %s",
+                protocol,
+                " or ".join(EXPORTERS),
             )
             return None
         try:
-            _active = Tracing()
+            _active = Tracing(protocol)
         except ImportError as exc:
-            log.warning("tracing is off: the OpenTelemetry SDK cannot be imported (%s)", exc)
+            if protocol == "grpc":
+                log.error(
+                    "tracing is off: OTLP over gRPC needs the otlp-grpc extra (%s), or set "
+                    "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf: %s",
+                    GRPC_EXTRA,
+                    exc,
+                )
+            else:
+                log.warning("tracing is off: the OpenTelemetry SDK cannot be imported (%s)", exc)
             return None
-        log.info("tracing: spans exported over OTLP/HTTP")
+        log.info("tracing: spans exported over OTLP (%s)", protocol)
     _users += 1
     return _active
 

@@ -33,7 +33,7 @@ def test_only_an_endpoint_turns_it_on() -> None:
 
 def test_another_protocol_leaves_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")  # the Python SDK has no exporter
     assert tracing.start() is None and tracing.active() is None
 
 

@@ -1,7 +1,8 @@
-"""Spans over OTLP/HTTP (PRODUCT.md "Tracing"): with OTEL_EXPORTER_OTLP_ENDPOINT set, one create and its
-attempt reach a real collector on loopback (an aiohttp server decoding ``POST /v1/traces`` with
-``opentelemetry-proto``) as a SERVER and a CLIENT span of one trace: the caller's, or the one the
-create's span started. The CLIENT span's id is the one the receiver got in its ``traceparent``."""
+"""Spans over OTLP (PRODUCT.md "Tracing"): with OTEL_EXPORTER_OTLP_ENDPOINT set, one create and its
+attempt reach a real collector on loopback as a SERVER and a CLIENT span of one trace: the caller's, or
+the one the create's span started. The CLIENT span's id is the one the receiver got in its
+``traceparent``. Both protocols: OTLP/HTTP (an aiohttp server decoding ``POST /v1/traces`` with
+``opentelemetry-proto``) and OTLP/gRPC (a grpcio server of the proto's ``TraceService``)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -53,13 +59,15 @@ class Collector:
 
     async def _traces(self, request: web.Request) -> web.Response:
         assert request.content_type == "application/x-protobuf"
-        export = ExportTraceServiceRequest.FromString(await request.read())
+        self.keep(ExportTraceServiceRequest.FromString(await request.read()))
+        answer = ExportTraceServiceResponse().SerializeToString()
+        return web.Response(body=answer, content_type="application/x-protobuf")
+
+    def keep(self, export: ExportTraceServiceRequest) -> None:
         for resource_spans in export.resource_spans:
             resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
             for scope_spans in resource_spans.scope_spans:
                 self.spans.extend((resource, span) for span in scope_spans.spans)
-        answer = ExportTraceServiceResponse().SerializeToString()
-        return web.Response(body=answer, content_type="application/x-protobuf")
 
     async def wait_for(self, kind: int, count: int, within: float = 30.0) -> list[Span]:
         deadline = time.monotonic() + within
@@ -71,6 +79,30 @@ class Collector:
             await asyncio.sleep(0.05)
 
 
+class GrpcCollector(Collector):
+    """The same collector over OTLP/gRPC: a grpcio server of the proto's ``TraceService``."""
+
+    async def start(self) -> Collector:
+        collector = self
+
+        class Traces(TraceServiceServicer):  # type: ignore[misc]
+            async def Export(self, request: ExportTraceServiceRequest, context: Any) -> Any:
+                collector.keep(request)
+                return ExportTraceServiceResponse()
+
+        self._server = grpc.aio.server()
+        add_TraceServiceServicer_to_server(Traces(), self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        await self._server.start()
+        return self
+
+    async def stop(self) -> None:
+        await self._server.stop(grace=None)
+
+
+COLLECTORS = {"http/protobuf": Collector, "grpc": GrpcCollector}
+
+
 def attributes(span: Span) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for a in span.attributes:
@@ -79,9 +111,12 @@ def attributes(span: Span) -> dict[str, Any]:
     return found
 
 
-@pytest.fixture
-async def collector() -> AsyncIterator[Collector]:
-    found = await Collector().start()
+@pytest.fixture(params=sorted(COLLECTORS))
+async def collector(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Collector]:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", request.param)
+    found = await COLLECTORS[request.param]().start()
     try:
         yield found
     finally:
