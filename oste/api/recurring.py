@@ -37,6 +37,7 @@ from oste.domain.recurring_values import MAX_POLICY_DURATION as MAX_POLICY_DURAT
 from oste.domain.recurring_values import policy_values as policy_values
 from oste.domain.recurring_values import schedule_of as schedule_of
 from oste.domain.schedule import Schedule, check_schedule_time
+from oste.domain.tracecontext import stored_values
 from oste.errors import InvalidInput, NotFound
 from oste.operations.actors import Actor
 from oste.operations.creation import TypeCache
@@ -130,12 +131,8 @@ async def list_all(request: Request) -> Response:
 
 
 def _trace_values(request: Request) -> dict[str, str | None]:
-    """The request's trace context (``oste.api.tracing``) as a recurring activity stores it: its
-    occurrences are sent in that trace (none: each occurrence's own, from its id)."""
-    trace = caller_trace(request)
-    if trace is None:
-        return {"traceparent": None, "tracestate": None}
-    return {"traceparent": trace.traceparent, "tracestate": trace.tracestate}
+    """The request's trace context (``oste.api.tracing``) as a recurring activity stores it."""
+    return stored_values(caller_trace(request))
 
 
 @self_audited

@@ -11,22 +11,14 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from oste.api.metrics import UNMATCHED, route_template
-from oste.domain.tracecontext import TraceContext, trace_context_of
+from oste.domain.tracecontext import SCOPE_KEY, TraceContext, request_trace, trace_context_of
 from oste.tracing import active
-
-SCOPE_KEY = "oste.trace"
-"""Where the tracing middleware leaves the SERVER span's context in the request's scope."""
 
 
 def caller_trace(request: Request) -> TraceContext | None:
-    """The trace context a create keeps: the SERVER span's when tracing is on, else the caller's."""
-    found = request.scope.get(SCOPE_KEY)
-    if found is not None:
-        return found
-    headers = request.headers
-    if "traceparent" not in headers:
-        return None
-    return trace_context_of(headers.getlist("traceparent"), headers.getlist("tracestate"))
+    """The trace context a create keeps: the SERVER span's when tracing is on, else the caller's
+    (``oste.domain.tracecontext.request_trace``)."""
+    return request_trace(request.scope)
 
 
 class ServerSpans:

@@ -8,8 +8,9 @@ same trace id, a new span id, the caller's sampled flag (``attempt_traceparent``
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MAX_TRACESTATE_CHARS = 512
 """The longest ``tracestate`` kept (W3C: propagate at least 512 characters)."""
@@ -109,3 +110,34 @@ def attempt_traceparent(stored: str, span_id: str) -> str:
     """The ``traceparent`` of one attempt in a stored caller's trace: its trace id and sampled flag,
     this attempt's span id."""
     return f"00-{stored[3:35]}-{span_id}-{stored[53:55]}"
+
+
+SCOPE_KEY = "oste.trace"
+"""Where the tracing middleware (``oste.api.tracing.ServerSpans``) leaves the context of a request's
+SERVER span in its ASGI scope."""
+
+
+def request_trace(scope: Mapping[str, Any]) -> TraceContext | None:
+    """The trace context a create made by this request keeps, from its ASGI ``scope``: the SERVER
+    span's when tracing is on (continuing the caller's context, or starting the trace), else the
+    caller's own ``traceparent``/``tracestate`` headers when valid; None without either. Both faces
+    (the API and the UI's forms) store what this says."""
+    found = scope.get(SCOPE_KEY)
+    if found is not None:
+        return found
+    traceparents: list[str] = []
+    tracestates: list[str] = []
+    for name, value in scope.get("headers", ()):
+        if name == b"traceparent":
+            traceparents.append(value.decode("latin-1"))
+        elif name == b"tracestate":
+            tracestates.append(value.decode("latin-1"))
+    return trace_context_of(traceparents, tracestates) if traceparents else None
+
+
+def stored_values(trace: TraceContext | None) -> dict[str, str | None]:
+    """A trace context as a recurring activity stores it (its occurrences are sent in that trace; None
+    leaves each occurrence its own, from its id)."""
+    if trace is None:
+        return {"traceparent": None, "tracestate": None}
+    return {"traceparent": trace.traceparent, "tracestate": trace.tracestate}

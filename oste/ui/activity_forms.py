@@ -8,6 +8,7 @@ object id from the type's ``object_id_ref``) and ``operations.activities.create`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from oste.domain import records as r
 from oste.domain import schemas
 from oste.domain.json_values import check_storable
 from oste.domain.parameters import uri_placeholders
+from oste.domain.tracecontext import request_trace
 from oste.errors import FieldError, InvalidInput
 from oste.operations import WRITE
 from oste.operations.creation import TypeCache, new_activity
@@ -129,6 +131,9 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
         )
     except InvalidInput as exc:
         raise invalid(exc, known=FIELDS) from None
+    trace = request_trace(request.scope)  # the form's request is the activity's caller in its trace
+    if trace is not None:
+        item = replace(item, traceparent=trace.traceparent, tracestate=trace.tracestate)
     activity = (
         await ui(request).operations.activities.create(viewer.actor, company, solution, item)
     ).activity

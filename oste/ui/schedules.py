@@ -25,6 +25,7 @@ from oste.domain.recurrence import DstAmbiguous, DstNonexistent, Recurrence
 from oste.domain.recurring_values import policy_values, schedule_of
 from oste.domain.schedule import FIELDS as CRON_FIELDS
 from oste.domain.schedule import check_fires, parse_schedule
+from oste.domain.tracecontext import request_trace, stored_values
 from oste.errors import FieldErrors, InvalidInput, NotFound
 from oste.operations import WRITE
 from oste.operations.validation import check_parameter
@@ -365,7 +366,7 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     if kind is None:
         raise FormInvalid({"activity_type": f"there is no activity type {name!r} in this solution"})
     values, recurrence = await _common(request, viewer, form, kind, company)
-    values.update(retries=None, paused=False)
+    values.update(retries=None, paused=False, **stored_values(request_trace(request.scope)))
     created = await ui(request).operations.recurring.create(
         viewer.actor, company, solution, kind, values, recurrence
     )
@@ -381,6 +382,7 @@ async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     recurring = await store.get_recurring(solution, uuid_in_path(request))
     kind = await store.get_activity_type(solution, recurring.activity_type)
     values, recurrence = await _common(request, viewer, form, kind, company)
+    values.update(stored_values(request_trace(request.scope)))  # the trace of the change, as the API's
     await ui(request).operations.recurring.reschedule(
         viewer.actor, company, solution, recurring, values, recurrence, list(values)
     )

@@ -296,6 +296,26 @@ async def test_a_one_off_activity_with_a_parameter_hint_and_its_errors(
     stored = (await api.get(f"{tenant.activities}/{activity_id}", expect=200)).json()
     assert (stored["parameter"], stored["priority"], stored["retries"]) == ({"SongId": 4}, 9, 1)
     assert stored["state"] == "scheduled"
+    assert stored_trace(world, "activity", activity_id) == (None, None)
+
+    # the form's request carries a trace context (an instrumented browser, a proxy): the activity keeps it
+    parent, state = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=00f067aa0ba902b7"
+    company.http.headers.update({"traceparent": parent, "tracestate": state})
+    try:
+        traced = await company.post(f"{base}/new-activity", {**form, "parameter": '{"SongId": 5}'})
+    finally:
+        del company.http.headers["traceparent"], company.http.headers["tracestate"]
+    assert stored_trace(world, "activity", traced.headers["location"].rsplit("/", 1)[1]) == (parent, state)
+
+
+def stored_trace(world: UiWorld, table: str, row_id: str) -> tuple[str | None, str | None]:
+    """The trace context a row keeps (``traceparent``, ``tracestate``), read with sqlite3."""
+    path = world.api.database_url.removeprefix("sqlite://")
+    with sqlite3.connect(path) as db:
+        sql = f"SELECT traceparent, tracestate FROM {table} WHERE id IN (?, ?)"  # either form of a uuid
+        found = db.execute(sql, (row_id, row_id.replace("-", ""))).fetchone()
+    assert found is not None, f"no {table} {row_id}"
+    return found[0], found[1]
 
 
 async def test_the_schedule_editor_keeps_the_input_and_a_schedule_is_deleted_after_a_confirmation(
@@ -325,10 +345,16 @@ async def test_the_schedule_editor_keeps_the_input_and_a_schedule_is_deleted_aft
         expect=422,
     )
     assert marked(bad_zone.text) == {"timezone"} and shown_value(bad_zone.text, "cron") == "15 4 * * 1-5"
-    made = await company.post(f"{base}/recurring/new", {**form, "parameter": '{"SongId": 1}'})
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"  # its occurrences: in this trace
+    company.http.headers["traceparent"] = parent
+    try:
+        made = await company.post(f"{base}/recurring/new", {**form, "parameter": '{"SongId": 1}'})
+    finally:
+        del company.http.headers["traceparent"]
     recurring_id = made.headers["location"].rsplit("/", 1)[1]
     stored = (await api.get(f"{tenant.recurring}/{recurring_id}", expect=200)).json()
     assert stored["timezone"] == "America/New_York" and stored["dst_ambiguous"] == "both"
+    assert stored_trace(world, "recurring_activity", recurring_id) == (parent, None)
     confirm = (await company.get(f"{base}/recurring/{recurring_id}/delete")).text
     assert "fires no more" in confirm
     await company.post(f"{base}/recurring/{recurring_id}/delete", {"confirm": "yes"})
