@@ -1,0 +1,128 @@
+"""Per-object flow control under the deployment's QoS (issue 34): what per-object control lets through
+still obeys the type's ``max_concurrency``, the activities' ``priority``, and the company's circuit
+breaker at the destination, with each object's order kept. A real server with its engine, a real
+receiver, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tests.engine_support import Receiver, eventually, test_settings
+from tests.integration.api.conftest import Api, Tenant, api_client
+from tests.integration.flow.test_flow_delivery import Watch, all_ended, body, created, watching
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def qos_api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    """A server with its engine whose circuit breakers cool down in half a second."""
+    settings = dataclasses.replace(
+        test_settings(database_url),
+        data_dir=tmp_path,
+        poll_interval=0.2,
+        breaker_cooldown=0.5,
+        breaker_max_cooldown=1.0,
+    )
+    async with api_client(settings, run_engine=True) as client:
+        yield client
+
+
+async def fifo_type(api: Api, receiver: Receiver, **fields: Any) -> Tenant:
+    return await api.tenant(
+        uri_pattern=receiver.url + "/song/{SongId}",
+        object_id_ref=["SongId"],
+        per_object={"order": "fifo"},
+        retries=10,
+        backoff_base="PT0.1S",
+        backoff_max="PT0.2S",
+        **fields,
+    )
+
+
+def counting_total(watch: Watch, answer: Any, most: list[int]) -> Any:
+    """``watching``, keeping in ``most[0]`` the most requests in flight at once over every object."""
+    inner = watching(watch, answer)
+
+    async def behaviour(request: web.Request, receiver: Receiver) -> web.StreamResponse:
+        most[0] = max(most[0], sum(watch.in_flight.values()) + 1)
+        return await inner(request, receiver)
+
+    return behaviour
+
+
+async def test_the_types_max_concurrency_bounds_every_object_together(
+    qos_api: Api, receiver: Receiver
+) -> None:
+    api, watch, most = qos_api, Watch(), [0]
+    receiver.behaviour = counting_total(watch, lambda song, n, attempt: (0.15, 200), most)
+    tenant = await fifo_type(api, receiver, max_concurrency=3, breaker_failures=0)
+    now = datetime.now(UTC)
+    await created(
+        api,
+        tenant,
+        [body(tenant, song, n, now + timedelta(milliseconds=n)) for song in range(10) for n in range(3)],
+    )
+    await all_ended(api, tenant, 30, within=90)
+    assert most[0] == 3  # the type's limit reached, never passed, across objects
+    assert max(watch.most.values()) == 1  # and each object one at a time
+    assert all(watch.arrivals[song] == [0, 1, 2] for song in range(10))
+
+
+async def test_higher_priority_objects_go_first(qos_api: Api, receiver: Receiver) -> None:
+    api, watch, order = qos_api, Watch(), []
+    inner = watching(watch, lambda song, n, attempt: (0.05, 200))
+
+    async def in_order(request: web.Request, receiver_: Receiver) -> web.StreamResponse:
+        order.append(int(request.path.rsplit("/", 1)[1]))  # /song/{SongId}
+        return await inner(request, receiver_)
+
+    receiver.behaviour = in_order
+    tenant = await fifo_type(api, receiver, max_concurrency=1, breaker_failures=0)
+    kind = f"{tenant.types}/{tenant.activity_type}"
+    await api.patch(kind, {"paused": True}, expect=200)  # everything is due before the first is sent
+    now = datetime.now(UTC) - timedelta(seconds=1)
+    bodies = [
+        {**body(tenant, song, n, now + timedelta(milliseconds=n)), "priority": 9 if song >= 5 else 0}
+        for song in range(10)
+        for n in range(2)
+    ]
+    await created(api, tenant, bodies)
+    await api.patch(kind, {"paused": False}, expect=200)
+    await all_ended(api, tenant, 20, within=60)
+    assert sorted(order[:5]) == [5, 6, 7, 8, 9], order  # the priority-9 objects' heads before any other
+    assert all(watch.arrivals[song] == [0, 1] for song in range(10))
+
+
+async def test_an_open_breaker_holds_back_objects_in_their_order(qos_api: Api, receiver: Receiver) -> None:
+    api, watch = qos_api, Watch()
+    down = [True]
+    receiver.behaviour = watching(watch, lambda song, n, attempt: (0.0, 503 if down[0] else 200))
+    tenant = await fifo_type(api, receiver, breaker_failures=3)
+    now = datetime.now(UTC)
+    await created(
+        api,
+        tenant,
+        [body(tenant, song, n, now + timedelta(milliseconds=n)) for song in range(4) for n in range(3)],
+    )
+
+    async def deferred() -> bool:
+        runs = []
+        for item in await api.all_items(tenant.activities):
+            runs += await api.all_items(f"{tenant.activities}/{item['id']}/executions")
+        return any(run["outcome"] == "deferred" for run in runs)
+
+    await eventually(deferred, 30, what="activities held back by the company's open breaker")
+    down[0] = False
+    await all_ended(api, tenant, 12, within=90)
+    assert max(watch.most.values()) == 1
+    for song in range(4):  # a failed attempt repeats its activity; the order never goes back
+        arrivals = watch.arrivals[song]
+        assert arrivals == sorted(arrivals) and set(arrivals) == {0, 1, 2}
