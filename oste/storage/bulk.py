@@ -283,8 +283,8 @@ class BulkChange:
         return {uuid_of(row["id"]) for row in rows}
 
     async def _delete(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        """Delete the (locked) activities of ``ids`` that are not running, and their executions; the
-        ids deleted."""
+        """Delete the (locked) activities of ``ids`` that are not running, their executions and the keys
+        debounced into them; the ids deleted."""
         if not ids:
             return set()
         conn = m.Activity._meta.db  # the chunk's transaction
@@ -295,11 +295,12 @@ class BulkChange:
             listed = strategy.in_list(column, [strategy.encode_uuid(i) for i in ids], p, "uuid")
             return f"{listed} AND state IN ({', '.join(p.add(s) for s in states)})"
 
-        p = Params(strategy)
-        await conn.execute_query(
-            f"DELETE FROM execution WHERE activity_id IN (SELECT id FROM activity WHERE {where(p, 'id')})",
-            p.values,
-        )
+        for table in ("execution", "debounced_key"):  # debounced_key: see oste.storage.on_new
+            p = Params(strategy)
+            await conn.execute_query(
+                f"DELETE FROM {table} WHERE activity_id IN (SELECT id FROM activity WHERE {where(p, 'id')})",
+                p.values,
+            )
         p = Params(strategy)
         rows = await conn.execute_query_dict(
             f"DELETE FROM activity WHERE {where(p, 'id')} RETURNING id", p.values

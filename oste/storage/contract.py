@@ -250,7 +250,9 @@ class Tenants(Protocol):
         parameter and ``scheduled_for`` (at most its first ``scheduled_for`` plus ``max_wait``):
         ``debounced=True``, ``created=False``, ``room`` not taken. Creates of one object are
         serialised (exactly one pending survives concurrent ones); a replayed idempotency key answers
-        what its first create did."""
+        what its first create did (a debounced create's key: while its activity is stored and is one
+        of the newest 100 debounced into it, ``on_new.DEBOUNCED_KEYS_KEPT``; after that it is a new
+        create again)."""
         ...
 
     async def create_activity_once(
@@ -848,8 +850,9 @@ class LogShipping(Protocol):
     async def purge(
         self, ids: Sequence[uuid.UUID], states: Sequence[r.ActivityState], chunk: int = ...
     ) -> int:
-        """Delete those of ``ids`` still in ``states`` (an activity requeued meanwhile stays) and their
-        executions, ``chunk`` activities per transaction. Returns how many activities were deleted."""
+        """Delete those of ``ids`` still in ``states`` (an activity requeued meanwhile stays), their
+        executions and the keys debounced into them, ``chunk`` activities per transaction. Returns how
+        many activities were deleted."""
         ...
 
     async def status(self, target: RollTarget) -> ShippingStatus:

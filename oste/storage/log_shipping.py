@@ -8,8 +8,9 @@
   retry, by this node or the next holder of the lease, sends the same id with the same records;
 - ``load_records`` reads any number of records in a bounded number of queries (two per chunk: the
   activities with their type's name, then their executions; raw rows, no ORM objects);
-- ``purge`` deletes exactly the given activities still in the given states, with their executions,
-  in transactions of at most ``chunk`` activities (short: claims and completions are never held up).
+- ``purge`` deletes exactly the given activities still in the given states, with their executions
+  and the keys debounced into them, in transactions of at most ``chunk`` activities (short: claims
+  and completions are never held up).
 
 Every method returns plain frozen records and raises ``Unavailable`` when the database is unreachable.
 """
@@ -281,8 +282,9 @@ class RollerStore:
     async def purge(
         self, ids: Sequence[uuid.UUID], states: Sequence[r.ActivityState], chunk: int = DEFAULT_PURGE_CHUNK
     ) -> int:
-        """Delete those of ``ids`` still in ``states`` (an activity requeued meanwhile stays) and their
-        executions, ``chunk`` activities per transaction. Returns how many activities were deleted."""
+        """Delete those of ``ids`` still in ``states`` (an activity requeued meanwhile stays), their
+        executions and the keys debounced into them, ``chunk`` activities per transaction. Returns how
+        many activities were deleted."""
         deleted = 0
         for start in range(0, len(ids), chunk):
             part = list(ids[start : start + chunk])
@@ -291,7 +293,11 @@ class RollerStore:
                     live = await self._lock_live(conn, part, states)
                     if not live:
                         continue
-                    for table, column in (("execution", "activity_id"), ("activity", "id")):
+                    for table, column in (
+                        ("execution", "activity_id"),
+                        ("debounced_key", "activity_id"),
+                        ("activity", "id"),
+                    ):
                         sql = _Sql(conn)
                         await conn.execute_query(
                             f"DELETE FROM {table} WHERE {sql.in_ids(column, live)}", sql.values

@@ -354,7 +354,9 @@ class ActivityLabel(Model):
 
 class DebouncedKey(Model):
     """An ``Idempotency-Key`` of a create that was debounced into a pending activity (per-object
-    ``on_new: debounce``: nothing new was stored): a replay answers that activity again."""
+    ``on_new: debounce``: nothing new was stored): a replay answers that activity again. Bounded by the
+    activities: each keeps its newest ``on_new.DEBOUNCED_KEYS_KEPT``, and a path deleting activities
+    deletes their keys in its transaction (``oste.storage.on_new``)."""
 
     _no_comments = True  # see the module's docstring
 
@@ -363,13 +365,17 @@ class DebouncedKey(Model):
     idempotency_key = fields.CharField(max_length=255)
     request_hash = fields.CharField(max_length=64, null=True)
     activity_id = fields.UUIDField()
-    """The activity it was debounced into (no foreign key: purging activities must not pay for it; a
-    key whose activity was purged answers as if it were unknown)."""
+    """The activity it was debounced into (no foreign key: the paths deleting activities delete their
+    keys by ``debounced_key_activity_idx``; a key whose activity is gone answers as if it were unknown)."""
     created_at = fields.DatetimeField()
 
     class Meta:
         table = "debounced_key"
         unique_together = (("solution_id", "idempotency_key"),)
+        indexes = (
+            # an activity's keys, newest last: what its deletion and the keeping of the newest walk
+            Index(fields=("activity_id", "id"), name="debounced_key_activity_idx"),
+        )
 
 
 class Execution(Model):

@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import orjson
-from tortoise.expressions import F, Q
+from tortoise.expressions import F, Q, Subquery
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
@@ -486,7 +486,9 @@ class RecurrenceStore:
         unfired = m.Activity.filter(recurring_activity_id=recurring_id, **_UNFIRED)
         # locked first (PostgreSQL): one claimed meanwhile is neither deleted nor given back
         doomed = await unfired.select_for_update().only("id", "occurrence_at", "off_schedule")
-        await m.Activity.filter(id__in=[row.id for row in doomed]).delete()
+        gone = [row.id for row in doomed]
+        await m.DebouncedKey.filter(activity_id__in=gone).delete()  # see oste.storage.on_new
+        await m.Activity.filter(id__in=gone).delete()
         counted = sum(1 for row in doomed if not row.off_schedule)
         instants = [row.occurrence_at for row in doomed]
         floor = min([now, *(t - _TICK for t in instants if t is not None)])
@@ -545,12 +547,15 @@ class RecurrenceStore:
             if not row.paused:
                 return
             floor = row.planned_until or row.created_at
-            await m.Activity.filter(
+            replanned = m.Activity.filter(
                 recurring_activity_id=recurring.id,
                 state=r.ActivityState.CANCELLED,
                 attempts=0,
                 occurrence_at__gt=floor,
-            ).delete()
+            )
+            gone = Subquery(replanned.values_list("id", flat=True))
+            await m.DebouncedKey.filter(activity_id__in=gone).delete()  # see oste.storage.on_new
+            await replanned.delete()
             values = {"paused": False, "expand_at": now, "revision": row.revision + 1, "updated_at": now}
             await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
 

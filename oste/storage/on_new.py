@@ -9,6 +9,13 @@
 
 Creates of one object take the object's lock first (``Dialect.object_lock_sql``; SQLite has one
 writer), so whatever the interleaving of concurrent creates exactly one pending activity survives.
+
+A debounced create's ``Idempotency-Key`` is remembered (``debounced_key``) so that a replay answers
+the activity it went into. The table stays bounded by the activities themselves: an activity keeps the
+newest ``DEBOUNCED_KEYS_KEPT`` keys debounced into it (``keep_newest_keys``, in the debounce's
+transaction), and every path that deletes activities (a purge by the log rollers, a bulk delete, the
+deletion of a type, solution or company, a recurring activity's re-plan or resume) deletes their keys
+in the same transaction, through the ``debounced_key_activity_idx`` index.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from oste.domain import records as r
 from oste.storage.dialects import Params, dialect_of
 from oste.storage.events import Change, record, subscribed_solutions
+
+DEBOUNCED_KEYS_KEPT = 100
+"""Keys of debounced creates one activity keeps, the newest: one older (this many later creates of the
+same object were debounced into it since) is forgotten, and a replay of it is a new create again."""
 
 
 async def lock_object(conn: BaseDBAsyncClient, kind: r.ActivityType, object_id: str) -> None:
@@ -85,3 +96,17 @@ async def debounce_into_pending(
     where = f"id = {q.uid(dialect.uuid_of(row['id']))} AND state = 'scheduled' AND attempts = 0"
     updated = await conn.execute_query_dict(dialect.update_locked("activity", assign, where), q.values)
     return dialect.uuid_of(updated[0]["id"]) if updated else None
+
+
+async def keep_newest_keys(conn: BaseDBAsyncClient, activity_id: uuid.UUID) -> None:
+    """Forget all but the newest ``DEBOUNCED_KEYS_KEPT`` keys debounced into ``activity_id`` (their ids
+    are UUIDv7: the newest sort last). Run in the debounce's transaction, which holds the object's
+    lock; it walks that many entries of ``debounced_key_activity_idx`` and deletes what is past them."""
+    dialect = dialect_of(conn)
+    p = Params(dialect)
+    sql = (
+        f"DELETE FROM debounced_key WHERE activity_id = {p.uid(activity_id)} AND id < ("
+        f"SELECT id FROM debounced_key WHERE activity_id = {p.uid(activity_id)} "
+        f"ORDER BY id DESC LIMIT 1 OFFSET {DEBOUNCED_KEYS_KEPT - 1})"
+    )
+    await conn.execute_query(sql, p.values)

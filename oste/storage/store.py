@@ -49,7 +49,7 @@ from oste.storage.changes import cancel_scheduled
 from oste.storage.database import FULL, RETRY_AFTER_SECONDS, raises_unavailable
 from oste.storage.dialects import json_of, optional_time_of, optional_uuid_of
 from oste.storage.flows import per_object_of, waiting_for
-from oste.storage.on_new import debounce_into_pending, lock_object, replace_pending
+from oste.storage.on_new import debounce_into_pending, keep_newest_keys, lock_object, replace_pending
 from oste.storage.quotas import USAGE_NAMES, count, reset_scheduled_bound
 
 if TYPE_CHECKING:
@@ -663,7 +663,7 @@ class Store:
                 pending = await debounce_into_pending(conn, new, new.object_id, flow.max_wait, now)
                 if pending is not None:
                     if new.idempotency_key is not None:
-                        await self._keep_debounced_key(new, pending, now)
+                        await self._keep_debounced_key(conn, new, pending, now)
                     updated = await self._activity_by_id(pending)
                     if then is not None:
                         await then(updated)
@@ -681,8 +681,11 @@ class Store:
                 await room()
         return r.Created(created, True, tuple(replaced))
 
-    async def _keep_debounced_key(self, new: r.NewActivity, into: uuid.UUID, now: datetime) -> None:
-        """Remember a debounced create's idempotency key (a concurrent twin raises Conflict)."""
+    async def _keep_debounced_key(
+        self, conn: Any, new: r.NewActivity, into: uuid.UUID, now: datetime
+    ) -> None:
+        """Remember a debounced create's idempotency key (a concurrent twin raises Conflict), and
+        forget the activity's keys older than its newest ``DEBOUNCED_KEYS_KEPT``."""
         row = m.DebouncedKey(
             id=new_id(),
             solution_id=new.activity_type.solution_id,
@@ -695,6 +698,7 @@ class Store:
             await row.save(force_create=True)
         except IntegrityError:
             raise Conflict("the idempotency key is being used concurrently; retry the request") from None
+        await keep_newest_keys(conn, into)
 
     async def get_activity(self, solution: r.Solution, activity_id: uuid.UUID) -> r.Activity:
         row = await self._one(
@@ -901,8 +905,10 @@ class Store:
             raise NotFound(missing)
 
     async def _delete_activities(self, query: QuerySet) -> None:
-        ids = Subquery(query.values_list("id", flat=True))
-        await m.Execution.filter(activity_id__in=ids).delete()
+        """Delete the activities ``query`` selects, with their executions and the keys debounced into
+        them (``oste.storage.on_new``)."""
+        await m.Execution.filter(activity_id__in=Subquery(query.values_list("id", flat=True))).delete()
+        await m.DebouncedKey.filter(activity_id__in=Subquery(query.values_list("id", flat=True))).delete()
         await query.delete()
 
     async def _type_names(self, solution_id: uuid.UUID) -> dict[uuid.UUID, str]:

@@ -28,6 +28,7 @@ from tortoise.migrations.api import migrate as run_migrations
 import oste.storage.migrations
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
+from oste.storage import models as m
 from oste.storage.config import tortoise_config
 from oste.storage.database import close_database, migrate, open_database
 from oste.storage.store import Store
@@ -423,3 +424,32 @@ async def test_a_database_at_the_first_migration_upgrades_in_place_with_its_data
         )
     finally:
         await close_database()
+
+
+async def test_0025_forgets_the_debounced_keys_of_gone_activities_and_keeps_each_ones_newest(
+    database_url: str,
+) -> None:
+    """Before 0025 nothing pruned ``debounced_key``: it deletes the keys whose activity is gone and an
+    activity's keys past its newest 100 (``on_new.DEBOUNCED_KEYS_KEPT``; ids are UUIDv7, newest last)."""
+    executor.EXECUTOR_CACHE.clear()
+    try:
+        await run_migrations(config=tortoise_config(database_url), target=f"{APP}.0024_callback_completion")
+    finally:
+        await close_database()
+
+    def key(n: int, activity_id: uuid.UUID) -> tuple[str, dict[str, Any]]:
+        row = {"id": uuid.UUID(int=1000 + n), "solution_id": IDS["solution"], "idempotency_key": f"k{n}"}
+        return "debounced_key", row | {"request_hash": None, "activity_id": activity_id, "created_at": AT}
+
+    gone = uuid.UUID(int=999)
+    keys = [key(n, IDS["activity"]) for n in range(105)] + [key(n, gone) for n in range(105, 108)]
+    await insert_rows(database_url, [*FIRST_MIGRATION_ROWS, *keys])
+
+    await migrate(database_url)
+
+    await open_database(database_url, apply_migrations=False)
+    try:
+        rows = await m.DebouncedKey.all().values_list("idempotency_key", "activity_id")
+    finally:
+        await close_database()
+    assert sorted(rows) == sorted((f"k{n}", IDS["activity"]) for n in range(5, 105))
