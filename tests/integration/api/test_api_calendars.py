@@ -291,20 +291,20 @@ async def test_a_schedule_runs_on_a_calendar_of_another_zone(api: Api) -> None:
     assert back["next_fire_times"][:2] == ["2031-07-08T03:30:00Z", "2031-07-09T03:30:00Z"]
 
     # statements at 21:00 New York time on London business days: 02:00 London the next day
-    await api.post(
-        calendars_of(tenant), {"name": "uk", "timezone": "Europe/London", "holidays": UK}, expect=201
-    )
+    uk = {"name": "uk", "timezone": "Europe/London", "holidays": ["2030-12-25", "2030-12-26"]}
+    await api.post(calendars_of(tenant), uk, expect=201)
     statements = {
         **body,
         "schedule": {"day": "24", "hour": "21"},
         "timezone": "America/New_York",
-        "start_at": "2026-12-01T00:00:00Z",
+        "start_at": "2030-12-01T00:00:00Z",
         "calendar": {"name": "uk", "roll": "following"},
     }
     made = (await api.post(tenant.recurring, statements, expect=201)).json()
-    # 24 December 21:00 New York is Christmas Day in London: it rolls to Monday the 28th (London's
-    # Tuesday 29th), keeping 21:00 New York time; 24 January 2027 is a Sunday (London's Monday)
-    assert made["next_fire_times"][:2] == ["2026-12-29T02:00:00Z", "2027-01-25T02:00:00Z"]
+    # 24 December 21:00 New York is Christmas Day in London, the 25th's is Boxing Day: it rolls to the
+    # 26th, London's Friday 27th, keeping 21:00 New York time. Friday 24 January 2031 is London's
+    # Saturday: on to Sunday the 26th, London's Monday
+    assert made["next_fire_times"][:2] == ["2030-12-27T02:00:00Z", "2031-01-27T02:00:00Z"]
 
 
 async def test_a_calendar_changing_its_zone_replans_its_schedules(api: Api) -> None:
