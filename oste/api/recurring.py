@@ -23,7 +23,7 @@ from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.api.tracing import caller_trace
 from oste.domain import records as r
 from oste.domain import schemas
-from oste.domain.calendar_walls import check_fires_on_calendar
+from oste.domain.calendar_zones import check_fires_on_calendar
 from oste.domain.calendars import parse_inline_calendar
 from oste.domain.labels import parse_labels
 from oste.domain.recurrence import (
@@ -331,8 +331,9 @@ def _calendar(data: dict[str, Any], schedule: Schedule, after: datetime) -> dict
                 "schedule/business_day", "needs a calendar: give `calendar` with its weekend and holidays"
             )
         return {}
-    calendar, roll = parse_inline_calendar(data["calendar"], schedule.timezone)
-    check_fires_on_calendar(schedule, calendar, roll, after)
+    calendar, roll = parse_inline_calendar(data["calendar"])
+    later = data.get("dst_ambiguous") == DstAmbiguous.SECOND
+    check_fires_on_calendar(schedule, calendar, roll, after, later_of_two=later)
     return {"calendar": calendar, "roll": roll}
 
 

@@ -16,13 +16,11 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.cron import CronTrigger
 
-from oste.domain.calendars import NO_BUSINESS_DAY_YEARS, BusinessCalendar, Roll, schedule_weekday
+from oste.domain.calendars import BusinessCalendar, Roll, schedule_weekday
 from oste.domain.schedule import DAY_NAMES, Schedule, day_of_week_names
-from oste.errors import InvalidInput
 
 DATE_SCAN_LIMIT = 366 * 60
 """Matching dates examined at most while looking for the next firing date (a schedule whose dates are
@@ -202,42 +200,3 @@ class CalendarWalls:
             if not skipped:
                 return day
         return None
-
-
-def check_fires_on_calendar(
-    schedule: Schedule, calendar: BusinessCalendar, roll: Roll, now: datetime, where: str = "schedule"
-) -> None:
-    """Refuse (InvalidInput) a calendar with no business day, or a schedule that never fires on it,
-    within ``NO_BUSINESS_DAY_YEARS`` of the schedule's start (or of ``now``): the calendar's field is
-    named for the first, ``where`` (or its ``business_day``) for the second."""
-    reference = (schedule.start_at or now).astimezone(ZoneInfo(schedule.timezone)).date()
-    if not calendar.has_business_day_within(reference):
-        raise InvalidInput.field(
-            "calendar",
-            f"has no business day within {NO_BUSINESS_DAY_YEARS} years of {reference}: "
-            "check its weekend and holidays",
-        )
-    last = _years_later(reference, NO_BUSINESS_DAY_YEARS)
-    weekdays_only = roll == Roll.SKIP and schedule.business_day is None
-    if weekdays_only and not _weekday_left(schedule, calendar):
-        walls = None
-    else:
-        walls = CalendarWalls(schedule, calendar, roll, weekdays_only)
-    if walls is None or walls.first_date(reference, last) is None:
-        field = f"{where}/business_day" if schedule.business_day is not None else where
-        raise InvalidInput.field(
-            field,
-            f"never fires on a business day of the calendar within {NO_BUSINESS_DAY_YEARS} years "
-            f"(roll: {roll.value})",
-        )
-
-
-def _years_later(day: date, years: int) -> date:
-    year = min(day.year + years, LAST_DATE.year)
-    return date(year, day.month, min(day.day, 28)) if year < LAST_DATE.year else LAST_DATE
-
-
-def _weekday_left(schedule: Schedule, calendar: BusinessCalendar) -> bool:
-    """Whether the schedule names some day of the week that is not a weekend day of the calendar."""
-    named = day_of_week_names(schedule.fields.get("day_of_week", "*")).split(",")
-    return any(DAY_NAMES.index(d) not in calendar.weekend for d in named)

@@ -54,7 +54,8 @@ def schedule_weekday(day: date) -> int:
 @dataclass(frozen=True)
 class BusinessCalendar:
     """Weekend days (0 = Sunday … 6 = Saturday) and holiday dates, optionally in a time zone of their
-    own (``None``: the schedule's zone). Build it with ``parse_calendar`` for input from a tenant."""
+    own (``None``: the schedule's zone; another zone's dates are judged as ``calendar_zones`` says).
+    Build it with ``parse_inline_calendar`` or ``calendar_values`` for input from a tenant."""
 
     weekend: frozenset[int] = frozenset({0, 6})
     holidays: frozenset[date] = frozenset()
@@ -273,11 +274,10 @@ def parse_business_day(value: Any, field_name: str = "schedule/business_day") ->
     return number
 
 
-def parse_inline_calendar(
-    raw: Any, schedule_timezone: str, field_name: str = "calendar"
-) -> tuple[BusinessCalendar, Roll]:
-    """A calendar given inline — ``{"weekend", "holidays", "timezone", "roll"}`` — and its roll, for
-    a schedule in ``schedule_timezone``. Raises InvalidInput naming the field that is wrong."""
+def parse_inline_calendar(raw: Any, field_name: str = "calendar") -> tuple[BusinessCalendar, Roll]:
+    """A calendar given inline — ``{"weekend", "holidays", "timezone", "roll"}`` — and its roll. Its
+    ``timezone`` (optional: the schedule's own) may be another than the schedule's: see
+    ``oste.domain.calendar_zones``. Raises InvalidInput naming the field that is wrong."""
     if not isinstance(raw, dict):
         raise InvalidInput.field(field_name, "must be an object with weekend, holidays and roll")
     if "name" in raw:
@@ -289,10 +289,6 @@ def parse_inline_calendar(
     holidays = parse_holidays(raw.get("holidays", []), f"{field_name}/holidays")
     roll = parse_roll(raw.get("roll", Roll.FOLLOWING.value), f"{field_name}/roll")
     timezone = raw.get("timezone")
-    if timezone is not None and timezone != schedule_timezone:
-        raise InvalidInput.field(
-            f"{field_name}/timezone",
-            f"must be the schedule's time zone ({schedule_timezone}) or left out: a calendar in another "
-            "time zone is not supported yet",
-        )
+    if timezone is not None:
+        timezone = parse_timezone(timezone, f"{field_name}/timezone")
     return BusinessCalendar(weekend, holidays, timezone), roll

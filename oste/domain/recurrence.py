@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 from apscheduler.triggers.cron import CronTrigger
 
 from oste.domain.calendar_walls import CalendarWalls, Wall
+from oste.domain.calendar_zones import transition, walls_on
 from oste.domain.calendars import BusinessCalendar, Roll
 from oste.domain.schedule import LATEST_SCHEDULE_TIME, Schedule, day_of_week_names
 from oste.errors import InvalidInput
@@ -180,7 +181,8 @@ class Recurrence:
     nonexistent: DstNonexistent = DstNonexistent.SHIFT
     ambiguous: DstAmbiguous = DstAmbiguous.FIRST
     calendar: BusinessCalendar | None = None
-    """Weekend days and holidays (their dates in the schedule's time zone)."""
+    """Weekend days and holidays: their dates the schedule's own, or those of the calendar's ``timezone``
+    when it has another (see ``oste.domain.calendar_zones``)."""
     roll: Roll = Roll.FOLLOWING
     """What an occurrence on a weekend day or holiday of ``calendar`` does."""
     _trigger: CronTrigger | None = field(default=None, compare=False, repr=False)
@@ -190,11 +192,9 @@ class Recurrence:
         if self.calendar is None and self.schedule.business_day is not None:
             raise ValueError("a business_day schedule needs a calendar")
         if self.calendar is not None:
-            if self.calendar.timezone not in (None, self.schedule.timezone):
-                raise ValueError("a calendar in another time zone than the schedule's is not supported")
-            object.__setattr__(
-                self, "_calendar_walls", CalendarWalls(self.schedule, self.calendar, self.roll)
-            )
+            later_of_two = self.ambiguous == DstAmbiguous.SECOND
+            walls = walls_on(self.schedule, self.calendar, self.roll, later_of_two)
+            object.__setattr__(self, "_calendar_walls", walls)
 
     @property
     def zone(self) -> ZoneInfo:
@@ -332,7 +332,7 @@ class Recurrence:
             first, second = sorted((early_utc, late_utc))
             note_first, note_second = _AMBIGUOUS_NOTES[self.ambiguous]
             return [Occurrence(first, wall, note_first), Occurrence(second, wall, note_second)]
-        jump = _transition(min(early_utc, late_utc), max(early_utc, late_utc), zone)
+        jump = transition(min(early_utc, late_utc), max(early_utc, late_utc), zone)
         if self.nonexistent == DstNonexistent.SKIP:
             return [Occurrence(jump, wall, DstNote.SKIPPED)]
         return [Occurrence(jump, wall, DstNote.SHIFTED)]
@@ -355,18 +355,6 @@ def _as_utc(wall: datetime, zone: ZoneInfo, max_offset: bool) -> datetime:
     early = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
     late = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
     return min(early, late) if max_offset else max(early, late)
-
-
-def _transition(lo: datetime, hi: datetime, zone: ZoneInfo) -> datetime:
-    """The instant in (lo, hi] where the zone's offset changes (a spring-forward jump), to the second."""
-    before = lo.astimezone(zone).utcoffset()
-    while hi - lo > _ONE_SECOND:
-        mid = lo + (hi - lo) / 2
-        if mid.astimezone(zone).utcoffset() == before:
-            lo = mid
-        else:
-            hi = mid
-    return hi.replace(microsecond=0) if hi.microsecond == 0 else hi
 
 
 # --- jitter and spread ---------------------------------------------------------------------------

@@ -533,8 +533,10 @@ INLINE_CALENDAR = _obj(
             "type": "string",
             "minLength": 1,
             "maxLength": 64,
-            "description": "the place whose dates the holidays are; default (and for now the only choice): "
-            "the schedule's time zone",
+            "description": "the place whose dates the weekend and holidays are (an IANA time zone); "
+            "default: the schedule's. In another zone than the schedule's, each occurrence is judged on "
+            "the calendar's date of the instant it fires at, and rolled by whole days of the schedule's "
+            "zone at the same local time",
         },
         "company": {
             **SLUG_SCHEMA,
@@ -560,9 +562,9 @@ CALENDAR_CREATE = _obj(
             "type": ["string", "null"],
             "minLength": 1,
             "maxLength": 64,
-            "description": "the place whose dates the holidays are (an IANA time zone); left out or "
-            "null: each recurring activity's own time zone. A recurring activity in another zone than a "
-            "calendar's own cannot use it (422)",
+            "description": "the place whose dates the weekend and holidays are (an IANA time zone); left "
+            "out or null: each recurring activity's own time zone. A recurring activity in another zone "
+            "has each occurrence judged on the calendar's date of the instant it fires at",
         },
         "weekend": _WEEKEND,
         "holidays": _HOLIDAYS,

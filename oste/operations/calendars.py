@@ -3,9 +3,10 @@
 Reading takes the ``read`` scope, changing ``write``; a create takes room under the company's quota
 ``max_calendars`` in its transaction. A change of a calendar's days (weekend, holidays, time zone)
 re-plans the occurrences not yet fired of every recurring activity on it, in the change's transaction,
-as a schedule change does; a calendar in use is not deleted (409), and its time zone cannot be changed
-to one that differs from a recurring activity's on it (422). Every change is audited (resource
-``calendar``, its name).
+as a schedule change does, and is refused (422) when a recurring activity on it would never fire
+again; a calendar in use is not deleted (409). A calendar's time zone may differ from the schedules'
+on it: each occurrence is then judged on the calendar's date of its instant
+(``oste.domain.calendar_zones``). Every change is audited (resource ``calendar``, its name).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from oste.domain import records as r
-from oste.domain.calendar_walls import check_fires_on_calendar
+from oste.domain.calendar_zones import check_fires_on_calendar
 from oste.domain.calendars import (
     NamedCalendar,
     Roll,
@@ -24,6 +25,7 @@ from oste.domain.calendars import (
     check_has_business_days,
     parse_roll,
 )
+from oste.domain.recurrence import DstAmbiguous
 from oste.domain.schedule import Schedule, parse_schedule
 from oste.domain.tenancy import MAX_CALENDARS
 from oste.errors import InvalidInput, NotFound
@@ -75,13 +77,16 @@ class CalendarOperations:
         occurrences not yet fired are planned again under the new days)."""
         actor.reach(company)
         actor.require(WRITE, "change calendars")
-        merged = {"weekend": calendar.weekend, "holidays": calendar.holidays, **changes}
+        merged = {
+            "weekend": calendar.weekend,
+            "holidays": calendar.holidays,
+            "timezone": calendar.timezone,
+            **changes,
+        }
         self._check_days(merged)
         replanned: list[uuid.UUID] = []
         async with self.context.storage.atomic():
-            if changes.get("timezone") is not None and "timezone" in changes:
-                await self._check_zone(calendar, changes["timezone"])
-            if any(name in changes for name in ("weekend", "holidays")):
+            if any(name in changes for name in DAYS):
                 await self._check_users_fire(calendar, merged)
             updated = await self.calendars.update(calendar, changes)
             if any(name in changes for name in DAYS):
@@ -113,9 +118,9 @@ class CalendarOperations:
     ) -> tuple[r.Calendar, NamedCalendar]:
         """A recurring activity's (or a preview's) ``{"name", "roll"}``: the company's calendar of that
         name and the roll, checked to let the schedule fire. InvalidInput names the field: a calendar the
-        company does not have (``calendar/name``), a roll that is not one (``calendar/roll``), a
-        calendar in another time zone than the schedule (``calendar/name``), a schedule that never fires
-        on its business days (``schedule`` or ``schedule/business_day``)."""
+        company does not have (``calendar/name``), a roll that is not one (``calendar/roll``), a schedule
+        that never fires on its business days (``schedule`` or ``schedule/business_day``). A calendar
+        of another time zone than the schedule's is judged in its own (``oste.domain.calendar_zones``)."""
         actor.reach(company)
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise InvalidInput.field(f"{field}/name", "must name a calendar of the company")
@@ -132,23 +137,15 @@ class CalendarOperations:
             raise InvalidInput.field(
                 f"{field}/name", f"company {company.name!r} has no calendar named {raw['name']!r}"
             ) from None
-        if calendar.timezone is not None and calendar.timezone != schedule.timezone:
-            raise InvalidInput.field(
-                f"{field}/name",
-                f"calendar {calendar.name!r} holds dates of {calendar.timezone}, the schedule runs in "
-                f"{schedule.timezone}: a calendar in another time zone than the schedule's is not "
-                "supported (leave the calendar's timezone out to use each schedule's own)",
-            )
-        named = NamedCalendar(
-            calendar.name, roll, business_calendar_of(calendar.weekend, calendar.holidays, None)
-        )
+        days = business_calendar_of(calendar.weekend, calendar.holidays, calendar.timezone)
+        named = NamedCalendar(calendar.name, roll, days)
         check_fires_on_calendar(schedule, named.calendar, roll, now)
         return calendar, named
 
     async def _check_users_fire(self, calendar: r.Calendar, merged: dict[str, Any]) -> None:
         """Refuse (422 naming ``holidays``) new days on which a recurring activity using the calendar
         would never fire again: a run is never lost silently to a calendar change."""
-        days = business_calendar_of(merged["weekend"], merged["holidays"], None)
+        days = business_calendar_of(merged["weekend"], merged["holidays"], merged["timezone"])
         now = self.context.storage.clock.now()
         for recurring_id in await self.calendars.users(calendar):
             recurring = await self.context.storage.occurrences.get(uuid.UUID(recurring_id))
@@ -158,24 +155,14 @@ class CalendarOperations:
                 recurring.schedule, recurring.timezone, recurring.start_at, recurring.end_at
             )
             try:
-                check_fires_on_calendar(schedule, days, recurring.calendar.roll, now)
+                later = recurring.dst_ambiguous == DstAmbiguous.SECOND
+                check_fires_on_calendar(schedule, days, recurring.calendar.roll, now, later_of_two=later)
             except InvalidInput as exc:
                 reason = exc.errors[0].reason if exc.errors else exc.detail
                 raise InvalidInput.field(
                     "holidays",
                     f"recurring activity {recurring_id} would never fire again on these days: {reason}",
                 ) from None
-
-    async def _check_zone(self, calendar: r.Calendar, timezone: str) -> None:
-        """A calendar's time zone must be that of every recurring activity on it (see
-        ``oste.domain.recurrence``: holidays in another place's dates are not supported)."""
-        other = sorted(zone for zone in await self.calendars.user_timezones(calendar) if zone != timezone)
-        if other:
-            raise InvalidInput.field(
-                "timezone",
-                f"recurring activities on this calendar run in {', '.join(other)}: a calendar's time "
-                "zone must be left out (each activity's own) or equal theirs",
-            )
 
     def _check_days(self, values: dict[str, Any]) -> None:
         days = business_calendar_of(values.get("weekend", (0, 6)), values.get("holidays", ()), None)

@@ -48,12 +48,12 @@ def calendar_record(row: Any) -> r.Calendar:
 
 
 def business_calendar(calendar: r.Calendar) -> BusinessCalendar:
-    """The calendar's days, parsed once per revision, in each schedule's own zone (a calendar's
-    ``timezone`` is checked to equal the schedule's wherever one is given a calendar)."""
+    """The calendar's days and time zone, parsed once per revision (a calendar without a time zone
+    holds dates of each schedule's own)."""
     key = (calendar.id, calendar.revision)
     found = _PARSED.get(key)
     if found is None:
-        found = business_calendar_of(calendar.weekend, calendar.holidays, None)
+        found = business_calendar_of(calendar.weekend, calendar.holidays, calendar.timezone)
         _PARSED[key] = found
         while len(_PARSED) > PARSED_KEPT:
             _PARSED.popitem(last=False)
@@ -162,11 +162,6 @@ class CalendarStore:
     async def used_by(self, calendar: r.Calendar) -> int:
         """How many recurring activities use the calendar."""
         return await m.RecurringActivity.filter(calendar_id=calendar.id).count()
-
-    async def user_timezones(self, calendar: r.Calendar) -> set[str]:
-        """The time zones of the recurring activities that use the calendar."""
-        query = m.RecurringActivity.filter(calendar_id=calendar.id).distinct()
-        return {str(zone) for zone in await query.values_list("timezone", flat=True)}
 
     async def by_ids(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, r.Calendar]:
         """The calendars with these ids (missing ones left out)."""

@@ -389,10 +389,6 @@ class Calendars(Protocol):
         """How many recurring activities use the calendar."""
         ...
 
-    async def user_timezones(self, calendar: r.Calendar) -> set[str]:
-        """The time zones of the recurring activities that use the calendar."""
-        ...
-
     async def by_ids(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, r.Calendar]:
         """The calendars with these ids (missing ones left out)."""
         ...

@@ -4,7 +4,9 @@ The reference walks every date of the window one by one: it decides which dates 
 where each goes under the roll (stepping one day at a time), and turns each local time into an instant
 by trying both folds and, for a local time the clocks skip, stepping minute by minute to the jump. The
 implementation jumps over weekends and holidays, enumerates dates with APScheduler and resolves DST in
-``Recurrence``; the two must agree on every instant.
+``Recurrence``; the two must agree on every instant. Each schedule zone is also run on a calendar of
+another of the five zones, against a reference that judges every local time of day on the calendar's
+date of its instant and steps its rolls day by day, judging each candidate again.
 
 The default suite runs a few examples per property (seconds); set ``OSTE_CALENDAR_EXAMPLES=500`` for a
 long run by hand.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import calendar as stdlib_calendar
 import os
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -45,9 +48,11 @@ def ref_business(day: date, weekend: set[int], holidays: set[date]) -> bool:
 
 
 def ref_roll(day: date, roll: Roll, weekend: set[int], holidays: set[date]) -> date | None:
-    def business(d: date) -> bool:
-        return ref_business(d, weekend, holidays)
+    return ref_roll_by(day, roll, lambda d: ref_business(d, weekend, holidays))
 
+
+def ref_roll_by(day: date, roll: Roll, business: Callable[[date], bool]) -> date | None:
+    """Where a date goes under the roll, ``business`` telling which dates are business days."""
     if business(day):
         return day
     if roll == Roll.SKIP:
@@ -66,8 +71,12 @@ def ref_roll(day: date, roll: Roll, weekend: set[int], holidays: set[date]) -> d
 
 
 def ref_business_day(year: int, month: int, n: int, weekend: set[int], holidays: set[date]) -> date | None:
+    return ref_business_day_by(year, month, n, lambda d: ref_business(d, weekend, holidays))
+
+
+def ref_business_day_by(year: int, month: int, n: int, is_business: Callable[[date], bool]) -> date | None:
     days = [date(year, month, d) for d in range(1, stdlib_calendar.monthrange(year, month)[1] + 1)]
-    business = [d for d in days if ref_business(d, weekend, holidays)]
+    business = [d for d in days if is_business(d)]
     if len(business) < abs(n):
         return None
     return business[n - 1] if n > 0 else business[n]
@@ -224,3 +233,124 @@ def test_the_next_business_day_is_within_the_bound(
     gap = (found - start).days
     assert gap <= 7 * len(calendar.holidays) + len(weekend) <= MAX_NON_BUSINESS_RUN
     assert all(not calendar.is_business_day(start + timedelta(days=k)) for k in range(gap))
+
+
+# --- a calendar of another time zone than the schedule's ------------------------------------------
+#
+# Each local time of day is judged on its own: the instant it fires at (the reference's ``ref_instant``)
+# is looked at in the calendar's zone, and that date must be a business day; a roll steps whole days
+# in the schedule's zone, judging each candidate again. The months of ``business_day`` and of
+# ``modified_following`` are the schedule's.
+
+ZONED_HOURS = st.lists(st.integers(0, 23), min_size=1, max_size=3, unique=True)
+"""Hours of day: several together put some times of a day on one calendar date and some on the next."""
+ZONED_MINUTES = st.sampled_from([0, 15, 30, 45])
+
+
+def other_zones(zone: str) -> st.SearchStrategy[str]:
+    return st.sampled_from([other for other in ZONES if other != zone])
+
+
+class RefZoned:
+    """The reference's judgement for a schedule in ``zone`` on a calendar of ``calendar_zone``."""
+
+    def __init__(self, zone: str, calendar_zone: str, weekend: set[int], holidays: set[date]) -> None:
+        self.zone, self.calendar_zone = ZoneInfo(zone), ZoneInfo(calendar_zone)
+        self.weekend, self.holidays = weekend, holidays
+        self._seen: dict[tuple[date, time], bool] = {}
+
+    def business(self, day: date, at: time) -> bool:
+        key = (day, at)
+        if key not in self._seen:
+            instant = ref_instant(datetime.combine(day, at), self.zone)
+            self._seen[key] = ref_business(
+                instant.astimezone(self.calendar_zone).date(), self.weekend, self.holidays
+            )
+        return self._seen[key]
+
+    def fire_times(self, walls: set[datetime]) -> list[datetime]:
+        return sorted({ref_instant(wall, self.zone) for wall in walls})
+
+
+def zoned_times(hours: list[int], minute: int) -> list[time]:
+    return [time(hour, minute) for hour in sorted(hours)]
+
+
+def zoned_fields(hours: list[int], minute: int) -> dict[str, str]:
+    return {"hour": ",".join(str(h) for h in sorted(hours)), "minute": str(minute)}
+
+
+@pytest.mark.parametrize("zone", ZONES)
+@PROPERTY
+@given(
+    data=st.data(),
+    weekend=weekends,
+    days=single_days,
+    spans=runs,
+    hours=ZONED_HOURS,
+    minute=ZONED_MINUTES,
+    n=st.sampled_from(BUSINESS_DAYS),
+)
+def test_business_day_on_another_zones_calendar_matches_the_reference(
+    zone: str,
+    data: st.DataObject,
+    weekend: frozenset[int],
+    days: list[date],
+    spans: list[tuple[date, int]],
+    hours: list[int],
+    minute: int,
+    n: int,
+) -> None:
+    calendar_zone = data.draw(other_zones(zone), label="calendar_zone")
+    holidays = holiday_set(days, spans)
+    calendar = BusinessCalendar(weekend, holidays, calendar_zone)
+    ref = RefZoned(zone, calendar_zone, set(weekend), set(holidays))
+    walls = set()
+    for at in zoned_times(hours, minute):
+        for year in range(FIRST.year, LAST.year + 1):
+            for month in range(1, 13):
+                found = ref_business_day_by(year, month, n, lambda d, at=at: ref.business(d, at))
+                if found is not None:
+                    walls.add(datetime.combine(found, at))
+    fields = {"business_day": str(n), **zoned_fields(hours, minute)}
+    got = implementation(fields, zone, calendar, Roll.FOLLOWING, FIRST, LAST)
+    assert window(got, zone, FIRST, LAST) == window(ref.fire_times(walls), zone, FIRST, LAST)
+
+
+@pytest.mark.parametrize("zone", ZONES)
+@PROPERTY
+@given(
+    data=st.data(),
+    weekend=weekends,
+    days=single_days,
+    spans=runs,
+    hours=ZONED_HOURS,
+    minute=ZONED_MINUTES,
+    rule=DATE_RULES,
+)
+def test_rolled_schedule_on_another_zones_calendar_matches_the_reference(
+    zone: str,
+    data: st.DataObject,
+    weekend: frozenset[int],
+    days: list[date],
+    spans: list[tuple[date, int]],
+    hours: list[int],
+    minute: int,
+    rule: dict[str, str],
+) -> None:
+    calendar_zone = data.draw(other_zones(zone), label="calendar_zone")
+    holidays = holiday_set(days, spans)
+    calendar = BusinessCalendar(weekend, holidays, calendar_zone)
+    ref = RefZoned(zone, calendar_zone, set(weekend), set(holidays))
+    fields = {**rule, **zoned_fields(hours, minute)}
+    margin = timedelta(days=120)
+    named = [d for d in every_day(FIRST - margin, LAST + margin) if names(fields, d)]
+    for roll in Roll:
+        walls = set()
+        for at in zoned_times(hours, minute):
+            for day in named:
+                target = ref_roll_by(day, roll, lambda d, at=at: ref.business(d, at))
+                if target is not None:
+                    walls.add(datetime.combine(target, at))
+        got = implementation(fields, zone, calendar, roll, FIRST - margin, LAST + margin)
+        assert window(got, zone, FIRST, LAST) == window(ref.fire_times(walls), zone, FIRST, LAST), roll

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 
+from oste.domain.calendar_zones import check_fires_on_calendar
 from oste.domain.calendars import (
     MAX_HOLIDAYS,
     BusinessCalendar,
@@ -16,7 +17,15 @@ from oste.domain.calendars import (
     parse_inline_calendar,
     parse_weekend,
 )
-from oste.domain.recurrence import DstNonexistent, DstNote, PlanInput, Policy, Recurrence, plan
+from oste.domain.recurrence import (
+    DstAmbiguous,
+    DstNonexistent,
+    DstNote,
+    PlanInput,
+    Policy,
+    Recurrence,
+    plan,
+)
 from oste.domain.schedule import parse_schedule
 from oste.errors import InvalidInput
 
@@ -60,10 +69,11 @@ def test_validation_names_the_field() -> None:
     assert field_of(lambda: parse_holidays(["2026-12-25"] * (MAX_HOLIDAYS + 1))) == "calendar/holidays"
     assert field_of(lambda: parse_business_day("0")) == "schedule/business_day"
     assert field_of(lambda: parse_business_day("-32")) == "schedule/business_day"
-    assert field_of(lambda: parse_inline_calendar({"roll": "next"}, "UTC")) == "calendar/roll"
-    assert field_of(lambda: parse_inline_calendar({"name": "uk"}, "UTC")) == "calendar/name"
+    assert field_of(lambda: parse_inline_calendar({"roll": "next"})) == "calendar/roll"
+    assert field_of(lambda: parse_inline_calendar({"name": "uk"})) == "calendar/name"
     assert parse_weekend([7, 6]) == WEEKEND and parse_business_day(-2) == -2
-    calendar, roll = parse_inline_calendar({"timezone": "Europe/London"}, "Europe/London")
+    assert field_of(lambda: parse_inline_calendar({"timezone": "Mars/Olympus"})) == "calendar/timezone"
+    calendar, roll = parse_inline_calendar({"timezone": "Europe/London"})
     assert calendar.weekend == WEEKEND and roll == Roll.FOLLOWING and calendar.timezone == "Europe/London"
     with pytest.raises(ValueError, match="at most 6"):
         BusinessCalendar(frozenset(range(7)))
@@ -112,3 +122,46 @@ def test_a_long_closure_costs_one_step_not_one_per_day(roll: Roll) -> None:
     found = recurrence.occurrences(datetime(2026, 1, 1, tzinfo=UTC), 3)
     reopening = datetime.combine(first + timedelta(days=MAX_HOLIDAYS), datetime.min.time(), UTC)
     assert [o.at for o in found] == [reopening + timedelta(seconds=s) for s in range(3)]
+
+
+@pytest.mark.parametrize("roll", list(Roll))
+def test_a_long_closure_of_another_zones_calendar_costs_one_step_too(roll: Roll) -> None:
+    """The same closure on Kolkata's dates, for a schedule in UTC: Kolkata's reopening day begins at
+    18:30 UTC the day before, so that is when the first run comes (whatever the roll: the runs of the
+    closure roll onto it, or back to before the start, or are skipped)."""
+    first = date(2026, 1, 1)
+    closure = frozenset(first + timedelta(days=k) for k in range(MAX_HOLIDAYS))
+    calendar = BusinessCalendar(frozenset(), closure, "Asia/Kolkata")
+    recurrence = Recurrence(parse_schedule({"second": "*"}), calendar=calendar, roll=roll)
+    found = recurrence.occurrences(datetime(2026, 1, 1, tzinfo=UTC), 3)
+    reopening = datetime.combine(first + timedelta(days=MAX_HOLIDAYS - 1), time(18, 30), UTC)
+    assert [o.at for o in found] == [reopening + timedelta(seconds=s) for s in range(3)]
+
+
+def test_a_repeated_local_time_is_judged_at_the_instant_it_fires() -> None:
+    """New York's 01:30 on 1 November 2026 happens twice: 05:30 and 06:30 UTC, which in Regina (UTC-6,
+    no DST) are Saturday 23:30 and Sunday 00:30. On a Regina calendar closed on Sundays, the first
+    instant is a business occurrence and the second is not: each policy is judged where it fires."""
+    calendar = BusinessCalendar(frozenset({0}), frozenset(), "America/Regina")
+    schedule = parse_schedule({"month": "11", "day": "1", "hour": "1", "minute": "30"}, "America/New_York")
+    after = datetime(2026, 10, 1, tzinfo=UTC)
+    first = Recurrence(schedule, calendar=calendar).occurrences(after, 1)[0]
+    assert first.at == datetime(2026, 11, 1, 5, 30, tzinfo=UTC) and not first.rolled
+    second = Recurrence(schedule, ambiguous=DstAmbiguous.SECOND, calendar=calendar).occurrences(after, 1)[0]
+    assert second.at == datetime(2026, 11, 2, 6, 30, tzinfo=UTC)  # Monday 01:30 EST, Regina's Monday
+    assert second.nominal == datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+    both = Recurrence(schedule, ambiguous=DstAmbiguous.BOTH, calendar=calendar).fire_times(after, 2)
+    assert both == [datetime(2026, 11, 1, 5, 30, tzinfo=UTC), datetime(2026, 11, 1, 6, 30, tzinfo=UTC)]
+
+
+def test_a_schedule_that_never_fires_on_another_zones_calendar_is_refused() -> None:
+    """Kolkata's Monday 09:00 is New York's Sunday evening: skipped on a New York calendar, every week."""
+    calendar = BusinessCalendar(WEEKEND, frozenset(), "America/New_York")
+    mondays = parse_schedule({"day_of_week": "mon", "hour": "9"}, "Asia/Kolkata")
+    now = datetime(2026, 11, 26, tzinfo=UTC)
+    with pytest.raises(InvalidInput) as caught:
+        check_fires_on_calendar(mondays, calendar, Roll.SKIP, now)
+    assert caught.value.errors[0].field == "schedule"
+    check_fires_on_calendar(mondays, calendar, Roll.FOLLOWING, now)  # rolled to Tuesday, it fires
+    saturdays = parse_schedule({"day_of_week": "sat", "hour": "9"}, "Asia/Kolkata")
+    check_fires_on_calendar(saturdays, calendar, Roll.SKIP, now)  # New York's Friday evening

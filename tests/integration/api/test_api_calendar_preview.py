@@ -104,7 +104,7 @@ async def test_bad_calendars_are_422_naming_the_field(sqlite_api: Api) -> None:
         ({"holidays": ["2026-12-25", "26/12/2026"]}, "calendar/holidays/1"),
         ({"holidays": ["2026-01-01"] * 5001}, "calendar/holidays"),
         ({"roll": "later"}, "calendar/roll"),
-        ({"timezone": "Europe/Paris"}, "calendar/timezone"),
+        ({"timezone": "Europe/Nowhere"}, "calendar/timezone"),
         ({"name": "uk-banking"}, "calendar/company"),  # the operator names the company of a named one
     ]
     for calendar, field in cases:
@@ -144,6 +144,44 @@ async def test_a_calendar_with_no_business_day_in_50_years_is_refused(sqlite_api
     # …but rolled, it does
     body["calendar"] = {"roll": "following"}
     assert (await preview(sqlite_api, body))["fire_times"][0] == "2026-11-30T09:00:00Z"
+
+
+async def test_a_calendar_of_another_zone_judges_each_run_on_its_own_dates(sqlite_api: Api) -> None:
+    """Statements at 09:00 and 21:00 New York time on London's calendar: 21:00 New York is 02:00 London
+    the next day, so Thursday 24 December's evening run falls on Christmas Day in London."""
+    body = {
+        "schedule": {"hour": "9,21", "day_of_week": "mon-fri"},
+        "timezone": "America/New_York",
+        "calendar": {"holidays": UK_2026, "timezone": "Europe/London", "roll": "skip"},
+        "after": "2026-12-24T12:00:00Z",
+        "count": 3,
+    }
+    found = await preview(sqlite_api, body)
+    skipped = [o["local_time"] for o in found["occurrences"] if o.get("skipped")]
+    assert skipped == [
+        "2026-12-24T21:00:00",  # London's 25th
+        "2026-12-25T09:00:00",  # London's 25th
+        "2026-12-25T21:00:00",  # London's Saturday
+        "2026-12-28T09:00:00",  # London's substitute holiday
+    ]
+    # the 24th's morning run is London's 24th, open; the 28th's evening run is London's Tuesday
+    assert found["fire_times"] == ["2026-12-24T14:00:00Z", "2026-12-29T02:00:00Z", "2026-12-29T14:00:00Z"]
+
+    # rolled, the 24th's evening run goes to Monday the 28th's evening (London's Tuesday): a run of
+    # its own already, so it fires once there; on the 24th of each month the roll shows
+    body["schedule"] = {"day": "24", "hour": "21"}
+    body["calendar"]["roll"] = "following"
+    body["after"], body["count"] = "2026-12-01T00:00:00Z", 2
+    found = await preview(sqlite_api, body)
+    assert found["occurrences"][0]["nominal"] == "2026-12-25T02:00:00Z"
+    assert found["occurrences"][0]["rolled"] is True
+    assert found["fire_times"] == ["2026-12-29T02:00:00Z", "2027-01-25T02:00:00Z"]
+    body["calendar"]["roll"] = "preceding"  # the 23rd, 21:00 New York: London's 24th
+    assert (await preview(sqlite_api, body))["fire_times"][0] == "2026-12-24T02:00:00Z"
+
+    # the same calendar in the schedule's own zone judges on New York's dates: the 24th is open there
+    body["calendar"]["timezone"] = "America/New_York"
+    assert (await preview(sqlite_api, body))["fire_times"][0] == "2026-12-25T02:00:00Z"
 
 
 async def test_previews_without_a_calendar_are_unchanged(sqlite_api: Api) -> None:

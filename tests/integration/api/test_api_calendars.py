@@ -107,7 +107,7 @@ async def test_calendars_are_scoped_to_their_company(sqlite_api: Api) -> None:
     assert_problem(await api.get(calendars_of(ours), token=None), 401)
 
 
-async def test_a_calendar_in_use_is_not_deleted_and_its_zone_must_match(api: Api) -> None:
+async def test_a_calendar_in_use_is_not_deleted_and_may_change_its_zone(api: Api) -> None:
     tenant = await api.tenant()
     path = calendars_of(tenant)
     await api.post(path, {"name": "uk", "holidays": UK}, token=tenant.key, expect=201)
@@ -120,7 +120,9 @@ async def test_a_calendar_in_use_is_not_deleted_and_its_zone_must_match(api: Api
     assert (await api.get(f"{path}/uk", expect=200)).json()["used_by"] == 1
     problem = assert_problem(await api.delete(f"{path}/uk", token=tenant.key), 409)
     assert made["id"] in problem["detail"]
-    assert_problem(await api.patch(f"{path}/uk", {"timezone": "America/New_York"}), 422, "timezone")
+    # the London schedule now judges its days on New York's dates: still 201, re-planned
+    await api.patch(f"{path}/uk", {"timezone": "America/New_York"}, expect=200)
+    assert_problem(await api.patch(f"{path}/uk", {"timezone": "Mars/Olympus"}), 422, "timezone")
     await api.patch(f"{path}/uk", {"timezone": "Europe/London"}, expect=200)
     await api.patch(f"{tenant.recurring}/{made['id']}", {"calendar": None}, expect=200)
     await api.delete(f"{path}/uk", token=tenant.key, expect=204)
@@ -215,7 +217,6 @@ async def test_a_recurring_activitys_calendar_is_checked(sqlite_api: Api) -> Non
     assert payroll["calendar"] == {"name": "plain", "roll": "following"}
     cases: list[tuple[dict[str, Any], str]] = [
         (recurring_on(tenant, {"name": "nope"}), "calendar/name"),
-        (recurring_on(tenant, {"name": "ny"}), "calendar/name"),  # London schedule, New York holidays
         (recurring_on(tenant, {"name": "plain", "roll": "later"}), "calendar/roll"),
         (recurring_on(tenant, {"name": "plain", "holidays": []}), "calendar"),  # its days are its own
         (recurring_on(tenant, None, schedule={"business_day": "1"}), "schedule/business_day"),
@@ -228,15 +229,15 @@ async def test_a_recurring_activitys_calendar_is_checked(sqlite_api: Api) -> Non
     assert_problem(
         await api.post(tenant.recurring, recurring_on(tenant, {"name": "theirs"})), 422, "calendar/name"
     )
-    # a PATCH moving the schedule to another zone than its calendar's is refused too
+    # a schedule in another zone than its calendar's is judged on the calendar's dates (below): a
+    # PATCH moving the schedule away from its calendar's zone is one more such schedule
     on_ny = (
         await api.post(
             tenant.recurring, recurring_on(tenant, {"name": "ny"}, timezone="America/New_York"), expect=201
         )
     ).json()
-    assert_problem(
-        await api.patch(f"{tenant.recurring}/{on_ny['id']}", {"timezone": "UTC"}), 422, "calendar/name"
-    )
+    moved = (await api.patch(f"{tenant.recurring}/{on_ny['id']}", {"timezone": "UTC"}, expect=200)).json()
+    assert moved["timezone"] == "UTC" and moved["calendar"] == {"name": "ny", "roll": "following"}
 
 
 async def test_a_calendar_change_that_would_stop_a_schedule_for_good_is_refused(sqlite_api: Api) -> None:
@@ -252,3 +253,106 @@ async def test_a_calendar_change_that_would_stop_a_schedule_for_good_is_refused(
     assert made["id"] in problem["detail"] and "never fire" in problem["detail"]
     assert (await api.get(path, expect=200)).json()["weekend"] == [0]  # nothing changed
     await api.patch(path, {"weekend": [0, 5]}, expect=200)  # Fridays off: Saturdays still fire
+
+
+async def test_a_schedule_runs_on_a_calendar_of_another_zone(api: Api) -> None:
+    """A Kolkata job at 09:00 on a New York calendar: 09:00 in Kolkata is the evening before in New
+    York, and each run is judged on New York's date. Friday 4 July 2031 (Independence Day) is Kolkata's
+    Saturday morning run; Kolkata's Monday run is New York's Sunday evening."""
+    tenant = await api.tenant()
+    us = {"name": "us", "timezone": "America/New_York", "holidays": ["2031-07-04"]}
+    await api.post(calendars_of(tenant), us, token=tenant.key, expect=201)
+    body = {
+        "activity_type": tenant.activity_type,
+        "schedule": {"hour": "9"},
+        "timezone": "Asia/Kolkata",
+        "start_at": "2031-06-30T00:00:00Z",  # Monday 30 June, 05:30 in Kolkata
+        "parameter": {"SongId": 1},
+        "calendar": {"name": "us", "roll": "skip"},
+    }
+    made = (await api.post(tenant.recurring, body, token=tenant.key, expect=201)).json()
+    assert made["calendar"] == {"name": "us", "roll": "skip"}
+    assert made["next_fire_times"] == [  # 09:00 IST = 03:30Z = 23:30 New York the day before
+        "2031-07-01T03:30:00Z",  # Tuesday in Kolkata, Monday 30 June in New York
+        "2031-07-02T03:30:00Z",
+        "2031-07-03T03:30:00Z",
+        "2031-07-04T03:30:00Z",  # Friday in Kolkata, Thursday 3 July in New York
+        "2031-07-08T03:30:00Z",  # Saturday to Monday in Kolkata are New York's 4 July and weekend
+    ]
+    # the same days rolled: Monday 30 June (New York's Sunday) goes to Tuesday, where a run is already
+    rolled = (
+        await api.post(tenant.recurring, {**body, "calendar": {"name": "us", "roll": "following"}})
+    ).json()
+    assert rolled["next_fire_times"] == made["next_fire_times"]
+    preceding = {**body, "calendar": {"name": "us", "roll": "preceding"}, "start_at": "2031-07-04T12:00:00Z"}
+    back = (await api.post(tenant.recurring, preceding, expect=201)).json()
+    # Saturday 5 July's run (New York's 4 July) and the weekend's go back to Friday's, which is past
+    # the start: the next is Tuesday 8 July
+    assert back["next_fire_times"][:2] == ["2031-07-08T03:30:00Z", "2031-07-09T03:30:00Z"]
+
+    # statements at 21:00 New York time on London business days: 02:00 London the next day
+    uk = {"name": "uk", "timezone": "Europe/London", "holidays": ["2030-12-25", "2030-12-26"]}
+    await api.post(calendars_of(tenant), uk, expect=201)
+    statements = {
+        **body,
+        "schedule": {"day": "24", "hour": "21"},
+        "timezone": "America/New_York",
+        "start_at": "2030-12-01T00:00:00Z",
+        "calendar": {"name": "uk", "roll": "following"},
+    }
+    made = (await api.post(tenant.recurring, statements, expect=201)).json()
+    # 24 December 21:00 New York is Christmas Day in London, the 25th's is Boxing Day: it rolls to the
+    # 26th, London's Friday 27th, keeping 21:00 New York time. Friday 24 January 2031 is London's
+    # Saturday: on to Sunday the 26th, London's Monday
+    assert made["next_fire_times"][:2] == ["2030-12-27T02:00:00Z", "2031-01-27T02:00:00Z"]
+
+
+async def test_a_calendar_changing_its_zone_replans_its_schedules(api: Api) -> None:
+    tenant = await api.tenant()
+    tomorrow = datetime.now(UTC).date() + timedelta(days=1)
+    closed = {"name": "closed", "weekend": [], "holidays": [tomorrow.isoformat()]}
+    await api.post(calendars_of(tenant), closed, expect=201)
+    body = {
+        "activity_type": tenant.activity_type,
+        "schedule": {"hour": "23"},
+        "timezone": "UTC",
+        "start_at": f"{tomorrow.isoformat()}T00:00:00Z",
+        "parameter": {"SongId": 1},
+        "calendar": {"name": "closed", "roll": "following"},
+    }
+    made = (await api.post(tenant.recurring, body, expect=201)).json()
+    after = (tomorrow + timedelta(days=1)).isoformat()
+    assert made["next_fire_at"] == f"{after}T23:00:00Z"  # tomorrow is closed in UTC
+    (planned,) = await occurrences_of(api, tenant, made["id"])
+    assert planned["scheduled_for"] == f"{after}T23:00:00Z"
+    # in Kolkata tomorrow's 23:00 UTC is the day after's 04:30: open, so it fires tomorrow after all
+    await api.patch(f"{calendars_of(tenant)}/closed", {"timezone": "Asia/Kolkata"}, expect=200)
+    (planned,) = await occurrences_of(api, tenant, made["id"])
+    assert planned["scheduled_for"] == f"{tomorrow.isoformat()}T23:00:00Z"
+    shown = (await api.get(f"{tenant.recurring}/{made['id']}", expect=200)).json()
+    assert shown["next_fire_at"] == f"{tomorrow.isoformat()}T23:00:00Z"
+
+
+async def test_a_preview_on_a_named_calendar_of_another_zone_marks_rolled_dates(sqlite_api: Api) -> None:
+    api = sqlite_api
+    tenant = await api.tenant()
+    uk = {"name": "uk", "timezone": "Europe/London", "holidays": UK}
+    await api.post(calendars_of(tenant), uk, token=tenant.key, expect=201)
+    body = {
+        "schedule": {"day": "24", "hour": "21"},
+        "timezone": "America/New_York",
+        "after": "2026-12-01T00:00:00Z",
+        "count": 1,
+        "calendar": {"name": "uk", "roll": "following"},
+    }
+    found = (await api.post("/v1/schedule-preview", body, token=tenant.key, expect=200)).json()
+    assert found["occurrences"] == [
+        {
+            "at": "2026-12-29T02:00:00Z",
+            "local_time": "2026-12-28T21:00:00",
+            "fires": True,
+            "nominal": "2026-12-25T02:00:00Z",
+            "rolled": True,
+            "dst": None,
+        }
+    ]
