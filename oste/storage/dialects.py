@@ -186,6 +186,11 @@ class Dialect:
     parameter, text): creates of one object under ``on_new`` take it one after the other. Empty where
     one writer at a time holds the whole database (SQLite)."""
 
+    def walked_past(self, column: str) -> str:
+        """``column`` in a claim's condition that must not choose the claim's index: the claim walks the
+        due index in ``next_attempt_at`` order and stops at its limit. PostgreSQL plans it by cost."""
+        return column
+
     def take_turn(self, condition: str, key: str) -> str:
         """A claim's condition that holds when ``condition`` does and, where several claimers run at
         once, this one alone holds the turn of ``key`` (an SQL text expression) until its transaction
@@ -506,6 +511,12 @@ class SqliteDialect(Dialect):
         # request path (oste.storage.checkpoints)
         "wal_autocheckpoint": "0",
     }
+
+    def walked_past(self, column: str) -> str:
+        # The unary + keeps SQLite's planner off the column's index: on ``activity_type_id IN (…)`` it
+        # would read every scheduled activity of the types and sort them all (85 ms for a claim of 100
+        # among 20,000 of one per-object type) instead of walking the due index and stopping at 100.
+        return f"+{column}"
 
     def connection_identity(self, client: Any) -> tuple[Any, ...]:
         return (self.name, getattr(client, "filename", None))

@@ -413,7 +413,8 @@ class DispatchStore:
             where += " AND NOT " + self._in_uuids("company_id", skip_companies, p)
         left_alone = "t.paused OR s.paused OR c.paused"
         if flows:
-            where += f" AND activity_type_id IN ({FLOW_TYPES}) AND {flow_pick(self.strategy)}"
+            flow_type = self.strategy.walked_past("activity_type_id")
+            where += f" AND {flow_type} IN ({FLOW_TYPES}) AND {flow_pick(self.strategy)}"
         else:
             left_alone += " OR t.per_object_scope IS NOT NULL"
         if elsewhere:
