@@ -33,7 +33,9 @@ MEAN_GAP = {"worker": 20.0, "island": 20.0, "api": 30.0, "serve": 15.0, "postgre
 """Mean seconds between the end of one fault and the start of the next on the same target."""
 
 LOSSY = {"sigkill", "sigstop", "partition", "restart", "failover"}
-"""Faults that can lose the record of a delivery already made (so excuse its repeat)."""
+"""Faults that can lose the record of a delivery already made (so excuse its repeat). Not ``disk_full``:
+the node keeps the results the full disk refused and writes them once there is room, so a repeat
+across it is a violation."""
 
 
 @dataclass(frozen=True)

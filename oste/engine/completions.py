@@ -79,7 +79,7 @@ class CompletionWriter:
 
     @property
     def stuck(self) -> bool:
-        """True while completions wait whose last write failed (the database refused it: down, cut
+        """True while completions wait whose last write the database refused (an outage: down, cut
         off, its disk full). Their claims' leases may run out meanwhile (extending one is a write
         too); the node's rescuer waits for them (``Rescuer``), else on recovery it would return those
         claims to the queue before their results are written, and fire them again."""
@@ -94,9 +94,9 @@ class CompletionWriter:
         self._writing += count
         try:
             result = await self.store.complete([completion for _, completion in batch])
-        except BaseException:  # a failed or interrupted write keeps its batch for the next try
+        except BaseException as exc:  # a failed or interrupted write keeps its batch for the next try
             self._buffer.extendleft(reversed(batch))
-            self._failed = True
+            self._failed = isinstance(exc, Unavailable)
             raise
         finally:
             self._writing -= count
