@@ -71,3 +71,14 @@ async def test_a_disk_full_fault_holds_the_volume_full_then_frees_it(tmp_path: P
         assert not volume.ballast.exists() and volume.available() > 512 * 1024
     finally:
         volume.__exit__(None, None, None)
+
+
+def test_where_it_cannot_mount_the_run_says_so_loudly_and_goes_on_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    notes: list[str] = []
+    with _volume(False, tmp_path, notes) as volume:
+        assert volume is None
+    assert "NO FULL DISK" in notes[0] and "root" in notes[0], notes
+    assert "WARNING: NO FULL DISK" in capsys.readouterr().err
