@@ -11,7 +11,8 @@ A pure function over plain records, so that a test can hand it a history made by
   and the database's own ``now``);
 - ``Fault``: what the nemesis injected, when, and whether it can lose a result already delivered (a
   process killed, stopped or cut off, the database restarted or failed over can; a skewed clock, a
-  hanging receiver or a killed API cannot).
+  hanging receiver, a killed API or a full disk cannot: a node keeps the results it could not write
+  and writes them once there is room).
 
 ``check(history)`` returns a ``Verdict``: one list of violations per rule (``RULES``), each rule able
 to fail on its own (tests/unit/test_nemesis_checker.py makes each one fail with a history of its own).

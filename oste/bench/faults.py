@@ -20,6 +20,9 @@ see during a server restart. ``refuse()`` and ``reset_all()`` are available sepa
 namespace reaching the host over veth links, and a link going down makes its packets vanish — no
 refusal, no reset — as in a real partition.
 
+``Tmpfs`` is a size-limited file system of the caller's own (root only), to fill to the last byte with a
+ballast file and free again: a full disk under a running process, without filling a shared volume.
+
 ``PostgresPair`` is a PostgreSQL primary and a synchronous streaming standby of the caller's own
 (two clusters made with ``initdb`` on loopback ports), to restart, kill, promote and rejoin.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import os
 import secrets
@@ -289,6 +293,87 @@ class NetworkNamespace:
         done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise AssertionError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+# --- a small volume to fill up ------------------------------------------------------------------
+
+BALLAST = "ballast"
+"""The file that fills a ``Tmpfs`` (removed by ``free``)."""
+
+
+class Tmpfs:
+    """A tmpfs of ``size`` (``mount -o size=``) mounted at ``where`` (made if missing; needs root).
+
+    ``fill()`` appends to a ballast file until the volume refuses a single byte more (``ENOSPC``): what
+    a process writing there meets next is a full disk. ``free()`` deletes the ballast. On exit the
+    ballast goes and the volume is unmounted (lazily if something still holds a file open), so a
+    failed run leaves no mount behind.
+    """
+
+    def __init__(self, where: Path, size: str = "256m") -> None:
+        self.where = where
+        self.size = size
+        self.mounted = False
+
+    @property
+    def ballast(self) -> Path:
+        return self.where / BALLAST
+
+    def __enter__(self) -> Tmpfs:
+        if os.geteuid() != 0:
+            raise FaultUnsupported("mounting a tmpfs needs root; this runs as an ordinary user")
+        self.where.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={self.size},mode=0755", "tmpfs", str(self.where)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise FaultUnsupported(f"cannot mount a tmpfs at {self.where}: {done.stderr.strip()}")
+        self.mounted = True
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self.mounted:
+            return
+        with contextlib.suppress(OSError):
+            self.free()
+        done = subprocess.run(["umount", str(self.where)], capture_output=True, check=False)
+        if done.returncode != 0:  # a process still has a file open there: detach it now, freed when closed
+            subprocess.run(["umount", "-l", str(self.where)], capture_output=True, check=False)
+        self.mounted = False
+
+    def available(self) -> int:
+        """Bytes still free on the volume."""
+        stat = os.statvfs(self.where)
+        return stat.f_bavail * stat.f_frsize
+
+    def used(self) -> int:
+        """Bytes in use on the volume (the ballast's included)."""
+        stat = os.statvfs(self.where)
+        return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+
+    def fill(self) -> int:
+        """Append to the ballast until the volume is full to the last byte; the bytes added. Called
+        again while full it tops the volume up (space a process freed meanwhile is taken back)."""
+        added = 0
+        with self.ballast.open("ab", buffering=0) as out:
+            for block in (1 << 20, 4096, 1):
+                chunk = b"\0" * block
+                try:
+                    while True:
+                        added += out.write(chunk) or 0
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+        return added
+
+    def free(self) -> None:
+        """Delete the ballast: the space it held is back."""
+        self.ballast.unlink(missing_ok=True)
 
 
 # --- a PostgreSQL primary and its synchronous standby -------------------------------------------

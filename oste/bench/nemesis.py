@@ -6,11 +6,14 @@ standby of the bench's own (two clusters made with ``initdb``: the nemesis resta
 server, which it must never do to a shared one; ``--database-url`` only chooses the dialect). When the
 bench runs as root, worker 1 runs in a network namespace of its own, reaching PostgreSQL through
 forwarders at the host's end of a veth link, so that a partition can cut it off. SQLite: one
-``oste serve``. The faults (``oste.bench.nemesis_plan``): SIGKILL and restart of a worker, the API or
-``oste serve``; SIGSTOP past the lease and SIGCONT; an immediate restart of PostgreSQL; a failover to
-the standby (the old primary rejoins as the new standby, so the next failover goes back); a worker's
-network partition; a worker restarted with its clock 30 s ahead or behind (libfaketime) and back; a
-receiver that hangs. The same ``--seed`` gives the same schedule.
+``oste serve``, its file (and its write-ahead log) on a tmpfs the bench mounts itself when it runs as
+root (``VOLUME_SIZE``; unmounted at the end, whatever happened), so that the disk can fill up; where
+it cannot mount one it says so and leaves the full disk out. The faults (``oste.bench.nemesis_plan``):
+SIGKILL and restart of a worker, the API or ``oste serve``; SIGSTOP past the lease and SIGCONT; an
+immediate restart of PostgreSQL; a failover to the standby (the old primary rejoins as the new
+standby, so the next failover goes back); a worker's network partition; a worker restarted with its
+clock 30 s ahead or behind (libfaketime) and back; a receiver that hangs; the SQLite volume filled to
+the last byte for a few seconds, then freed. The same ``--seed`` gives the same schedule.
 
 The workload (``oste.bench.nemesis_workload``) records every request and answer, the receiver every
 request it saw and what it answered, and at the end the database is read as it is; the checker
@@ -70,6 +73,14 @@ READY_WITHIN = 300.0
 """Seconds the workers may take to start and share the partitions (a busy machine is slow to start)."""
 SETTLE_POLL = 1.0
 COMPANY, SOLUTION = "nemesis", "shop"
+VOLUME_SIZE = "256m"
+"""The SQLite volume's size: ample for a 30-minute run at ``--rate`` 20 (the result says how much was
+used), small enough that filling it is quick."""
+TOP_UP_EVERY = 0.5
+"""Seconds between top-ups of a full volume (space SQLite frees meanwhile, a log truncated by a
+checkpoint, is taken back at once: the volume stays full for the whole fault)."""
+PROCESS_FAULTS = frozenset({"sigkill", "sigstop", "clock_skew"})
+"""Faults done to a process (the supervisor leaves the process alone meanwhile)."""
 
 
 def _faketime_installed() -> bool:
@@ -201,8 +212,10 @@ class Nemesis:
         receiver: ReceiverProcess,
         pair: faults.PostgresPair | None,
         island: Island | None,
+        volume: faults.Tmpfs | None = None,
     ) -> None:
         self.crew, self.receiver, self.pair, self.island = crew, receiver, pair, island
+        self.volume = volume
         self.done: list[Fault] = []
         self.stopping = False
 
@@ -220,7 +233,7 @@ class Nemesis:
             if self.stopping:
                 return
             start = time.time()
-            slot = self.crew.slots.get(fault.target)
+            slot = self.crew.slots.get(fault.target) if fault.kind in PROCESS_FAULTS else None
             if slot is not None:
                 slot.busy = True
             try:
@@ -256,8 +269,24 @@ class Nemesis:
         elif fault.kind == "hang":
             await self.receiver.hang(fault.seconds)
             await asyncio.sleep(fault.seconds)
+        elif fault.kind == "disk_full":
+            await self._disk_full(fault.seconds)
         else:
             await self._database(fault.kind)
+
+    async def _disk_full(self, seconds: float) -> None:
+        """The SQLite volume full to the last byte for ``seconds`` (topped up as space comes free), then
+        the ballast deleted."""
+        volume = self.volume
+        assert volume is not None
+        try:
+            await asyncio.to_thread(volume.fill)
+            ends = time.monotonic() + seconds
+            while (left := ends - time.monotonic()) > 0:
+                await asyncio.sleep(min(TOP_UP_EVERY, left))
+                await asyncio.to_thread(volume.fill)
+        finally:
+            volume.free()
 
     async def _database(self, kind: str) -> None:
         pair = self.pair
@@ -319,6 +348,27 @@ def _pair(postgres: bool) -> Iterator[faults.PostgresPair | None]:
         yield pair
 
 
+@contextlib.contextmanager
+def _volume(postgres: bool, work_dir: Path, notes: list[str]) -> Iterator[faults.Tmpfs | None]:
+    """The SQLite file's own volume, mounted (and unmounted at the end, whatever happens); None on
+    PostgreSQL, or where it cannot be mounted (said loudly: the run goes on without a full disk)."""
+    if postgres:
+        yield None
+        return
+    try:
+        volume = faults.Tmpfs(work_dir / "volume", VOLUME_SIZE).__enter__()
+    except faults.FaultUnsupported as exc:
+        message = f"NO FULL DISK in this run: {exc}; the disk_full fault is left out"
+        print(f"nemesis: WARNING: {message}", file=sys.stderr, flush=True)
+        notes.append(message)
+        yield None
+        return
+    try:
+        yield volume
+    finally:
+        volume.__exit__(None, None, None)
+
+
 @contextlib.asynccontextmanager
 async def _island(pair: faults.PostgresPair | None, notes: list[str]) -> AsyncIterator[Island | None]:
     """Worker 1's namespace when PostgreSQL runs and the bench may make one (root), else None."""
@@ -365,11 +415,11 @@ async def nemesis(harness: Harness) -> Result:
         os.environ.setdefault(key, value)
     lease = float(os.environ["OSTE_CLAIM_LEASE"])
     notes: list[str] = []
-    with _pair(opts.postgres) as pair:
+    with _pair(opts.postgres) as pair, _volume(opts.postgres, harness.work_dir, notes) as volume:
         async with _island(pair, notes) as island:
             receiver = await ReceiverProcess("0.0.0.0" if island else "127.0.0.1").start()
             try:
-                return await _run(harness, seed, seconds, lease, pair, island, receiver, notes)
+                return await _run(harness, seed, seconds, lease, pair, island, volume, receiver, notes)
             finally:
                 await receiver.stop()
 
@@ -381,11 +431,13 @@ async def _run(
     lease: float,
     pair: faults.PostgresPair | None,
     island: Island | None,
+    volume: faults.Tmpfs | None,
     receiver: ReceiverProcess,
     notes: list[str],
 ) -> Result:
     opts = harness.options
-    url = pair.url("oste") if pair else f"sqlite://{harness.work_dir / 'nemesis.sqlite3'}"
+    where = volume.where if volume else harness.work_dir
+    url = pair.url("oste") if pair else f"sqlite://{where / 'nemesis.sqlite3'}"
     web_host = island.web_link.host_address if island else "127.0.0.1"
     receiver_url = f"http://{web_host}:{receiver.port}"
     processes = OsteProcesses(url, opts.workers, harness.work_dir)
@@ -394,7 +446,8 @@ async def _run(
     if not skew:
         notes.append(f"no clock skew: libfaketime is not installed ({LIBFAKETIME})")
     targets = _targets(opts.postgres, opts.workers, island is not None)
-    schedule = [p for p in plan(seed, seconds, targets, lease) if skew or p.kind != "clock_skew"]
+    left_out = {kind for kind, can in (("clock_skew", skew), ("disk_full", volume is not None)) if not can}
+    schedule = [p for p in plan(seed, seconds, targets, lease) if p.kind not in left_out]
     client = OsteClient(processes.base_url, processes.admin_token)
     try:
         if pair:
@@ -417,7 +470,7 @@ async def _run(
         )
         offset = await database_clock_offset(url)
         began = time.monotonic()
-        nemesis_ = Nemesis(crew, receiver, pair, island)
+        nemesis_ = Nemesis(crew, receiver, pair, island, volume)
         exits: list[str] = []
         supervisor = asyncio.create_task(crew.supervise(exits))
         try:
@@ -432,6 +485,9 @@ async def _run(
     finally:
         await client.close()
         await processes.stop()
+    volume_used = round(volume.used() / 2**20, 1) if volume is not None else None
+    if volume is not None:
+        notes.append(f"the SQLite file on a {VOLUME_SIZE} tmpfs: {volume_used} MiB used at the end")
     history = History(workload.calls, arrivals, final, nemesis_.done, offset)
     verdict = check(history)
     if not settled:
@@ -469,6 +525,7 @@ async def _run(
             "duplicates_after_faults": verdict.figures["duplicates_after_faults"],
             **{f"violations_{rule}": count for rule, count in verdict.counts.items()},
             "ended_on_their_own": len(exits),
+            **({"volume_used_mib": volume_used} if volume_used is not None else {}),
             "verdict": "OK" if verdict.ok else "VIOLATIONS",
         },
         "verdict": verdict.as_dict(),

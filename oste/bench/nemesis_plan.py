@@ -21,18 +21,21 @@ KINDS: dict[str, tuple[tuple[str, int], ...]] = {
     "worker": (("sigkill", 3), ("sigstop", 2), ("clock_skew", 1)),
     "island": (("sigkill", 2), ("sigstop", 1), ("clock_skew", 1), ("partition", 3)),
     "api": (("sigkill", 1),),
-    "serve": (("sigkill", 3), ("sigstop", 2)),
+    "serve": (("sigkill", 3), ("sigstop", 2), ("disk_full", 2)),
     "postgres": (("restart", 2), ("failover", 1)),
     "receiver": (("hang", 1),),
 }
 """The faults each kind of target takes, with their weights. ``island``: the worker that runs in a
-network namespace of its own, the one a partition cuts off."""
+network namespace of its own, the one a partition cuts off. ``disk_full`` (``serve``): the volume of
+the SQLite file filled to the last byte, held full, then freed."""
 
 MEAN_GAP = {"worker": 20.0, "island": 20.0, "api": 30.0, "serve": 15.0, "postgres": 40.0, "receiver": 25.0}
 """Mean seconds between the end of one fault and the start of the next on the same target."""
 
 LOSSY = {"sigkill", "sigstop", "partition", "restart", "failover"}
-"""Faults that can lose the record of a delivery already made (so excuse its repeat)."""
+"""Faults that can lose the record of a delivery already made (so excuse its repeat). Not ``disk_full``:
+the node keeps the results the full disk refused and writes them once there is room, so a repeat
+across it is a violation."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class Planned:
     kind: str
     target: str
     seconds: float
-    """How long it lasts (down, stopped, cut, skewed, hanging); 0 for an instant fault."""
+    """How long it lasts (down, stopped, cut, skewed, hanging, full); 0 for an instant fault."""
     skew: int = 0
 
 
@@ -58,6 +61,8 @@ def duration(kind: str, rng: random.Random, lease: float) -> float:
         return round(rng.uniform(3.0, 2 * lease + 3.0), 2)
     if kind == "hang":
         return round(rng.uniform(3.0, 10.0), 2)
+    if kind == "disk_full":
+        return round(rng.uniform(3.0, 15.0), 2)
     return 0.0  # restart, failover: as long as they take
 
 

@@ -58,6 +58,7 @@ class CompletionWriter:
         self.writes_at_once = WRITES_AT_ONCE if getattr(store, "writes_concurrently", False) else 1
         self.totals = CompletionResult()
         self._writing = 0
+        self._failed = False
 
     def add(self, claim: Claim, completion: Completion) -> None:
         self._buffer.append((claim, completion))
@@ -76,6 +77,14 @@ class CompletionWriter:
         requests again (their receivers answered; nothing says so in the database)."""
         return len(self._buffer) + self._writing
 
+    @property
+    def stuck(self) -> bool:
+        """True while completions wait whose last write the database refused (an outage: down, cut
+        off, its disk full). Their claims' leases may run out meanwhile (extending one is a write
+        too); the node's rescuer waits for them (``Rescuer``), else on recovery it would return those
+        claims to the queue before their results are written, and fire them again."""
+        return self._failed and self.unwritten > 0
+
     async def run_once(self) -> CompletionResult:
         """Write up to one batch of buffered completions; on a database error they stay buffered."""
         count = min(len(self._buffer), self.config.batch_size)
@@ -85,11 +94,13 @@ class CompletionWriter:
         self._writing += count
         try:
             result = await self.store.complete([completion for _, completion in batch])
-        except BaseException:  # a failed or interrupted write keeps its batch for the next try
+        except BaseException as exc:  # a failed or interrupted write keeps its batch for the next try
             self._buffer.extendleft(reversed(batch))
+            self._failed = isinstance(exc, Unavailable)
             raise
         finally:
             self._writing -= count
+        self._failed = False
         self.totals = CompletionResult(self.totals.applied + result.applied, self.totals.stale + result.stale)
         if self.written is not None:
             self.written([claim for claim, _ in batch])

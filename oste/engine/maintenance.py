@@ -64,14 +64,28 @@ class Rescuer:
 
     The lost attempt counts: it is recorded as an ``error`` execution and spends a retry, so a request
     that kills its worker every time ends as a dead letter instead of looping forever.
+
+    ``held_back``: while it says so (this node holds results it could not write: the database refused
+    them), the rescuer waits. The leases of those claims may have run out meanwhile; rescued before
+    their results are written, they would be sent again once the database takes writes again.
     """
 
-    def __init__(self, config: RescuerConfig, store: DispatchStore, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        config: RescuerConfig,
+        store: DispatchStore,
+        rng: random.Random | None = None,
+        held_back: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.config = config
         self.store = store
         self.rng = rng
+        self.held_back = held_back
 
     async def run_once(self) -> RescueResult:
+        if self.held_back():
+            log.debug("rescuer: waiting for this node's unwritten completions to be written first")
+            return RescueResult()
         rescheduled = dead = 0
         while True:
             again, died = await self.store.reap_expired(self.config.batch_size, self.rng)

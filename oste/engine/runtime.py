@@ -181,7 +181,7 @@ class Engine:
         cfg, node = self.config, self.node
         assert node is not None and self.expander is not None
         keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
-        rescuer = Rescuer(cfg.rescuer, self.store, self.rng)
+        rescuer = Rescuer(cfg.rescuer, self.store, self.rng, self._results_unwritten)
         audit = AuditPruner(self.storage.audit, cfg.audit_retention)
         events = EventPruner(self.storage)
         services = [
@@ -232,6 +232,10 @@ class Engine:
     def _completed(self, claim: Claim, completion: Completion) -> None:
         assert self.writer is not None
         self.writer.add(claim, completion)
+
+    def _results_unwritten(self) -> bool:
+        """True while this node holds completions the database refused (see ``CompletionWriter.stuck``)."""
+        return self.writer is not None and self.writer.stuck
 
     def _may_send(self) -> bool:
         """False while a whole batch of completions waits to be written (see ``Executor.may_send``)."""

@@ -43,3 +43,12 @@ def test_faults_overlap_across_targets_but_not_on_one() -> None:
         "failover",
         "hang",
     }
+
+
+def test_on_sqlite_the_disk_fills_up_for_3_to_15_seconds() -> None:
+    sqlite = {"serve": "serve", "receiver": "receiver"}
+    schedule = plan(4, 1800, sqlite, 6.0)
+    assert schedule == plan(4, 1800, sqlite, 6.0)
+    full = [f for f in schedule if f.kind == "disk_full"]
+    assert full and all(f.target == "serve" and 3.0 <= f.seconds <= 15.0 for f in full)
+    assert {f.kind for f in schedule} == {"sigkill", "sigstop", "disk_full", "hang"}
