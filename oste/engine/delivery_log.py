@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from oste.domain.claims import Claim, Completion
 from oste.domain.records import ActivityState
@@ -62,13 +62,21 @@ TIMED_OUT = "timed out after "
 """How the executor's error of a request that got no answer in time begins."""
 
 
+AT_ONCE_WITHIN = timedelta(milliseconds=50)
+"""A retry due this soon after the line is written reads ``retry at once``: the line's own time is taken
+a moment after this check, so a nearer instant could read earlier than the line."""
+
+
 def retry_when(next_attempt_at: datetime) -> str:
-    """``retry at <instant>`` to the millisecond, or ``retry at once`` when that instant is not after
-    the line's own time (a short backoff that passed while the batch was written). The wall clock,
-    not the engine's: it is compared with the time the log line carries."""
-    if next_attempt_at <= datetime.now(UTC):
+    """``retry at <instant>``, rounded up to the millisecond, or ``retry at once`` when that instant
+    is not clearly after the line's own time (a short backoff that passed while the batch was
+    written). The wall clock, not the engine's: it is compared with the time the log line carries."""
+    if next_attempt_at <= datetime.now(UTC) + AT_ONCE_WITHIN:
         return "retry at once"
-    return f"retry at {next_attempt_at.astimezone(UTC).isoformat(timespec='milliseconds')}"
+    at = next_attempt_at.astimezone(UTC)
+    if at.microsecond % 1000:
+        at += timedelta(microseconds=1000 - at.microsecond % 1000)
+    return f"retry at {at.isoformat(timespec='milliseconds')}"
 
 
 def log_delivery(
