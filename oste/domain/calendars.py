@@ -283,7 +283,8 @@ def parse_inline_calendar(raw: Any, field_name: str = "calendar") -> tuple[Busin
     if "name" in raw:
         raise InvalidInput.field(
             f"{field_name}/name",
-            "named calendars are not available yet: give the calendar inline (weekend, holidays, roll)",
+            "an inline calendar has no name: name a company calendar (`name`, and `company` with the "
+            "admin token) or give this one's weekend, holidays and roll",
         )
     weekend = parse_weekend(raw.get("weekend", [0, 6]), f"{field_name}/weekend")
     holidays = parse_holidays(raw.get("holidays", []), f"{field_name}/holidays")
