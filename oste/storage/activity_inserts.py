@@ -35,7 +35,13 @@ from oste.errors import Conflict, Unavailable
 from oste.eventloop import pause, write_turn
 from oste.storage import models as m
 from oste.storage.dialects import PreparedRows, dialect_of
-from oste.storage.events import Change, record, record_statement, subscribed_solutions
+from oste.storage.events import (
+    Change,
+    record,
+    record_staged_statement,
+    record_statement,
+    subscribed_solutions,
+)
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "uuid"),
@@ -196,10 +202,17 @@ async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> Pre
         rows.append(_row(created[-1], item.request_hash))
     streamed = await subscribed_solutions(now) if created else frozenset()
     wanted = [Change(a.id, "created") for a in created if a.solution_id in streamed]
-    prepared_rows = dialect.prepare_rows("activity", COLUMNS, rows)
-    if yielding:
+    if yielding:  # outside a transaction: on SQLite the rows wait in a staging table
+        prepared_rows = await dialect.stage_rows(db, "activity", COLUMNS, rows)
         await pause()
-    events = record_statement(dialect, wanted, now) if wanted else None
+    else:
+        prepared_rows = dialect.prepare_rows("activity", COLUMNS, rows)
+    if not wanted:
+        events = None
+    elif prepared_rows.staged is not None and len(wanted) == len(created):
+        events = record_staged_statement(dialect, prepared_rows.staged, "created", now)
+    else:
+        events = record_statement(dialect, wanted, now)
     if yielding and not dialect.pooled:
         # the transaction will hold the one connection: light requests go first
         await write_turn()
@@ -225,6 +238,9 @@ async def write_prepared(prepared: PreparedActivities) -> list[r.Activity]:
         raise Conflict(CONFLICT) from None
     except DBConnectionError as exc:
         raise Unavailable(f"the database is unreachable: {exc}") from None
+    finally:
+        db = m.Activity._meta.db
+        await dialect_of(db).discard_staged(db, prepared.rows)
     return list(prepared.created)
 
 

@@ -144,6 +144,23 @@ def record_statement(strategy: Dialect, changes: Sequence[Change], now: datetime
     return sql, p.values
 
 
+def record_staged_statement(
+    strategy: Dialect, staged: str, event: str, now: datetime
+) -> tuple[str, list[Any]]:
+    """``record_statement`` of ``event`` (attempt 0) for every activity staged in ``staged`` (a table
+    of ``Dialect.stage_rows``, its rows written to ``activity`` in the same transaction): the
+    statement reads the ids there, not from a list of values."""
+    p = Params(strategy)
+    name = p.add(event)  # placeholders are numbered in the order they appear in the statement
+    at = p.add(now)
+    sql = (
+        "INSERT INTO activity_event (txid, solution_id, activity_id, activity_type_id, object_id, event, "
+        f"attempt, outcome, at) SELECT {strategy.txid_sql}, s.solution_id, s.id, s.activity_type_id, "
+        f"s.object_id, {name}, 0, NULL, {at} FROM {staged} s ORDER BY s.rowid"
+    )
+    return sql, p.values
+
+
 def _with_replacements(strategy: Dialect, changes: Sequence[Change], now: datetime) -> tuple[str, list[Any]]:
     """``record_statement`` for changes of which some name the activity that replaced theirs."""
     p = Params(strategy)
