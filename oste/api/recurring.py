@@ -6,6 +6,7 @@ it replaces the occurrences not fired yet; pausing or deleting cancels them.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +24,6 @@ from oste.api.tenants import SOLUTION, created, json, no_content, solution_path
 from oste.api.tracing import caller_trace
 from oste.domain import records as r
 from oste.domain import schemas
-from oste.domain.calendar_zones import check_fires_on_calendar
 from oste.domain.calendars import parse_inline_calendar
 from oste.domain.labels import parse_labels
 from oste.domain.recurrence import (
@@ -42,6 +42,7 @@ from oste.errors import InvalidInput, NotFound
 from oste.operations.actors import Actor
 from oste.operations.creation import TypeCache
 from oste.operations.recurring import next_fire_at, next_fire_times
+from oste.operations.validation import check_calendar_fires
 from oste.storage import RecurrenceStore
 
 NEXT_FIRE_TIMES_SHOWN = 5
@@ -62,7 +63,10 @@ async def create(request: Request) -> Response:
     object_id = await cache.check(kind, parameter)
     schedule = schedule_of(data)
     policy = policy_values(data)
-    calendar = await _chosen_calendar(request, actor, company, data.get("calendar"), schedule)
+    later = policy.get("dst_ambiguous") == DstAmbiguous.SECOND
+    calendar = await _chosen_calendar(
+        request, actor, company, data.get("calendar"), schedule, later_of_two=later
+    )
     values = {
         "schedule": data["schedule"],
         "timezone": schedule.timezone,
@@ -159,7 +163,8 @@ async def patch(request: Request) -> Response:
         raw = {"name": recurring.calendar.name, "roll": recurring.calendar.roll.value}
     else:
         raw = None
-    calendar = await _chosen_calendar(request, actor, company, raw, schedule)
+    later = merged.get("dst_ambiguous") == DstAmbiguous.SECOND
+    calendar = await _chosen_calendar(request, actor, company, raw, schedule, later_of_two=later)
     recurrence = Recurrence(schedule, **_dst(merged), **calendar.recurrence)
     changes.update(
         schedule=data.get("schedule", recurring.schedule),
@@ -267,10 +272,11 @@ async def preview(request: Request) -> Response:
     raw = data.get("calendar")
     if isinstance(raw, dict) and "name" in raw:
         company = await _preview_company(request, who, raw)
-        named = await _chosen_calendar(request, actor_of(who), company, raw, schedule, after)
+        later = policy.get("dst_ambiguous") == DstAmbiguous.SECOND
+        named = await _chosen_calendar(request, actor_of(who), company, raw, schedule, after, later)
         calendar = named.recurrence
     else:
-        calendar = _calendar(data, schedule, after)
+        calendar = await _calendar(data, schedule, after, who.company.id if who.company else None)
     recurrence = Recurrence(schedule, **_dst(policy), **calendar)
     found = recurrence.occurrences(after, data.get("count", 10), annotate_skipped=True)
     return json(render.preview(schedule.timezone, found))
@@ -291,8 +297,10 @@ async def _chosen_calendar(
     raw: Any,
     schedule: Schedule,
     now: datetime | None = None,
+    later_of_two: bool = False,
 ) -> _Chosen:
-    """``calendar`` of a body (None: none), resolved in the company and checked against the schedule."""
+    """``calendar`` of a body (None: none), resolved in the company and checked against the schedule
+    (its local times that happen twice judged at their later instant with ``later_of_two``)."""
     if raw is None:
         if schedule.business_day is not None:
             raise InvalidInput.field(
@@ -300,7 +308,8 @@ async def _chosen_calendar(
             )
         return _Chosen({"calendar_id": None, "calendar_roll": None}, {})
     when = now or ctx(request).store.clock.now()
-    calendar, named = await ctx(request).operations.calendars.chosen(actor, company, raw, schedule, when)
+    calendars = ctx(request).operations.calendars
+    calendar, named = await calendars.chosen(actor, company, raw, schedule, when, later_of_two=later_of_two)
     return _Chosen(
         {"calendar_id": calendar.id, "calendar_roll": named.roll.value},
         {"calendar": named.calendar, "roll": named.roll},
@@ -323,7 +332,9 @@ async def _preview_company(request: Request, who: Principal, raw: dict[str, Any]
         raise InvalidInput.field("calendar/company", f"there is no company {raw['company']!r}") from None
 
 
-def _calendar(data: dict[str, Any], schedule: Schedule, after: datetime) -> dict[str, Any]:
+async def _calendar(
+    data: dict[str, Any], schedule: Schedule, after: datetime, company_id: uuid.UUID | None
+) -> dict[str, Any]:
     """A preview's inline calendar and roll (Recurrence arguments), checked to let the schedule fire."""
     if "calendar" not in data:
         if schedule.business_day is not None:
@@ -333,7 +344,7 @@ def _calendar(data: dict[str, Any], schedule: Schedule, after: datetime) -> dict
         return {}
     calendar, roll = parse_inline_calendar(data["calendar"])
     later = data.get("dst_ambiguous") == DstAmbiguous.SECOND
-    check_fires_on_calendar(schedule, calendar, roll, after, later_of_two=later)
+    await check_calendar_fires(company_id, schedule, calendar, roll, after, later_of_two=later)
     return {"calendar": calendar, "roll": roll}
 
 

@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import Any
 
 from oste.domain import records as r
-from oste.domain.calendar_zones import check_fires_on_calendar
 from oste.domain.calendars import (
     NamedCalendar,
     Roll,
@@ -31,6 +30,7 @@ from oste.domain.tenancy import MAX_CALENDARS
 from oste.errors import InvalidInput, NotFound
 from oste.operations.actors import READ, WRITE, Actor
 from oste.operations.context import OperationContext
+from oste.operations.validation import check_calendar_fires
 
 DAYS = ("weekend", "holidays", "timezone")
 """The fields whose change re-plans the recurring activities on a calendar."""
@@ -115,12 +115,15 @@ class CalendarOperations:
         schedule: Schedule,
         now: datetime,
         field: str = "calendar",
+        later_of_two: bool = False,
     ) -> tuple[r.Calendar, NamedCalendar]:
         """A recurring activity's (or a preview's) ``{"name", "roll"}``: the company's calendar of that
         name and the roll, checked to let the schedule fire. InvalidInput names the field: a calendar the
         company does not have (``calendar/name``), a roll that is not one (``calendar/roll``), a schedule
         that never fires on its business days (``schedule`` or ``schedule/business_day``). A calendar
-        of another time zone than the schedule's is judged in its own (``oste.domain.calendar_zones``)."""
+        of another time zone than the schedule's is judged in its own (``oste.domain.calendar_zones``),
+        its local times that happen twice at their later instant with ``later_of_two`` (the schedule's
+        ``dst_ambiguous: second``), and that check runs in a worker (``check_calendar_fires``)."""
         actor.reach(company)
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise InvalidInput.field(f"{field}/name", "must name a calendar of the company")
@@ -139,7 +142,7 @@ class CalendarOperations:
             ) from None
         days = business_calendar_of(calendar.weekend, calendar.holidays, calendar.timezone)
         named = NamedCalendar(calendar.name, roll, days)
-        check_fires_on_calendar(schedule, named.calendar, roll, now)
+        await check_calendar_fires(company.id, schedule, named.calendar, roll, now, later_of_two=later_of_two)
         return calendar, named
 
     async def _check_users_fire(self, calendar: r.Calendar, merged: dict[str, Any]) -> None:
@@ -156,7 +159,8 @@ class CalendarOperations:
             )
             try:
                 later = recurring.dst_ambiguous == DstAmbiguous.SECOND
-                check_fires_on_calendar(schedule, days, recurring.calendar.roll, now, later_of_two=later)
+                roll = recurring.calendar.roll
+                await check_calendar_fires(calendar.company_id, schedule, days, roll, now, later_of_two=later)
             except InvalidInput as exc:
                 reason = exc.errors[0].reason if exc.errors else exc.detail
                 raise InvalidInput.field(

@@ -33,12 +33,16 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from datetime import datetime
 from typing import Any, TypeVar
 
 import orjson
 
+from oste.domain.calendar_zones import check_fires_on_calendar
+from oste.domain.calendars import BusinessCalendar, Roll
 from oste.domain.json_values import check_storable, refuse_duplicate_keys
 from oste.domain.parameters import ParameterRules, ParameterTooCostly
+from oste.domain.schedule import Schedule
 from oste.errors import FieldError, InvalidInput, TooMany, Unavailable
 
 DEFAULT_MAX_PARAMETER_BYTES = 1024 * 1024
@@ -94,6 +98,44 @@ async def check_parameter(
     schema = orjson.dumps(rules.parameter_schema, option=orjson.OPT_SORT_KEYS)
     args = (rules.uri_pattern, schema, rules.object_id_ref, orjson.dumps(parameter), field)
     return _answer(await off_loop(company, checked_parameter, *args))
+
+
+async def check_calendar_fires(
+    company: uuid.UUID | None,
+    schedule: Schedule,
+    calendar: BusinessCalendar,
+    roll: Roll,
+    now: datetime,
+    where: str = "schedule",
+    later_of_two: bool = False,
+) -> None:
+    """``check_fires_on_calendar`` (InvalidInput when the schedule never fires on the calendar), in a
+    worker when the calendar's dates are another time zone's: that check walks the schedule's dates
+    one by one, up to 50 years of them for a schedule that never fires (70-300 ms of CPU for a weekly
+    one), which a tenant could otherwise spend on the event loop with every create, change or preview.
+    On the schedule's own dates the check takes well under a millisecond and stays on the loop.
+    TooMany when ``company`` has ``MAX_WAITING_PER_COMPANY`` costly checks under way."""
+    if calendar.timezone in (None, schedule.timezone):
+        check_fires_on_calendar(schedule, calendar, roll, now, where, later_of_two)
+        return
+    args = (schedule, calendar, roll, now, where, later_of_two)
+    _answer(await off_loop(company, calendar_fires, *args))
+
+
+def calendar_fires(
+    schedule: Schedule,
+    calendar: BusinessCalendar,
+    roll: Roll,
+    now: datetime,
+    where: str,
+    later_of_two: bool,
+) -> tuple[str, Any]:
+    """In a worker: ``("ok", None)`` or ``("invalid", (detail, errors))`` (``check_calendar_fires``)."""
+    try:
+        check_fires_on_calendar(schedule, calendar, roll, now, where, later_of_two)
+    except InvalidInput as exc:
+        return ("invalid", (exc.detail, [(e.field, e.reason) for e in exc.errors]))
+    return ("ok", None)
 
 
 def body_problem(raw: bytes) -> tuple[str, Any] | None:

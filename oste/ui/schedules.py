@@ -146,7 +146,9 @@ async def calendar_of(
         return None
     schedule = parse_schedule(schedule_from(values), values.get("timezone", "").strip() or "UTC")
     chosen = {"name": name, "roll": values.get("roll") or Roll.FOLLOWING.value}
-    _, named = await ui(request).operations.calendars.chosen(viewer.actor, company, chosen, schedule, now)
+    later = values.get("dst_ambiguous") == DstAmbiguous.SECOND
+    calendars = ui(request).operations.calendars
+    _, named = await calendars.chosen(viewer.actor, company, chosen, schedule, now, later_of_two=later)
     return named
 
 

@@ -4,9 +4,11 @@ and kept while a recurring activity uses them."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from oste.operations.validation import MAX_WAITING_PER_COMPANY
 from tests.integration.api.conftest import Api, Tenant, assert_problem
 
 UK = ["2026-12-25", "2026-12-28", "2027-01-01"]
@@ -356,3 +358,70 @@ async def test_a_preview_on_a_named_calendar_of_another_zone_marks_rolled_dates(
             "dst": None,
         }
     ]
+
+
+async def test_a_named_calendar_judges_a_twice_happening_time_by_dst_ambiguous(sqlite_api: Api) -> None:
+    """01:30 on 1 November in New York happens twice in the years the clocks go back that day (05:30Z
+    and 06:30Z), and once (05:30Z) otherwise. On a Regina calendar (UTC-6) whose every 31 October is a
+    holiday, the first instant is always Regina's 31 October: it never fires, unless the schedule's
+    ``dst_ambiguous`` is ``second``, whose instant is Regina's 1 November. The "does it ever fire"
+    check of a company calendar used to judge every schedule at the first instant."""
+    api = sqlite_api
+    tenant = await api.tenant()
+    year = datetime.now(UTC).year
+    halloweens = [f"{y}-10-31" for y in range(year, year + 60)]
+    regina = {"name": "regina", "timezone": "America/Regina", "weekend": [6], "holidays": halloweens}
+    await api.post(calendars_of(tenant), regina, token=tenant.key, expect=201)
+    body = {
+        "activity_type": tenant.activity_type,
+        "schedule": {"month": "11", "day": "1", "hour": "1", "minute": "30"},
+        "timezone": "America/New_York",
+        "parameter": {"SongId": 1},
+        "calendar": {"name": "regina", "roll": "skip"},
+    }
+    first = await api.post(tenant.recurring, body, token=tenant.key)
+    assert "never fires on a business day" in assert_problem(first, 422, "schedule")["errors"][0]["reason"]
+    made = (
+        await api.post(tenant.recurring, {**body, "dst_ambiguous": "second"}, token=tenant.key, expect=201)
+    ).json()
+    now = datetime.now(UTC)
+    sunday = next(
+        y
+        for y in range(year, year + 60)
+        if datetime(y, 11, 1).weekday() == 6 and datetime(y, 11, 2, tzinfo=UTC) > now
+    )
+    assert made["next_fire_times"][0] == f"{sunday}-11-01T06:30:00Z"
+    preview = {key: body[key] for key in ("schedule", "timezone", "calendar")}
+    shown = await api.post("/v1/schedule-preview", {**preview, "dst_ambiguous": "second"}, token=tenant.key)
+    assert shown.status_code == 200, shown.text
+    assert_problem(await api.post("/v1/schedule-preview", preview, token=tenant.key), 422, "schedule")
+
+
+async def test_a_calendar_check_that_walks_fifty_years_runs_off_the_loop(sqlite_api: Api) -> None:
+    """A schedule that never fires on a calendar of another zone makes the check walk 50 years of its
+    dates (70-300 ms of CPU). It runs on the costly-check worker, not on the event loop: a company
+    flooding it gets 429s past its share of that worker, and another company is served meanwhile."""
+    api = sqlite_api
+    hostile, other = await api.tenant(), await api.tenant()
+    # 09:00 on Saturdays in Kolkata is Friday evening in New York, and Friday is this calendar's weekend
+    friday_off = {"name": "off", "timezone": "America/New_York", "weekend": [5, 6]}
+    await api.post(calendars_of(hostile), friday_off, token=hostile.key, expect=201)
+    preview = {
+        "schedule": {"day_of_week": "sat", "hour": "9"},
+        "timezone": "Asia/Kolkata",
+        "calendar": {"name": "off", "roll": "skip"},
+    }
+    flood = [
+        api.post("/v1/schedule-preview", preview, token=hostile.key)
+        for _ in range(3 * MAX_WAITING_PER_COMPANY)
+    ]
+    answers, served = await asyncio.gather(
+        asyncio.gather(*flood), api.post(other.activities, other.activity(), token=other.key)
+    )
+    assert served.status_code == 201, served.text
+    statuses = [answer.status_code for answer in answers]
+    assert set(statuses) <= {422, 429} and 429 in statuses and 422 in statuses, statuses
+    refused = assert_problem(answers[statuses.index(429)], 429)
+    assert answers[statuses.index(429)].headers["retry-after"] == "1", refused
+    never = assert_problem(answers[statuses.index(422)], 422, "schedule")
+    assert "never fires on a business day" in never["errors"][0]["reason"]
