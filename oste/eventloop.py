@@ -27,9 +27,9 @@ async def pause() -> None:
 
 
 WRITE_TURN: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("oste_write_turn", default=None)
-"""What heavy work awaits before a write transaction that holds a shared connection (SQLite's one):
-set by the API's heavy requests to a wait for a pause in light requests (``oste.api.fairness``);
-unset, a plain yield."""
+"""What heavy work awaits before its write transaction (which holds SQLite's one connection, or a
+PostgreSQL backend's core): set by the API's heavy requests to a wait for a pause in light requests
+(``oste.api.fairness``); unset, a plain yield."""
 
 
 async def write_turn() -> None:

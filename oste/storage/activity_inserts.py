@@ -181,8 +181,8 @@ async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> Pre
     """Build what inserting ``new`` takes (records with fresh ids, encoded rows, the insert and event
     statements) without holding a transaction; ``write_prepared`` writes it. Outside a transaction a
     big batch pauses every ``YIELD_EVERY`` rows (``oste.eventloop.pause``: an API heavy request lets the
-    light requests in flight finish first), and on SQLite ends with ``oste.eventloop.write_turn`` (the
-    write will hold the one connection: an API heavy request waits for a pause in light requests);
+    light requests in flight finish first), stages its rows on SQLite (``Dialect.stage_rows``), and ends
+    with ``oste.eventloop.write_turn`` (an API heavy request waits for a pause in light requests);
     inside a transaction on SQLite only a plain yield, as that transaction holds the one connection
     those requests would wait for."""
     now = _utc(now)
@@ -213,8 +213,7 @@ async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> Pre
         events = record_staged_statement(dialect, prepared_rows.staged, "created", now)
     else:
         events = record_statement(dialect, wanted, now)
-    if yielding and not dialect.pooled:
-        # the transaction will hold the one connection: light requests go first
+    if yielding:  # the write is the one step that cannot pause: light requests go first
         await write_turn()
     labelled = tuple(a for a in created if a.labels)
     return PreparedActivities(tuple(created), prepared_rows, events, labelled)

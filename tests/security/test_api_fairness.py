@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from oste.api import fairness
 from oste.api.feeds import POLL_INTERVAL
 from oste.settings import Settings
 from tests.integration.api.conftest import Api, Tenant, api_client, assert_problem, long_poll, woken
@@ -199,6 +200,25 @@ async def test_heavy_requests_past_a_company_cap_are_429_and_light_ones_go_first
         done = await asyncio.wait_for(asyncio.gather(kept, third), DEADLINE * 3)
         assert [r.status_code for r in done] == [201, 201]  # C waited its turn (one at a time), not refused
         assert len(done[1].json()["activities"]) == 1000
+
+
+async def test_a_batchs_write_waits_for_a_pause_in_light_requests(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On both databases (on PostgreSQL too, where the write takes a share of the machine rather than
+    the one connection) a batch's write waits while another company's request is in flight, and goes
+    as soon as requests pause: the wait's bound (``WRITE_WAIT``) is made far longer than the test."""
+    monkeypatch.setattr(fairness, "WRITE_WAIT", 120.0)
+    async with server(database_url, tmp_path) as api:
+        a, b = await api.tenant(), await api.tenant()
+        async with slow_body(api, b):  # B's create in flight: its body still arriving
+            sent = asyncio.create_task(api.post(a.activities, batch(a, 200), token=a.key))
+            done, _ = await asyncio.wait({sent}, timeout=2.0)  # a 200-item batch takes ~0.1 s alone
+            assert not done, "A's batch was written while B's request was in flight"
+            listed = await api.get(a.activities, token=a.key)
+            assert listed.json()["items"] == [], "A's batch was written while B's request was in flight"
+        written = await asyncio.wait_for(sent, DEADLINE)  # B's request ended: the write goes
+        assert written.status_code == 201 and len(written.json()["activities"]) == 200
 
 
 async def test_a_slow_body_is_408_within_the_deadline_and_logs_no_traceback(

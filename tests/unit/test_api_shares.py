@@ -4,6 +4,7 @@ that leaves or waits too long, light requests first."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from starlette.requests import Request
 
 from oste.api import fairness
-from oste.api.fairness import ApiShares, Caps
+from oste.api.fairness import ApiShares, Caps, company_in_path
 from oste.errors import TooMany
 from oste.eventloop import WRITE_TURN
 
@@ -179,5 +180,37 @@ async def test_a_heavy_request_sets_the_write_turn_its_store_work_awaits() -> No
     shares = ApiShares()
     assert WRITE_TURN.get() is None
     async with shares.heavy(request(), _company("a")):
-        assert WRITE_TURN.get() == shares.write_turn
+        turn = WRITE_TURN.get()
+        assert isinstance(turn, functools.partial) and turn.func == shares.write_turn
+        assert turn.args == ("a",)  # it waits for the other companies' light requests
     assert WRITE_TURN.get() is None
+
+
+async def test_a_heavy_write_waits_for_other_companies_light_requests_not_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A company's own single creates never hold back its own batch's write; another company's do,
+    and so do requests whose path names no company (the console, probes)."""
+    monkeypatch.setattr(fairness, "QUIET", 0.05)
+    monkeypatch.setattr(fairness, "WRITE_WAIT", 30.0)
+    shares = ApiShares()
+    own = {"type": "http", "path": "/v1/companies/a/solutions/s/activities"}
+    shares.began(own)
+    await asyncio.wait_for(shares.write_turn("a"), 1.0)  # its own request in flight: no wait
+    for path in ("/v1/companies/b/solutions/s/activities", "/healthz"):
+        other = {"type": "http", "path": path}
+        shares.began(other)
+        waiting = asyncio.create_task(shares.write_turn("a"))
+        await asyncio.sleep(0.1)
+        assert not waiting.done(), path  # another's request in flight
+        shares.ended(other)
+        await asyncio.sleep(0.01)
+        assert not waiting.done(), path  # it just ended: the next one may come at once
+        await asyncio.wait_for(waiting, 5)  # then the pause is long enough
+    shares.ended(own)  # a's own request ends after b's: b's end still counts for a
+    await asyncio.wait_for(shares.write_turn("a"), 1.0)
+    waiting = asyncio.create_task(shares.write_turn("b"))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # for b, a's request just ended
+    await asyncio.wait_for(waiting, 5)
+    assert company_in_path("/v1/companies/a%20b/x") == "a%20b" and company_in_path("/v1/companies") is None
