@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -161,35 +162,60 @@ async def open_streams(a: Tenant, count: int) -> AsyncIterator[dict[str, int]]:
 
 @contextlib.asynccontextmanager
 async def batch_flood(a: Tenant, concurrency: int) -> AsyncIterator[dict[str, int]]:
-    """A's ``concurrency`` senders of 1,000-item batches, sending until the block ends."""
-    counts = {"created": 0, "refused": 0, "other": 0}
-    stop = asyncio.Event()
-    started = asyncio.Event()
-
-    async def sender(index: int) -> None:
-        n = index * 10_000_000
-        while not stop.is_set():
-            body = orjson.dumps({"activities": [a.activity(n + i) for i in range(BATCH)]})
-            n += BATCH
-            started.set()
-            async with a.http.post(a.base_url + a.path + "/activities", data=body, headers=a.headers) as r:
-                await r.read()
-                if r.status == 201:
-                    counts["created"] += 1
-                    continue
-                counts["refused" if r.status == 429 else "other"] += 1
-                wait = float(r.headers.get("Retry-After", "1"))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
-
-    tasks = [asyncio.create_task(sender(i)) for i in range(concurrency)]
-    await started.wait()
-    await asyncio.sleep(0.5)  # the batches are being handled when B starts
+    """A's ``concurrency`` senders of 1,000-item batches, sending until the block ends, from a process
+    of their own: building and reading a thousand items a batch on the bench's event loop delayed the
+    timing of B's creates on that same loop, a delay of the measuring client, not of the API."""
+    bodies = [
+        orjson.dumps({"activities": [a.activity(index * 10_000_000 + i) for i in range(BATCH)]})
+        for index in range(concurrency)
+    ]
+    context = multiprocessing.get_context("spawn")
+    started, stop = context.Event(), context.Event()
+    counts = context.Array("q", 3)  # created, refused, other
+    url = a.base_url + a.path + "/activities"
+    flood = context.Process(target=_flood, args=(url, a.headers, bodies, started, stop, counts), daemon=True)
+    flood.start()
     try:
-        yield counts
+        while not started.is_set():
+            if not flood.is_alive():
+                raise RuntimeError(f"the batch flood's process ended with {flood.exitcode}")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the batches are being handled when B starts
+        shown: dict[str, int] = {}
+        yield shown
     finally:
         stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.to_thread(flood.join, 30)
+        if flood.is_alive():
+            flood.kill()
+    shown.update(zip(("created", "refused", "other"), counts[:], strict=True))
+
+
+def _flood(
+    url: str, headers: dict[str, str], bodies: list[bytes], started: Any, stop: Any, counts: Any
+) -> None:
+    """In the flood's process: each body sent over and over by its own sender, a refused one (429)
+    again after its Retry-After, until ``stop`` is set."""
+
+    async def sender(http: aiohttp.ClientSession, body: bytes) -> None:
+        while not stop.is_set():
+            async with http.post(url, data=body, headers=headers) as r:
+                started.set()
+                await r.read()
+                index = 0 if r.status == 201 else 1 if r.status == 429 else 2
+                with counts.get_lock():
+                    counts[index] += 1
+                wait = 0.0 if r.status == 201 else float(r.headers.get("Retry-After", "1"))
+            await asyncio.sleep(wait)  # a second at most: ``stop`` is read again after it
+
+    async def main() -> None:
+        connector = aiohttp.TCPConnector(limit=len(bodies))
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=300), connector=connector
+        ) as http:
+            await asyncio.gather(*(sender(http, body) for body in bodies), return_exceptions=True)
+
+    asyncio.run(main())
 
 
 async def fairness(harness: Harness) -> dict[str, Any]:
