@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -85,6 +86,10 @@ class Tracing:
         )
         self._flags, self._state, self._kind = TraceFlags, TraceState, SpanKind
         self._status, self._error = Status, StatusCode.ERROR
+        self.parent_decides = _parent_decides(self.provider.sampler)
+        """True when an attempt whose stored context is not sampled makes no span at all (the sampler
+        is parent-based with its default for such a parent, as every ``parentbased_*`` one is): the
+        attempt then only sends a new span id in its trace, as the SDK's non-recording span would."""
 
     def parent(self, traceparent: str, tracestate: str | None) -> Any:
         """An OpenTelemetry context whose (remote) parent is this W3C context."""
@@ -121,7 +126,11 @@ class Tracing:
     def attempt_span(self, claim: Claim) -> tuple[Any, str, Claim]:
         """A started CLIENT span of one attempt, the child of the activity's stored context (or the root
         of a new trace when it has none); its span id, which the attempt's ``traceparent`` carries; and
-        the claim in that trace."""
+        the claim in that trace. The span is None for an attempt that records none (its stored context
+        is not sampled and the sampler follows it): with a 10 % sampler nine attempts in ten pay only
+        a random span id."""
+        if self.parent_decides and claim.traceparent is not None and not _sampled(claim.traceparent):
+            return None, f"{secrets.randbits(64) or 1:016x}", claim
         target = claim.target
         context = None if claim.traceparent is None else self.parent(claim.traceparent, claim.tracestate)
         attributes: dict[str, Any] = {
@@ -146,10 +155,18 @@ class Tracing:
             claim = replace(claim, traceparent=traceparent_of(span))
         return span, span_id, claim
 
-    def end_attempt_span(self, span: Any, report: AttemptReport, url: str | None) -> None:
+    def end_attempt_span(self, span: Any, report: AttemptReport, url: Callable[[], str | None]) -> None:
+        """End an attempt's span (``attempt_span``'s; None: nothing to end) with its outcome and its URL,
+        which ``url`` makes only for a span that records it."""
+        if span is None:
+            return
+        if not span.is_recording():
+            span.end()
+            return
         span.set_attribute("oste.outcome", report.outcome.value)
-        if url is not None:
-            span.set_attribute("url.full", url)
+        full = url()
+        if full is not None:
+            span.set_attribute("url.full", full)
         if report.http_status is not None:
             span.set_attribute("http.response.status_code", report.http_status)
         if report.outcome != Outcome.OK:
@@ -161,6 +178,22 @@ class Tracing:
     def shutdown(self) -> None:
         """Export what is buffered and stop (blocking: run it off the event loop)."""
         self.provider.shutdown()
+
+
+def _sampled(traceparent: str) -> bool:
+    """The sampled flag of a W3C ``traceparent`` (validated when it was stored)."""
+    return bool(int(traceparent[53:55], 16) & 1)
+
+
+def _parent_decides(sampler: Any) -> bool:
+    """Whether ``sampler`` records no span under a remote parent that is not sampled: a parent-based one
+    with its default for such a parent (always off)."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+    return (
+        isinstance(sampler, ParentBased)
+        and getattr(sampler, "_remote_parent_not_sampled", None) is ALWAYS_OFF
+    )
 
 
 def traceparent_of(span: Any) -> str:

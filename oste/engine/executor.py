@@ -306,7 +306,7 @@ class Executor:
         else:
             span, span_id, traced = tracing.attempt_span(claim)
             report = await self.attempt(traced, span_id)
-            tracing.end_attempt_span(span, report, self._url_of(claim))
+            tracing.end_attempt_span(span, report, functools.partial(self._url_of, claim))
         if report.snooze is not None and claim.snoozes >= claim.target.max_snoozes:
             error = f"{report.error}; more than max_snoozes ({claim.target.max_snoozes}): treated as retry"
             report = dataclasses.replace(report, outcome=Outcome.RETRY, error=error, snooze=None)

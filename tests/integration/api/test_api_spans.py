@@ -184,3 +184,24 @@ async def test_without_a_callers_context_the_creates_span_starts_the_trace(
     _, trace, span, _ = hit.headers["traceparent"].split("-")
     assert trace == server.trace_id.hex() == client.trace_id.hex() != made["id"].replace("-", "")
     assert span == client.span_id.hex()
+
+
+async def test_an_unsampled_callers_attempt_sends_its_trace_and_records_no_span(
+    traced_api: Api, receiver: Receiver, collector: Collector
+) -> None:
+    """A caller that did not sample its trace (flags 00) gets none of OSTE's spans, and each attempt
+    still goes in the caller's trace with a span id of its own (the parent-based sampler's way, done
+    without the SDK: an unsampled attempt pays a random id, not a span)."""
+    api = traced_api
+    tenant = await api.tenant(uri_pattern=receiver.url + "/song/{SongId}", retries=0)
+    quiet = {"traceparent": f"00-{TRACE}-{CALLER_SPAN}-00"}
+    await api.post(tenant.activities, tenant.activity(), headers=quiet, expect=201)
+    (hit,) = await receiver.wait_for(1, within=30.0)
+    _, trace, span, flags = hit.headers["traceparent"].split("-")
+    assert (trace, flags) == (TRACE, "00") and span not in (CALLER_SPAN, "0" * 16) and len(span) == 16
+    # a sampled create after it: its spans arrive, and none of the unsampled trace's ever did
+    await api.post(tenant.activities, tenant.activity(2), expect=201)
+    await receiver.wait_for(2, within=30.0)
+    (client,) = await collector.wait_for(Span.SpanKind.SPAN_KIND_CLIENT, 1)
+    assert client.trace_id.hex() != TRACE
+    assert all(s.trace_id.hex() != TRACE for _, s in collector.spans)
