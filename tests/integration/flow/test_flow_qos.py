@@ -5,6 +5,7 @@ receiver, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,15 @@ from aiohttp import web
 from tests.engine_support import Receiver, eventually, test_settings
 from tests.integration.api.conftest import Api, Tenant, api_client
 from tests.integration.flow.test_flow_delivery import Watch, all_ended, body, created, watching
+from tests.security.test_outbound_slots import (  # noqa: F401 (fixtures)
+    ALONE,
+    DEADLINE,
+    SLOTS,
+    count,
+    create,
+    engine_api,
+    release,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -126,3 +136,52 @@ async def test_an_open_breaker_holds_back_objects_in_their_order(qos_api: Api, r
     for song in range(4):  # a failed attempt repeats its activity; the order never goes back
         arrivals = watch.arrivals[song]
         assert arrivals == sorted(arrivals) and set(arrivals) == {0, 1, 2}
+
+
+async def test_companies_share_the_slots_by_weight_with_fifo_objects(
+    engine_api: Api,  # noqa: F811 (the fixtures imported)
+    receiver: Receiver,
+    release: asyncio.Event,  # noqa: F811
+) -> None:
+    """Company weights apply to what per-object control lets through: two companies whose FIFO objects
+    hang at their receivers, weights 3 and 1, hold a node's slots by weight (each object one at a
+    time), and a third company's work still goes at once."""
+    api = engine_api
+    fifo = {"object_id_ref": ["SongId"], "per_object": {"order": "fifo"}, "retries": 0, "timeout": "PT5M"}
+    heavy_company = await api.company(qos_level=3)
+    heavy = await tenant_with(api, heavy_company["name"], receiver.url + "/hog/heavy/{SongId}", **fifo)
+    light = await api.tenant(uri_pattern=receiver.url + "/hog/light/{SongId}", **fifo)
+    calm = await api.tenant(uri_pattern=receiver.url + "/calm/{SongId}", retries=0)
+    for tenant in (heavy, light):  # 20 objects, two activities each: only the heads may go
+        await create_objects(api, tenant, objects=20, each=2)
+    await receiver.wait_for(ALONE, within=DEADLINE)
+    await create(api, calm, 0, 5)
+
+    async def calm_done() -> bool:
+        return await count(api, calm, "succeeded") == 5
+
+    await eventually(calm_done, within=DEADLINE, every=0.1, what="the third company's work succeeded")
+    heads = [hit.path for hit in receiver.hits if hit.path.startswith("/hog/")]
+    assert len(heads) == len(set(heads)), heads  # never a second request of one object
+    held_heavy = sum(1 for path in heads if path.startswith("/hog/heavy/"))
+    held_light = sum(1 for path in heads if path.startswith("/hog/light/"))
+    assert ALONE <= held_heavy + held_light < SLOTS, (held_heavy, held_light)
+    assert held_heavy >= 4 and held_light >= 1, (held_heavy, held_light)
+
+
+async def tenant_with(api: Api, company: str, uri_pattern: str, **fields: Any) -> Tenant:
+    key = await api.api_key(company)
+    solution = await api.solution(company)
+    path = f"/v1/companies/{company}/solutions/{solution['name']}"
+    kind = await api.activity_type(path, uri_pattern=uri_pattern, **fields)
+    return Tenant(company, solution["name"], kind["name"], key, path)
+
+
+async def create_objects(api: Api, tenant: Tenant, objects: int, each: int) -> None:
+    now = datetime.now(UTC)
+    items = [
+        {**tenant.activity(song), "scheduled_for": (now + timedelta(milliseconds=n)).isoformat()}
+        for song in range(objects)
+        for n in range(each)
+    ]
+    await api.post(tenant.activities, {"activities": items}, token=tenant.key, expect=201)
