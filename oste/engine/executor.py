@@ -268,6 +268,10 @@ class Executor:
         parked = self.gate.take_parked() if self.gate is not None else []
         return self._waiting.take_all() + parked
 
+    def in_flight_claims(self) -> list[Claim]:
+        """The claims whose requests are in flight now (sent, not answered yet)."""
+        return [claim for claim, _ in self._in_flight.values()]
+
     async def wait_in_flight(self, grace: float) -> list[Claim]:
         """Wait up to ``grace`` seconds for requests in flight; cancel and return those still open."""
         tasks = [task for _, task in self._in_flight.values()]

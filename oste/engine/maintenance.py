@@ -1,4 +1,5 @@
-"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims), Expirer
+"""LeaseKeeper (extends the leases of claims still held), Rescuer (returns expired claims) and its
+RescueGuard (when it waits), Expirer
 (ends activities past their deadline that no claim reaches), AuditPruner (deletes audit entries past
 their retention) and EventPruner (deletes stream events past theirs)."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -51,6 +52,37 @@ class LeaseKeeper:
         self.book.extended(tokens, until)
         log.debug("extended %d leases of %d claim batches to %s", extended, len(tokens), until)
         return LeaseResult(extended)
+
+
+class RescueGuard:
+    """When this node's rescuer waits (its ``held_back``): while the node holds results the database
+    refused (``stuck``: the completion writer's), or requests in flight whose lease ran out before
+    the node could extend it (extending one is a write the database refused too: its disk full, down,
+    cut off). Rescued once writes succeed again, before those requests end and their results are
+    written, they would be sent a second time. Such a request ends within its type's timeout, and
+    the rescuer goes on then; another node's rescuer does not wait for it."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        book: ClaimBook,
+        stuck: Callable[[], bool],
+        in_flight: Callable[[], Iterable[Claim]],
+    ) -> None:
+        self.clock = clock
+        self.book = book
+        self.stuck = stuck
+        self.in_flight = in_flight
+
+    def __call__(self) -> bool:
+        if self.stuck():
+            return True
+        now = self.clock.now()
+        for claim in self.in_flight():
+            until = self.book.lease_of(claim)
+            if until is not None and until <= now:
+                return True
+        return False
 
 
 @dataclass(frozen=True)

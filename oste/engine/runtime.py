@@ -40,6 +40,7 @@ from oste.engine.maintenance import (
     EventPruner,
     Expirer,
     LeaseKeeper,
+    RescueGuard,
     Rescuer,
 )
 from oste.engine.metrics import Readings, watch
@@ -181,7 +182,9 @@ class Engine:
         cfg, node = self.config, self.node
         assert node is not None and self.expander is not None
         keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
-        rescuer = Rescuer(cfg.rescuer, self.store, self.rng, self._results_unwritten)
+        assert self.executor is not None
+        guard = RescueGuard(self.clock, self.book, self._results_unwritten, self.executor.in_flight_claims)
+        rescuer = Rescuer(cfg.rescuer, self.store, self.rng, guard)
         audit = AuditPruner(self.storage.audit, cfg.audit_retention)
         events = EventPruner(self.storage)
         services = [

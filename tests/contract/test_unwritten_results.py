@@ -6,11 +6,13 @@ them run out. Found by ``oste bench nemesis --minutes 3 --seed 4`` on SQLite, th
 with leases of 6 s: once space came back, the node's rescuer (every 0.2 s) returned those claims to the
 queue before its completion writer (backing off up to 5 s) wrote their results, so they were sent a
 second time and the results written as stale. A node's rescuer now waits while its completion writer
-holds results whose last write failed."""
+holds results whose last write failed, and while requests it has in flight are past a lease it could
+not extend (``RescueGuard``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -21,7 +23,8 @@ from oste.domain.delivery import conclude
 from oste.domain.partitions import ALL_PARTITIONS
 from oste.engine.completions import CompletionWriter
 from oste.engine.config import CompletionConfig, RescuerConfig
-from oste.engine.maintenance import Rescuer, RescueResult
+from oste.engine.maintenance import LeaseKeeper, RescueGuard, Rescuer, RescueResult
+from oste.engine.poller import ClaimBook
 from oste.errors import Unavailable
 from oste.storage import models as m
 from oste.storage.dispatch import DispatchStore
@@ -89,3 +92,49 @@ async def test_the_rescuer_is_not_held_back_by_a_writer_that_writes(
     clock.advance(2 * LEASE)
     assert not writer.stuck
     assert (await rescuer.run_once()).rescheduled == 3  # a dead node's claims go back to the queue
+
+
+class FullDiskLeases(FullDisk):
+    """``FullDisk`` that refuses the leases' extension too, as a full volume does."""
+
+    async def extend_leases(self, tokens: Any, until: Any) -> int:
+        if self.full:
+            raise Unavailable("the SQLite volume is full (database or disk is full)")
+        return await self.dispatch.extend_leases(tokens, until)
+
+
+async def test_requests_in_flight_past_their_lease_end_before_their_claims_are_rescued(
+    store: Store, dispatch: DispatchStore, clock: ManualClock
+) -> None:
+    """Requests still in flight when the disk fills, for longer than their lease: the node cannot
+    extend their leases. Once space is back its rescuer waits until they end and their results are
+    written, rather than returning their claims to the queue to be sent again."""
+    kind = await make_type(store, "https://receiver.example/x/{n}")
+    await make_activities(store, kind, T0, count=5)
+    claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 5, LEASE, T0)
+    book = ClaimBook()
+    book.add(claims)
+    in_flight = list(claims)  # sent; their receivers are slow
+    disk = FullDiskLeases(dispatch)
+    keeper = LeaseKeeper(clock, disk, book, LEASE)  # type: ignore[arg-type]
+    writer = CompletionWriter(CompletionConfig(flush_interval=0.01), disk)  # type: ignore[arg-type]
+    guard = RescueGuard(clock, book, lambda: writer.stuck, lambda: in_flight)
+    rescuer = Rescuer(RescuerConfig(), dispatch, held_back=guard)
+    clock.advance(LEASE * 0.6)
+    with pytest.raises(Unavailable):
+        await keeper.run_once()  # the disk is full: no lease extended
+    clock.advance(3 * LEASE)
+    disk.full = False  # space is back; the requests are still in flight, their leases over
+    assert not writer.stuck and guard()
+    assert await rescuer.run_once() == RescueResult(), "claims rescued while their requests were in flight"
+
+    for claim in claims:  # the requests end; their results go to the writer
+        in_flight.remove(claim)
+        writer.add(claim, ok(claim))
+        book.remove(claim)
+    written = await writer.flush()
+    assert (written.applied, written.stale) == (5, 0)
+    assert not guard()
+    assert await rescuer.run_once() == RescueResult()
+    assert await m.Activity.filter(state="succeeded").count() == 5
+    assert await m.Execution.all().count() == 5  # one attempt each: none lost to a rescue
