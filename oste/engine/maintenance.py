@@ -31,26 +31,50 @@ class LeaseKeeper:
     """Keeps this node's claims leased while it holds them (long requests, claims waiting a slot).
 
     Each run extends, in one statement, every held claim whose lease is half gone, to a full lease
-    from now; run every quarter lease, a claim survives one failed or late run.
+    from now; run every quarter lease, a claim survives one failed or late run. A lease already over
+    is not extended that way (another node may have rescued the claim, and a claim not sent yet is
+    then dropped unsent: ``Executor``'s ``expired``), except for requests in flight (``in_flight``):
+    when the database refused the extensions for longer than the lease (its disk full, down, cut off),
+    each such claim's lease is extended alone once writes succeed again, if it is still this node's,
+    so that no node's rescuer sends it again while its request is under way.
     """
 
-    def __init__(self, clock: Clock, store: DispatchStore, book: ClaimBook, lease_seconds: float) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        store: DispatchStore,
+        book: ClaimBook,
+        lease_seconds: float,
+        in_flight: Callable[[], Iterable[Claim]] = tuple,
+    ) -> None:
         self.clock = clock
         self.store = store
         self.book = book
         self.lease_seconds = lease_seconds
+        self.in_flight = in_flight
 
     async def run_once(self) -> LeaseResult:
         now = self.clock.now()
-        # A lease already over (the node was stopped or cut off past it) is not extended: another node
-        # may have rescued the claim, and the claim is not sent (``Executor``'s ``expired``).
-        tokens = self.book.expiring(now + timedelta(seconds=self.lease_seconds / 2)) - self.book.expiring(now)
-        if not tokens:
-            return LeaseResult()
         until = now + timedelta(seconds=self.lease_seconds)
-        extended = await self.store.extend_leases(tokens, until)
-        self.book.extended(tokens, until)
-        log.debug("extended %d leases of %d claim batches to %s", extended, len(tokens), until)
+        extended = 0
+        tokens = self.book.expiring(now + timedelta(seconds=self.lease_seconds / 2)) - self.book.expiring(now)
+        if tokens:
+            extended = await self.store.extend_leases(tokens, until)
+            self.book.extended(tokens, until)
+            log.debug("extended %d leases of %d claim batches to %s", extended, len(tokens), until)
+        lapsed = [claim for claim in self.in_flight() if (self.book.lease_of(claim) or until) <= now]
+        if lapsed:
+            kept = await self.store.extend_claims(lapsed, until)
+            self.book.claims_extended(kept, until)
+            self.book.rescued_elsewhere({claim.activity_id for claim in lapsed} - kept)
+            extended += len(kept)
+            log.warning(
+                "%d requests in flight had outlived their lease (the database refused its extension); "
+                "%d were still this node's and are leased again, %d were rescued meanwhile",
+                len(lapsed),
+                len(kept),
+                len(lapsed) - len(kept),
+            )
         return LeaseResult(extended)
 
 

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from oste.domain.claims import Claim
 from oste.domain.clock import Clock
@@ -44,6 +44,8 @@ class ClaimBook:
         self._claims: dict[uuid.UUID, Claim] = {}
         self._leases: dict[uuid.UUID, datetime] = {}
         self._per_token: dict[uuid.UUID, int] = {}
+        self._own_leases: dict[uuid.UUID, datetime] = {}
+        """Claims whose lease was extended alone, past their batch's (``claims_extended``)."""
 
     def __len__(self) -> int:
         return len(self._claims)
@@ -57,6 +59,7 @@ class ClaimBook:
     def remove(self, claim: Claim) -> None:
         if self._claims.pop(claim.activity_id, None) is None:
             return
+        self._own_leases.pop(claim.activity_id, None)
         left = self._per_token[claim.claim_token] - 1
         if left:
             self._per_token[claim.claim_token] = left
@@ -66,7 +69,22 @@ class ClaimBook:
 
     def lease_of(self, claim: Claim) -> datetime | None:
         """When the lease of a held claim ends, as this node last wrote it (None: not held)."""
-        return self._leases.get(claim.claim_token) if claim.activity_id in self._claims else None
+        if claim.activity_id not in self._claims:
+            return None
+        own = self._own_leases.get(claim.activity_id)
+        token = self._leases.get(claim.claim_token)
+        return own if own is not None and (token is None or own > token) else token
+
+    def claims_extended(self, activity_ids: Iterable[uuid.UUID], until: datetime) -> None:
+        """Leases extended one claim at a time (``LeaseKeeper``'s requests in flight past theirs)."""
+        for activity_id in activity_ids:
+            if activity_id in self._claims:
+                self._own_leases[activity_id] = until
+
+    def rescued_elsewhere(self, activity_ids: Iterable[uuid.UUID]) -> None:
+        """Requests in flight whose claims another node rescued while their leases were over: nothing
+        of theirs is this node's to keep leased or to wait for (their results will be stale)."""
+        self.claims_extended(activity_ids, datetime.max.replace(tzinfo=UTC))
 
     def expiring(self, before: datetime) -> set[uuid.UUID]:
         """Tokens of held claims whose lease ends before ``before``."""

@@ -181,9 +181,10 @@ class Engine:
         """The periodic services of a started node, each run by ``run_periodically``."""
         cfg, node = self.config, self.node
         assert node is not None and self.expander is not None
-        keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds)
         assert self.executor is not None
-        guard = RescueGuard(self.clock, self.book, self._results_unwritten, self.executor.in_flight_claims)
+        in_flight = self.executor.in_flight_claims
+        keeper = LeaseKeeper(self.clock, self.store, self.book, cfg.lease_seconds, in_flight)
+        guard = RescueGuard(self.clock, self.book, self._results_unwritten, in_flight)
         rescuer = Rescuer(cfg.rescuer, self.store, self.rng, guard)
         audit = AuditPruner(self.storage.audit, cfg.audit_retention)
         events = EventPruner(self.storage)

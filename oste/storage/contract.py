@@ -713,6 +713,11 @@ class Dispatch(Protocol):
         """Extend the lease of every running activity claimed under ``tokens`` to ``until``."""
         ...
 
+    async def extend_claims(self, claims: Iterable[Claim], until: datetime) -> set[uuid.UUID]:
+        """Extend to ``until`` the lease of each of ``claims`` still ``running`` under its own claim
+        token (one another node rescued, or re-claimed, is left alone); the ids of those extended."""
+        ...
+
     async def arm_completion(self, claim: Claim, digest: str) -> bool:
         """Keep the digest of the completion token the claim's attempt is about to carry (before the
         request goes out). False when the claim is no longer current."""

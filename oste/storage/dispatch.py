@@ -726,6 +726,28 @@ class DispatchStore:
             )
         return len(rows)
 
+    async def extend_claims(self, claims: Iterable[Claim], until: datetime) -> set[uuid.UUID]:
+        """Extend to ``until`` the lease of each of ``claims`` still running under its own token."""
+        pairs = sorted({(c.activity_id, c.claim_token) for c in claims})
+        extended: set[uuid.UUID] = set()
+        for start in range(0, len(pairs), WRITE_CHUNK):
+            chunk = pairs[start : start + WRITE_CHUNK]
+            p = Params(self.strategy)
+            assign = f"lease_expires_at = {p.add(until)}"
+            where = (
+                "state = 'running' AND claimed_by IS NOT NULL AND "
+                + self._in_uuids("id", [i for i, _ in chunk], p)
+                + " AND "
+                + self._in_uuids("claim_token", sorted({t for _, t in chunk}), p)
+            )
+            async with self._db():
+                rows = await self._conn().execute_query_dict(
+                    self.strategy.update_locked("activity", assign, where), p.values
+                )
+            ids = {self.strategy.uuid_of(row["id"]) for row in rows}
+            extended |= {i for i, token in chunk if i in ids}
+        return extended
+
     async def release_claims(self, claims: Iterable[Claim]) -> int:
         """Hand unstarted claims back: ``scheduled`` again, due as before, the attempt not counted."""
         pairs = sorted((c.activity_id, c.claim_token) for c in claims)

@@ -102,6 +102,11 @@ class FullDiskLeases(FullDisk):
             raise Unavailable("the SQLite volume is full (database or disk is full)")
         return await self.dispatch.extend_leases(tokens, until)
 
+    async def extend_claims(self, claims: Any, until: Any) -> Any:
+        if self.full:
+            raise Unavailable("the SQLite volume is full (database or disk is full)")
+        return await self.dispatch.extend_claims(claims, until)
+
 
 async def test_requests_in_flight_past_their_lease_end_before_their_claims_are_rescued(
     store: Store, dispatch: DispatchStore, clock: ManualClock
@@ -138,3 +143,40 @@ async def test_requests_in_flight_past_their_lease_end_before_their_claims_are_r
     assert await rescuer.run_once() == RescueResult()
     assert await m.Activity.filter(state="succeeded").count() == 5
     assert await m.Execution.all().count() == 5  # one attempt each: none lost to a rescue
+
+
+async def test_requests_in_flight_past_their_lease_are_leased_again_unless_rescued_meanwhile(
+    store: Store, dispatch: DispatchStore, clock: ManualClock
+) -> None:
+    """Once writes succeed again, the lease keeper leases again each request in flight whose lease ran
+    out, if its claim is still this node's, so that no node's rescuer (another node's does not wait for
+    this one) sends it again; a claim another node rescued meanwhile is left to it."""
+    kind = await make_type(store, "https://receiver.example/x/{n}")
+    await make_activities(store, kind, T0, count=4)
+    claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 4, LEASE, T0)
+    book = ClaimBook()
+    book.add(claims)
+    in_flight = list(claims)
+    disk = FullDiskLeases(dispatch)
+    keeper = LeaseKeeper(clock, disk, book, LEASE, lambda: in_flight)  # type: ignore[arg-type]
+    guard = RescueGuard(clock, book, lambda: False, lambda: in_flight)
+    clock.advance(LEASE * 0.6)
+    with pytest.raises(Unavailable):
+        await keeper.run_once()
+    clock.advance(3 * LEASE)
+    disk.full = False
+    # another node rescues one of them first (its rescuer does not wait for this node's requests)
+    lost = claims[0]
+    await m.Activity.filter(id=lost.activity_id).update(state="scheduled", claimed_by=None, claim_token=None)
+    assert guard()
+    assert (await keeper.run_once()).extended == 3
+    assert not guard()  # three leased again, the fourth is another node's now
+    other = Rescuer(RescuerConfig(), dispatch)  # another node's rescuer, not held back
+    assert await other.run_once() == RescueResult()
+    leases = await m.Activity.filter(state="running").values_list("lease_expires_at", flat=True)
+    assert len(leases) == 3 and all(lease > clock.now() for lease in leases)
+    writer = CompletionWriter(CompletionConfig(flush_interval=0.01), dispatch)
+    for claim in claims:
+        writer.add(claim, ok(claim))
+    written = await writer.flush()
+    assert (written.applied, written.stale) == (3, 1)
