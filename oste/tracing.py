@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -130,7 +130,7 @@ class Tracing:
         is not sampled and the sampler follows it): with a 10 % sampler nine attempts in ten pay only
         a random span id."""
         if self.parent_decides and claim.traceparent is not None and not _sampled(claim.traceparent):
-            return None, f"{secrets.randbits(64) or 1:016x}", claim
+            return None, f"{random.getrandbits(64) or 1:016x}", claim
         target = claim.target
         context = None if claim.traceparent is None else self.parent(claim.traceparent, claim.tracestate)
         attributes: dict[str, Any] = {
