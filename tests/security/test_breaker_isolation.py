@@ -152,7 +152,13 @@ async def test_a_tenants_500_paths_and_tiny_timeouts_open_only_its_own_breaker(
         await until(lambda: delivered(api, b, ids), "B's activities delivered")
         for activity in ids:
             assert await outcomes(api, b, activity) == ["ok"]  # none waited for A's breaker
-        # L10: B sees its own count and state; the operator sees who failed.
+        # L10: B sees its own count and state; the operator sees who failed. A node records who sent
+        # where in the background (its destination keeper, after the deliveries): wait for B's row.
+
+        async def b_listed() -> bool:
+            return await seen_by(api, b, destination) is not None
+
+        await until(b_listed, "B's destination listed for B")
         b_view = await seen_by(api, b, destination)
         assert b_view is not None, "B's destination is listed"
         assert (b_view["state"], b_view["failures"], b_view["scope"]) == ("closed", 0, "company"), b_view
