@@ -185,3 +185,27 @@ async def create_objects(api: Api, tenant: Tenant, objects: int, each: int) -> N
         for n in range(each)
     ]
     await api.post(tenant.activities, {"activities": items}, token=tenant.key, expect=201)
+
+
+async def test_a_destinations_cap_bounds_every_object_together(
+    database_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    """The destination's cap on requests in flight (here the deployment's default, 2) holds across a
+    FIFO type's objects, each object still one at a time and in order."""
+    settings = dataclasses.replace(
+        test_settings(database_url), data_dir=tmp_path, poll_interval=0.2, destination_max_in_flight=2
+    )
+    async with api_client(settings, run_engine=True) as api:
+        watch, most = Watch(), [0]
+        receiver.behaviour = counting_total(watch, lambda song, n, attempt: (0.15, 200), most)
+        tenant = await fifo_type(api, receiver, breaker_failures=0)
+        now = datetime.now(UTC)
+        await created(
+            api,
+            tenant,
+            [body(tenant, song, n, now + timedelta(milliseconds=n)) for song in range(8) for n in range(3)],
+        )
+        await all_ended(api, tenant, 24, within=90)
+    assert most[0] == 2  # the destination's cap reached, never passed, across objects
+    assert max(watch.most.values()) == 1
+    assert all(watch.arrivals[song] == [0, 1, 2] for song in range(8))
