@@ -209,3 +209,22 @@ async def test_a_destinations_cap_bounds_every_object_together(
     assert most[0] == 2  # the destination's cap reached, never passed, across objects
     assert max(watch.most.values()) == 1
     assert all(watch.arrivals[song] == [0, 1, 2] for song in range(8))
+
+
+async def test_a_types_rate_limit_paces_every_object_together(qos_api: Api, receiver: Receiver) -> None:
+    """The type's ``rate_limit`` (4 a second, a second's worth at once) paces what the FIFO objects let
+    through: twelve requests over six objects take at least (12 - 4) / 4 = 2 s, in order per object."""
+    api, watch = qos_api, Watch()
+    receiver.behaviour = watching(watch, lambda song, n, attempt: (0.0, 200))
+    tenant = await fifo_type(api, receiver, rate_limit=4, breaker_failures=0)
+    now = datetime.now(UTC)
+    await created(
+        api,
+        tenant,
+        [body(tenant, song, n, now + timedelta(milliseconds=n)) for song in range(6) for n in range(2)],
+    )
+    await all_ended(api, tenant, 12, within=90)
+    times = sorted(hit.at for hit in receiver.hits)
+    assert len(times) == 12 and times[-1] - times[0] >= 1.8, times  # (12 - 4) / 4 s, less a margin
+    assert max(watch.most.values()) == 1
+    assert all(watch.arrivals[song] == [0, 1] for song in range(6))
