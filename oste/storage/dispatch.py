@@ -734,12 +734,7 @@ class DispatchStore:
             chunk = pairs[start : start + WRITE_CHUNK]
             p = Params(self.strategy)
             assign = f"lease_expires_at = {p.add(until)}"
-            where = (
-                "state = 'running' AND claimed_by IS NOT NULL AND "
-                + self._in_uuids("id", [i for i, _ in chunk], p)
-                + " AND "
-                + self._in_uuids("claim_token", sorted({t for _, t in chunk}), p)
-            )
+            where = self._still_held(chunk, p)
             async with self._db():
                 rows = await self._conn().execute_query_dict(
                     self.strategy.update_locked("activity", assign, where), p.values
@@ -747,6 +742,13 @@ class DispatchStore:
             ids = {self.strategy.uuid_of(row["id"]) for row in rows}
             extended |= {i for i, token in chunk if i in ids}
         return extended
+
+    def _still_held(self, pairs: Sequence[tuple[uuid.UUID, uuid.UUID]], p: Params) -> str:
+        """The condition of the rows among ``pairs`` (activity id, claim token) still ``running``
+        under those claims."""
+        ids = self._in_uuids("id", [i for i, _ in pairs], p)
+        tokens = self._in_uuids("claim_token", sorted({t for _, t in pairs}), p)
+        return f"state = 'running' AND {ids} AND {tokens}"
 
     async def release_claims(self, claims: Iterable[Claim]) -> int:
         """Hand unstarted claims back: ``scheduled`` again, due as before, the attempt not counted."""
@@ -756,13 +758,7 @@ class DispatchStore:
             chunk = pairs[start : start + WRITE_CHUNK]
             p = Params(self.strategy)
             assign = f"{_UNCLAIMED}, updated_at = {p.add(self.clock.now())}"
-            where = (
-                "state = 'running' AND "
-                + self._in_uuids("id", [i for i, _ in chunk], p)
-                + " AND "
-                + self._in_uuids("claim_token", sorted({t for _, t in chunk}), p)
-            )
-            sql = self.strategy.update_locked("activity", assign, where)
+            sql = self.strategy.update_locked("activity", assign, self._still_held(chunk, p))
             async with self._db():
                 released += len(await self._conn().execute_query_dict(sql, p.values))
         return released
