@@ -7,6 +7,12 @@ hung up), ``__aexit__`` is never called and the resource is never given back: on
 database call of the process waits on the lock forever; on PostgreSQL the pool loses a connection
 each time, until it has none. ``guard_transaction_entry`` wraps both ``__aenter__`` methods so that a
 failed entry rolls back, gives the resource back and re-raises.
+
+A SQLite transaction begins ``IMMEDIATE``: it takes the database's write lock at once, waiting up to
+the busy timeout for another writer (another process, ``oste backup``'s probe, an operator's shell).
+Tortoise's plain ``BEGIN`` takes it at the first write instead, and a transaction that read first (a
+cached lookup refreshed inside it) is then refused at once: SQLite never waits for a lock a reading
+transaction asks for, since the holder might be waiting for it in turn.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ async def _enter_sqlite(self: SqliteTransactionContext) -> Any:
     try:
         await self.ensure_connection()
         self.token = get_connections().set(self.connection_name, self.connection)
-        await self.connection.begin()
+        await _begin_immediate(self.connection)
     except BaseException:
         try:
             # aiosqlite runs statements in order on its thread: a BEGIN still running is undone here.
@@ -44,6 +50,13 @@ async def _enter_sqlite(self: SqliteTransactionContext) -> Any:
             self._trxlock.release()
         raise
     return self.connection
+
+
+async def _begin_immediate(wrapper: Any) -> None:
+    """Tortoise's ``begin`` with the write lock taken at once (see the module's note)."""
+    connection = wrapper._connection
+    await connection.commit()  # what Tortoise does first: ends an implicit transaction left open
+    await connection.execute("BEGIN IMMEDIATE")
 
 
 async def _enter_pooled(self: TransactionContextPooled) -> Any:
