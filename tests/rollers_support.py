@@ -92,10 +92,10 @@ class LogReceiver:
 
 
 async def ended_activities(
-    store: Store, database_url: str, kind: r.ActivityType, count: int, **options: Any
+    store: Store, database_url: str, activity_type: r.ActivityType, count: int, **options: Any
 ) -> list[r.Activity]:
-    """``count`` activities of ``kind`` due now, fired by a real engine until each has ended."""
-    created = await make_activities(store, kind, SystemClock().now(), count=count, **options)
+    """``count`` activities of ``activity_type`` due now, fired by a real engine until each has ended."""
+    created = await make_activities(store, activity_type, SystemClock().now(), count=count, **options)
     engine = Engine(config=fast_config())
     for _ in range(20):
         if (await engine.drain()).fired == 0:

@@ -59,11 +59,11 @@ class Live:
         body = {"name": name, "verb": "POST", "uri_pattern": self.receiver + path, **fields}
         self.call("POST", solution + "/activity-types", 201, body)
 
-    def create(self, solution: str, kind: str, count: int, **fields: Any) -> None:
-        """``count`` activities of type ``kind`` due now, in batches of 1,000."""
+    def create(self, solution: str, activity_type: str, count: int, **fields: Any) -> None:
+        """``count`` activities of type ``activity_type`` due now, in batches of 1,000."""
         for start in range(0, count, 1000):
             items = [
-                {"activity_type": kind, "parameter": {"n": n}, **fields}
+                {"activity_type": activity_type, "parameter": {"n": n}, **fields}
                 for n in range(start, min(count, start + 1000))
             ]
             self.call("POST", solution + "/activities", 201, {"activities": items})

@@ -184,14 +184,14 @@ async def patch_activity(request: Request) -> Response:
         changes["retries"] = data["retries"] if data["retries"] is not None else None
     if "parameter" in data:
         cache = TypeCache(api.store, solution, api.max_parameter_bytes)
-        kind = await cache.get(activity.activity_type, "activity_type")
-        changes["object_id"] = await cache.check(kind, data["parameter"])
+        activity_type = await cache.get(activity.activity_type, "activity_type")
+        changes["object_id"] = await cache.check(activity_type, data["parameter"])
         if activity.uri_override:  # its URI override must still be filled by the new parameter
             ParameterRules(activity.uri_override, None, ()).check(data["parameter"])
         changes["parameter"] = data["parameter"]
     if changes.get("retries", 0) is None:
-        kind = await api.store.get_activity_type(solution, activity.activity_type)
-        changes["retries"] = kind.retries
+        activity_type = await api.store.get_activity_type(solution, activity.activity_type)
+        changes["retries"] = activity_type.retries
     updated = await api.operations.activities.update(actor, company, solution, activity, changes, list(data))
     return json(render.activity(updated))
 

@@ -39,9 +39,9 @@ async def create_type(request: Request) -> Response:
     data, shape = schemas.shape_errors(schemas.ACTIVITY_TYPE_CREATE, await body(request))
     values = type_values(data, earlier=shape)
     await check_chain_types(ctx(request).store, solution, values, values["name"])
-    kind = await ctx(request).operations.tenants.create_type(actor, company, solution, values)
-    rendered = render.activity_type(kind, solution.name)
-    return created(rendered, *solution_path(company, solution), "activity-types", kind.name)
+    activity_type = await ctx(request).operations.tenants.create_type(actor, company, solution, values)
+    rendered = render.activity_type(activity_type, solution.name)
+    return created(rendered, *solution_path(company, solution), "activity-types", activity_type.name)
 
 
 async def type_in_path(request: Request) -> tuple[Actor, r.Company, r.Solution, r.ActivityType]:

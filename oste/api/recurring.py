@@ -58,9 +58,9 @@ async def create(request: Request) -> Response:
     api = ctx(request)
     data = schemas.check_shape(schemas.RECURRING_CREATE, await body(request))
     cache = TypeCache(api.store, solution, api.max_parameter_bytes)
-    kind = await cache.get(data["activity_type"], "activity_type")
+    activity_type = await cache.get(data["activity_type"], "activity_type")
     parameter = data.get("parameter", {})
-    object_id = await cache.check(kind, parameter)
+    object_id = await cache.check(activity_type, parameter)
     schedule = schedule_of(data)
     policy = policy_values(data)
     later = policy.get("dst_ambiguous") == DstAmbiguous.SECOND
@@ -83,7 +83,7 @@ async def create(request: Request) -> Response:
         **_trace_values(request),
     }
     recurrence = Recurrence(schedule, **_dst(policy), **calendar.recurrence)
-    made = await api.operations.recurring.create(actor, company, solution, kind, values, recurrence)
+    made = await api.operations.recurring.create(actor, company, solution, activity_type, values, recurrence)
     rendered = await _rendered(request, solution, made.id)
     return created(rendered, *solution_path(company, solution), "recurring-activities", made.id)
 
@@ -146,13 +146,13 @@ async def patch(request: Request) -> Response:
     api = ctx(request)
     data = schemas.check_shape(schemas.RECURRING_PATCH, await body(request))
     cache = TypeCache(api.store, solution, api.max_parameter_bytes)
-    kind = await cache.get(data.get("activity_type", recurring.activity_type), "activity_type")
+    activity_type = await cache.get(data.get("activity_type", recurring.activity_type), "activity_type")
     changes: dict[str, Any] = {k: data[k] for k in ("retries", "priority") if k in data}
     if "labels" in data:
         changes["labels"] = parse_labels(data["labels"]) or None
     if "parameter" in data or "activity_type" in data:
         parameter = data.get("parameter", recurring.parameter)
-        changes["object_id"] = await cache.check(kind, parameter)
+        changes["object_id"] = await cache.check(activity_type, parameter)
         changes["parameter"] = parameter
     schedule = schedule_of(data, recurring)
     policy = policy_values(data)
@@ -174,8 +174,8 @@ async def patch(request: Request) -> Response:
         **policy,
         **calendar.values,
     )
-    if kind.id != recurring.activity_type_id:
-        changes.update(activity_type_id=kind.id, partition=kind.partition)
+    if activity_type.id != recurring.activity_type_id:
+        changes.update(activity_type_id=activity_type.id, partition=activity_type.partition)
     changes.update(_trace_values(request))  # the trace of the request that changed it last
     await api.operations.recurring.reschedule(
         actor,
@@ -220,10 +220,10 @@ async def run_now(request: Request) -> Response:
     actor, company, solution = await solution_scope(request)
     recurring = await _recurring_of(request, solution)
     api = ctx(request)
-    kind = await TypeCache(api.store, solution, api.max_parameter_bytes).get(
+    activity_type = await TypeCache(api.store, solution, api.max_parameter_bytes).get(
         recurring.activity_type, "activity_type"
     )
-    fired = await api.operations.recurring.run_now(actor, company, solution, recurring, kind)
+    fired = await api.operations.recurring.run_now(actor, company, solution, recurring, activity_type)
     return created(render.activity(fired), *solution_path(company, solution), "activities", fired.id)
 
 
@@ -242,12 +242,12 @@ async def backfill(request: Request) -> Response:
     if end > now:
         raise InvalidInput.field("to", "must not be in the future: backfill covers past occurrences")
     overlap = Overlap(check_choice(Overlap, data.get("overlap", "allow"), "overlap"))
-    kind = await TypeCache(api.store, solution, api.max_parameter_bytes).get(
+    activity_type = await TypeCache(api.store, solution, api.max_parameter_bytes).get(
         recurring.activity_type, "activity_type"
     )
     async with api.shares.heavy(request, company):  # one of the company's heavy requests
         made, queued, skipped = await api.operations.recurring.backfill(
-            actor, company, solution, recurring, kind, (start, end), overlap
+            actor, company, solution, recurring, activity_type, (start, end), overlap
         )
         rendered = [render.activity(a) async for a in api.shares.chunked(made)]
     result = {

@@ -105,8 +105,8 @@ class Tenant:
         status, answer, _ = await self.call("POST", self.path + "/activity-types", body)
         return status, answer
 
-    def create(self, kind: str, parameter: dict[str, Any]) -> dict[str, Any]:
-        return {"activity_type": kind, "delay": "P300D", "parameter": parameter}
+    def create(self, activity_type: str, parameter: dict[str, Any]) -> dict[str, Any]:
+        return {"activity_type": activity_type, "delay": "P300D", "parameter": parameter}
 
 
 async def schema(harness: Harness) -> dict[str, Any]:
@@ -182,8 +182,8 @@ async def measure(
 
 async def _alone(hostile: Tenant, singles: int) -> dict[str, Any]:
     rows: dict[str, Any] = {}
-    for name, (kind_schema, parameter) in candidates().items():
-        status, answer = await hostile.add_type(name, kind_schema)
+    for name, (type_schema, parameter) in candidates().items():
+        status, answer = await hostile.add_type(name, type_schema)
         if status != 201:
             reason = (answer or {}).get("detail", "")[:200] if isinstance(answer, dict) else ""
             rows[name] = {"type_refused": status, "reason": reason}

@@ -129,14 +129,14 @@ async def make_tenant(
     names, ids = [], []
     for index in range(types):
         name = f"type-{index:02d}"
-        kind = await call(
+        activity_type = await call(
             http,
             "POST",
             f"/v1/companies/{COMPANY}/solutions/{SOLUTION}/activity-types",
             type_body(name, target),
         )
         names.append(name)
-        ids.append(uuid.UUID(kind["id"]))
+        ids.append(uuid.UUID(activity_type["id"]))
     return Tenant(uuid.UUID(company["id"]), uuid.UUID(made["id"]), tuple(ids)), names
 
 

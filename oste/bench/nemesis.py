@@ -65,7 +65,7 @@ LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 RECURRING = 3
 CRON = "*/2 * * * * *"
 """The recurring activities' schedule: every two seconds."""
-KINDS = ("ok", "flaky", "dead")
+ACTIVITY_TYPES = ("ok", "flaky", "dead")
 STOP_WITHIN = 45.0
 WORKERS_READY_WITHIN = 180.0
 READY_WITHIN = 300.0
@@ -308,11 +308,11 @@ async def _tenant(
     key = (await client.call("POST", f"/v1/companies/{COMPANY}/api-keys", {"name": "n"}, token=admin))["key"]
     await client.call("POST", f"/v1/companies/{COMPANY}/solutions", {"name": SOLUTION}, token=key)
     path = f"/v1/companies/{COMPANY}/solutions/{SOLUTION}"
-    for kind in KINDS:
+    for activity_type in ACTIVITY_TYPES:
         body = {
-            "name": kind,
+            "name": activity_type,
             "verb": "POST",
-            "uri_pattern": f"{receiver_url}/n/{kind}/{{n}}",
+            "uri_pattern": f"{receiver_url}/n/{activity_type}/{{n}}",
             "parameter_schema": {
                 "type": "object",
                 "required": ["n"],

@@ -39,15 +39,15 @@ SINGLE_SHARE = 0.3
 BATCH_SIZES = (5, 40)
 CHANGES_PER_SECOND = {"cancel": 1.0, "requeue": 0.5, "bulk_update": 0.3}
 BULK_SIZE = 20
-KIND_OF = (("flaky", 0.10), ("dead", 0.05))
-"""Receiver paths other than ``ok`` and their shares."""
+ACTIVITY_TYPE_SHARES = (("flaky", 0.10), ("dead", 0.05))
+"""Activity types (receiver paths) other than ``ok`` and their shares."""
 
 
-def kind_of(rng: random.Random) -> str:
+def activity_type_of(rng: random.Random) -> str:
     roll = rng.random()
-    for kind, share in KIND_OF:
+    for activity_type, share in ACTIVITY_TYPE_SHARES:
         if roll < share:
-            return kind
+            return activity_type
         roll -= share
     return "ok"
 
@@ -55,7 +55,7 @@ def kind_of(rng: random.Random) -> str:
 @dataclass
 class Created:
     id: str
-    kind: str
+    activity_type: str
     due: float
 
 
@@ -127,11 +127,11 @@ class Workload:
         task.add_done_callback(self._tasks.discard)
 
     def _item(self) -> tuple[str, dict[str, Any], float, str]:
-        n, kind = str(self.next_n), kind_of(self.rng)
+        n, activity_type = str(self.next_n), activity_type_of(self.rng)
         self.next_n += 1
         due = round(time.time() + self.rng.uniform(*DUE_IN), 3)
-        body = {"activity_type": kind, "scheduled_for": instant(due), "parameter": {"n": n}}
-        return n, body, due, kind
+        body = {"activity_type": activity_type, "scheduled_for": instant(due), "parameter": {"n": n}}
+        return n, body, due, activity_type
 
     async def _send(
         self, method: str, path: str, body: Any, headers: dict[str, str] | None = None
@@ -162,7 +162,7 @@ class Workload:
             return None, (None, None), None
 
     async def single(self) -> None:
-        n, body, due, kind = self._item()
+        n, body, due, activity_type = self._item()
         key = f"nemesis-{self.seed}-{n}"
         deadline = time.monotonic() + RETRY_FOR
         attempt = 0
@@ -175,7 +175,7 @@ class Workload:
             self.calls.append(Call("create", sent, answered, status, ids=ids, ns=(n,), key=key))
             if ids:
                 if status == 201:
-                    self.created.append(Created(ids[0], kind, due))
+                    self.created.append(Created(ids[0], activity_type, due))
                 return
             if (status is not None and status < 500 and status != 429) or time.monotonic() > deadline:
                 return
@@ -195,7 +195,8 @@ class Workload:
             if status == 201 and isinstance(answer, dict):
                 ids = tuple(str(a["id"]) for a in answer["activities"])
                 self.created += [
-                    Created(i, kind, due) for i, (_, _, due, kind) in zip(ids, items, strict=True)
+                    Created(i, activity_type, due)
+                    for i, (_, _, due, activity_type) in zip(ids, items, strict=True)
                 ]
             self.calls.append(Call("create_batch", sent, answered, status, ids=ids, ns=ns))
             if status not in (503, 507) or time.monotonic() > deadline:
@@ -208,7 +209,7 @@ class Workload:
         recent = self.created[-400:]
         if want == "future":
             return [c for c in recent if c.due > now + 0.5]
-        return [c for c in self.created[-2000:] if c.kind == "dead" and c.due < now - 3]
+        return [c for c in self.created[-2000:] if c.activity_type == "dead" and c.due < now - 3]
 
     async def cancel(self) -> None:
         choices = self._pick("future")

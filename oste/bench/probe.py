@@ -63,14 +63,14 @@ async def prestore(
     store = Store(SystemClock())
     owner = await store.get_company(company)
     sol = await store.get_solution(owner, solution)
-    kinds = [await store.get_activity_type(sol, name) for name in type_names]
+    activity_types = [await store.get_activity_type(sol, name) for name in type_names]
     start = datetime.now(UTC) + timedelta(days=1)
     step = SPREAD_DAYS * 86400 / max(count, 1)
     began = time.perf_counter()
     for first in range(0, count, STORE_CHUNK):
         chunk = [
             r.NewActivity(
-                activity_type=kinds[i % len(kinds)],
+                activity_type=activity_types[i % len(activity_types)],
                 scheduled_for=start + timedelta(seconds=i * step),
                 parameter={"n": f"stored-{i}"},
                 retries=3,

@@ -57,7 +57,7 @@ SINGLE_EVERY = 10
 SINGLES_AT_ONCE = 16
 TENANTS = (("soak-gold", 10), ("soak-silver", 3), ("soak-bronze", 1))
 """Companies (name, QoS level): each has one solution of the same QoS and the three types below."""
-KINDS = ("fire", "flaky", "dead")
+ACTIVITY_TYPES = ("fire", "flaky", "dead")
 LOG_PERIOD = "PT2S"
 """How long after an activity ends its record is shipped (the solutions' success and dead-letter period)."""
 ROLLER_INTERVAL = "2"
@@ -82,7 +82,7 @@ def due_after(now: float) -> float:
     return round(now + DUE_AFTER, 3)
 
 
-def kind_of(n: int) -> str:
+def activity_type_of(n: int) -> str:
     """1 % dead letters, 10 % retried once, the rest succeed at once."""
     if n % 100 == 0:
         return "dead"
@@ -91,9 +91,9 @@ def kind_of(n: int) -> str:
     return "fire"
 
 
-def receiver_key(n: int, kind: str) -> str:
+def receiver_key(n: int, activity_type: str) -> str:
     """The n the receiver records: ``n`` on /fire, the path's tail otherwise (``flaky/n``)."""
-    return str(n) if kind == "fire" else f"{kind}/{n}"
+    return str(n) if activity_type == "fire" else f"{activity_type}/{n}"
 
 
 @dataclass
@@ -120,7 +120,7 @@ class Window:
 
 @dataclass
 class Ledger:
-    """Every activity created (its receiver key, due instant to the ms, kind) and what arrived."""
+    """Every activity created (its receiver key, due instant to the ms, activity type) and what arrived."""
 
     planned: dict[tuple[str, int], str] = field(default_factory=dict)
     arrivals: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -145,15 +145,15 @@ class Ledger:
                 late += 1
         return late
 
-    def plan(self, key: tuple[str, int], kind: str) -> None:
-        self.planned[key] = kind
-        self.outstanding += 2 if kind == "flaky" else 1
+    def plan(self, key: tuple[str, int], activity_type: str) -> None:
+        self.planned[key] = activity_type
+        self.outstanding += 2 if activity_type == "flaky" else 1
 
     def unsure(self, key: tuple[str, int]) -> None:
         """The create request of ``key`` got no answer: neither expected nor unexpected now."""
-        kind = self.planned.pop(key, None)
-        if kind is not None:
-            want = 2 if kind == "flaky" else 1
+        activity_type = self.planned.pop(key, None)
+        if activity_type is not None:
+            want = 2 if activity_type == "flaky" else 1
             self.outstanding -= max(0, want - self.arrivals.get(key, 0))
             self.uncertain.add(key)
 
@@ -167,8 +167,8 @@ class Ledger:
             key = (n, round(due * 1000))
             seen = self.arrivals.get(key, 0)
             self.arrivals[key] = seen + 1
-            kind = self.planned.get(key)
-            if kind is not None and seen < (2 if kind == "flaky" else 1):
+            activity_type = self.planned.get(key)
+            if activity_type is not None and seen < (2 if activity_type == "flaky" else 1):
                 self.outstanding -= 1
             if not seen:
                 lags.append(arrival - max(due, self.created_late.get(key, 0.0)))
@@ -178,9 +178,9 @@ class Ledger:
     def verdict(self) -> dict[str, int]:
         """Missing (never arrived), doubled (more than expected) and unexpected arrivals."""
         missing = doubled = 0
-        for key, kind in self.planned.items():
+        for key, activity_type in self.planned.items():
             got = self.arrivals.get(key, 0)
-            want = 2 if kind == "flaky" else 1
+            want = 2 if activity_type == "flaky" else 1
             missing += got == 0
             doubled += max(0, got - want)
         unexpected = sum(1 for key in self.arrivals if key not in self.planned and key not in self.uncertain)
@@ -209,11 +209,11 @@ async def _tenants(client: OsteClient, receiver_url: str) -> list[Tenant]:
         }
         await client.call("POST", f"/v1/companies/{name}/solutions", solution, token=key)
         tenant = Tenant(name, key, f"/v1/companies/{name}/solutions/lifecycle")
-        for kind in KINDS:
+        for activity_type in ACTIVITY_TYPES:
             body = {
-                "name": kind,
+                "name": activity_type,
                 "verb": "POST",
-                "uri_pattern": f"{receiver_url}/{kind}/{{n}}",
+                "uri_pattern": f"{receiver_url}/{activity_type}/{{n}}",
                 "parameter_schema": {
                     "type": "object",
                     "required": ["n"],
@@ -225,7 +225,7 @@ async def _tenants(client: OsteClient, receiver_url: str) -> list[Tenant]:
                 "timeout": "PT10S",
             }
             await client.call("POST", tenant.path + "/activity-types", body, token=key)
-            tenant.types[kind] = kind
+            tenant.types[activity_type] = activity_type
         made.append(tenant)
     return made
 
@@ -278,15 +278,15 @@ class Creator:
         for _ in range(count):
             n = self.next_n
             self.next_n += 1
-            kind = kind_of(n)
+            activity_type = activity_type_of(n)
             index = n % len(self.tenants)
             body: dict[str, Any] = {
-                "activity_type": kind,
+                "activity_type": activity_type,
                 "scheduled_for": instant(due),
                 "parameter": {"n": str(n)},
             }
-            key = (receiver_key(n, kind), round(due * 1000))
-            self.ledger.plan(key, kind)
+            key = (receiver_key(n, activity_type), round(due * 1000))
+            self.ledger.plan(key, activity_type)
             if n % SINGLE_EVERY == 5:
                 self._spawn(self._single(self.tenants[index], body, [key]), [key])
             else:

@@ -120,18 +120,18 @@ class UpdatePlan:
         return ParameterRules(uri, None, ()) if uri else None
 
     def changes(
-        self, kind: TypeRules, parameter: dict[str, Any], uri_override: str | None
+        self, activity_type: TypeRules, parameter: dict[str, Any], uri_override: str | None
     ) -> dict[str, Any] | str:
         """The columns to write for one scheduled activity, or the reason it must be left alone."""
         changes = {k: self.values[k] for k in ("priority", "scheduled_for") if k in self.values}
         if "retries" in self.values:
             retries = self.values["retries"]
-            changes["retries"] = kind.retries if retries is None else retries
+            changes["retries"] = activity_type.retries if retries is None else retries
         if "parameter" in self.values:
             merged = {**parameter, **self.values["parameter"]}
             parameter = {k: v for k, v in merged.items() if v is not None}
             try:
-                changes["object_id"] = kind.rules.check(parameter, "set/parameter")
+                changes["object_id"] = activity_type.rules.check(parameter, "set/parameter")
             except InvalidInput as exc:
                 return exc.detail
             changes["parameter"] = parameter

@@ -20,23 +20,23 @@ PREVIEW_OWNER = "preview"
 
 
 def preview_request(
-    activity: r.Activity, kind: r.ActivityType, solution: r.Solution, now: datetime
+    activity: r.Activity, activity_type: r.ActivityType, solution: r.Solution, now: datetime
 ) -> OutboundRequest:
     """The next attempt's request as the engine would build it at ``now``; the type's secret header
     values, the signature and the ``Authorization`` an ``auth`` adds are masked. Raises what
     ``fill_uri`` raises when the parameter no longer fills the type's URI pattern."""
     target = DispatchTarget(
-        activity_type_id=kind.id,
-        company_id=kind.company_id,
-        solution_id=kind.solution_id,
-        name=kind.name,
-        verb=kind.verb,
-        uri_pattern=kind.uri_pattern,
-        headers={name: header.value for name, header in kind.headers.items()},
-        timeout=kind.timeout,
-        backoff_base=kind.backoff_base,
-        backoff_max=kind.backoff_max,
-        success_statuses=kind.success_statuses,
+        activity_type_id=activity_type.id,
+        company_id=activity_type.company_id,
+        solution_id=activity_type.solution_id,
+        name=activity_type.name,
+        verb=activity_type.verb,
+        uri_pattern=activity_type.uri_pattern,
+        headers={name: header.value for name, header in activity_type.headers.items()},
+        timeout=activity_type.timeout,
+        backoff_base=activity_type.backoff_base,
+        backoff_max=activity_type.backoff_max,
+        success_statuses=activity_type.success_statuses,
         signing_secret=solution.signing_secret,
     )
     claim = Claim(
@@ -56,10 +56,10 @@ def preview_request(
         priority=activity.priority,
     )
     built = build_request(claim, now, span_id="0" * 15 + "1")
-    secret_names = {name.lower() for name, header in kind.headers.items() if header.secret}
+    secret_names = {name.lower() for name, header in activity_type.headers.items() if header.secret}
     headers = {name: MASK if name.lower() in secret_names else value for name, value in built.headers.items()}
     headers["webhook-signature"] = SIGNATURE_NOTE
-    authorization = _authorization_note(kind.auth)
+    authorization = _authorization_note(activity_type.auth)
     if authorization is not None:  # it replaces a static header of the same name, as the engine does
         headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}
         headers["Authorization"] = authorization

@@ -77,9 +77,9 @@ class TypeCache:
         if not missing:
             return
         found = await self.store.get_activity_types(self.solution, missing)
-        for name, kind in found.items():
-            self.types[name] = kind
-            self.rules[name] = rules_of(kind)
+        for name, activity_type in found.items():
+            self.types[name] = activity_type
+            self.rules[name] = rules_of(activity_type)
         self.unknown |= missing - found.keys()
 
     async def get(self, name: str, field: str) -> r.ActivityType:
@@ -97,11 +97,17 @@ class TypeCache:
             self.rules[name] = rules_of(self.types[name])
         return self.types[name]
 
-    async def check(self, kind: r.ActivityType, parameter: Any, field: str = "parameter") -> str | None:
-        """The object id of a parameter of ``kind`` (one it has looked up), checked within
+    async def check(
+        self, activity_type: r.ActivityType, parameter: Any, field: str = "parameter"
+    ) -> str | None:
+        """The object id of a parameter of ``activity_type`` (one it has looked up), checked within
         ``max_parameter_bytes`` and off the event loop when costly (``oste.operations.validation``)."""
         return await check_parameter(
-            self.rules[kind.name], parameter, field, self.max_parameter_bytes, self.solution.company_id
+            self.rules[activity_type.name],
+            parameter,
+            field,
+            self.max_parameter_bytes,
+            self.solution.company_id,
         )
 
 
@@ -117,15 +123,17 @@ async def new_activity(
     them and every other failing field (the type, the parameter against it, the due time)."""
     errors = FieldErrors(earlier)
     name = data.get("activity_type")
-    kind = cache.types.get(name) if isinstance(name, str) else None  # usually prefetched
-    if kind is None and isinstance(name, str):
+    activity_type = cache.types.get(name) if isinstance(name, str) else None  # usually prefetched
+    if activity_type is None and isinstance(name, str):
         with errors.check():
-            kind = await cache.get(name, join_path(prefix, "activity_type"))
+            activity_type = await cache.get(name, join_path(prefix, "activity_type"))
     parameter = data.get("parameter", {})
     object_id: str | None = None
-    if kind is not None and not errors.failed(join_path(prefix, "parameter")):
+    if activity_type is not None and not errors.failed(join_path(prefix, "parameter")):
         with errors.check():
-            object_id = await cache.check(kind, parameter, f"{prefix}/parameter" if prefix else "parameter")
+            object_id = await cache.check(
+                activity_type, parameter, f"{prefix}/parameter" if prefix else "parameter"
+            )
     due: datetime | None = None
     expires: datetime | None = None
     with errors.check():
@@ -138,13 +146,13 @@ async def new_activity(
         with errors.check():
             labels = parse_labels(data["labels"], join_path(prefix, "labels"))
     errors.raise_any()
-    assert kind is not None  # a body without a usable type has a shape error
+    assert activity_type is not None  # a body without a usable type has a shape error
     retries = data.get("retries")
     return r.NewActivity(
-        activity_type=kind,
+        activity_type=activity_type,
         scheduled_for=due or now,
         parameter=parameter,
-        retries=kind.retries if retries is None else retries,
+        retries=activity_type.retries if retries is None else retries,
         priority=data.get("priority", 0),
         object_id=object_id,
         expires_at=expires,

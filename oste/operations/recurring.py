@@ -57,12 +57,13 @@ class RecurringOperations:
         actor: Actor,
         company: r.Company,
         solution: r.Solution,
-        kind: r.ActivityType,
+        activity_type: r.ActivityType,
         values: dict[str, Any],
         recurrence: Recurrence,
     ) -> r.RecurringActivity:
-        """Store a recurring activity of ``kind`` (``values`` validated by the face: schedule, timezone,
-        bounds, parameter, object_id, retries, priority, paused, policies) and plan its next occurrence."""
+        """Store a recurring activity of ``activity_type`` (``values`` validated by the face: schedule,
+        timezone, bounds, parameter, object_id, retries, priority, paused, policies) and plan its next
+        occurrence."""
         actor.require(WRITE, "create recurring activities")
         now = self.store.clock.now()
         upcoming = recurrence.fire_times(now, 1)
@@ -74,7 +75,7 @@ class RecurringOperations:
         }
         async with self.context.storage.atomic():
             await self.context.quotas.take(company, MAX_RECURRING_ACTIVITIES)
-            created = await self.store.create_recurring(kind, stored)
+            created = await self.store.create_recurring(activity_type, stored)
             await self._audit(actor, company, solution, "create", created.id)
         return await self.planned(created.id)
 
@@ -157,13 +158,13 @@ class RecurringOperations:
         company: r.Company,
         solution: r.Solution,
         recurring: r.RecurringActivity,
-        kind: r.ActivityType,
+        activity_type: r.ActivityType,
     ) -> r.Activity:
         """One occurrence now, keyed by now; the schedule does not move. Within the company's quota of
         scheduled activities (a 429 otherwise, nothing stored)."""
         actor.require(WRITE, "run recurring activities now")
         async with self.context.storage.atomic():
-            created = await self.occurrences.run_now(recurring, kind)
+            created = await self.occurrences.run_now(recurring, activity_type)
             await self._audit(actor, company, solution, "run_now", recurring.id)
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, written=True)
         self.context.notify_due(created.scheduled_for)
@@ -175,7 +176,7 @@ class RecurringOperations:
         company: r.Company,
         solution: r.Solution,
         recurring: r.RecurringActivity,
-        kind: r.ActivityType,
+        activity_type: r.ActivityType,
         span: tuple[datetime, datetime],
         overlap: Overlap,
     ) -> tuple[list[r.Activity], int, int]:
@@ -188,7 +189,9 @@ class RecurringOperations:
             await self.context.quotas.take(company, MAX_SCHEDULED_ACTIVITIES, adding, written=True)
 
         async with self.context.storage.atomic():
-            created, queued, skipped = await self.occurrences.backfill(recurring, kind, *span, overlap, room)
+            created, queued, skipped = await self.occurrences.backfill(
+                recurring, activity_type, *span, overlap, room
+            )
             details = {"created": len(created), "queued": queued}
             await self._audit(actor, company, solution, "backfill", recurring.id, details)
         if created:

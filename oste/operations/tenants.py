@@ -132,7 +132,7 @@ class TenantOperations:
         actor: Actor,
         company: r.Company,
         solution: r.Solution,
-        kind: r.ActivityType,
+        activity_type: r.ActivityType,
         values: dict[str, Any],
         fields: Sequence[str],
         rules: ParameterRules | None,
@@ -145,32 +145,38 @@ class TenantOperations:
         paused."""
         actor.require(WRITE, "change activity types")
         _check_uri_fields(
-            values.get("uri_pattern", kind.uri_pattern), values.get("parameter_schema", kind.parameter_schema)
+            values.get("uri_pattern", activity_type.uri_pattern),
+            values.get("parameter_schema", activity_type.parameter_schema),
         )
         action = "force_update" if force else "update"
         details = {"fields": sorted(fields)}
 
         async def write() -> r.ActivityType:
-            updated = await self.store.update_activity_type(kind, values)
+            updated = await self.store.update_activity_type(activity_type, values)
             await self.context.record_audit(
-                actor, company, solution, action, "activity_type", kind.name, details
+                actor, company, solution, action, "activity_type", activity_type.name, details
             )
             return updated
 
         if rules is None:  # nothing stored parameters depend on: no re-check
             async with self.context.storage.atomic():
                 return await write(), Misfits()
-        return await self.context.storage.type_change().apply(kind, rules, force, write)
+        return await self.context.storage.type_change().apply(activity_type, rules, force, write)
 
     async def delete_type(
-        self, actor: Actor, company: r.Company, solution: r.Solution, kind: r.ActivityType, cascade: bool
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        activity_type: r.ActivityType,
+        cascade: bool,
     ) -> None:
         """Delete a type; with ``cascade`` its activities and recurring activities go too."""
         actor.require(WRITE, "delete activity types")
         async with self.context.storage.atomic():
-            await self.store.delete_activity_type(kind, cascade)
+            await self.store.delete_activity_type(activity_type, cascade)
             await self.context.record_audit(
-                actor, company, solution, "delete", "activity_type", kind.name, _cascade(cascade)
+                actor, company, solution, "delete", "activity_type", activity_type.name, _cascade(cascade)
             )
 
     async def create_api_key(
@@ -200,13 +206,18 @@ class TenantOperations:
         return key
 
     async def pause_type(
-        self, actor: Actor, company: r.Company, solution: r.Solution, kind: r.ActivityType, paused: bool
+        self,
+        actor: Actor,
+        company: r.Company,
+        solution: r.Solution,
+        activity_type: r.ActivityType,
+        paused: bool,
     ) -> r.ActivityType:
         actor.require(WRITE, "pause or resume an activity type")
         changes = {"paused": paused}
         async with self.context.storage.atomic():
-            updated = await self.store.update_activity_type(kind, changes)
-            await self._audit(actor, company, solution, changes, None, "activity_type", kind.name)
+            updated = await self.store.update_activity_type(activity_type, changes)
+            await self._audit(actor, company, solution, changes, None, "activity_type", activity_type.name)
         self._resumed(changes)
         return updated
 

@@ -98,16 +98,18 @@ def new_activity_record(
     ``type_partition``: its type's (partition, limited), when the caller has it at hand; the activity's
     own partition follows from it (``activity_partition``).
     """
-    kind = item.activity_type
+    activity_type = item.activity_type
     due = _utc(item.scheduled_for)
     activity_id = new_id()
-    partition, limited = (kind.partition, kind.limited) if type_partition is None else type_partition
+    partition, limited = (
+        (activity_type.partition, activity_type.limited) if type_partition is None else type_partition
+    )
     return r.Activity(
         id=activity_id,
-        company_id=kind.company_id,
-        solution_id=kind.solution_id,
-        activity_type_id=kind.id,
-        activity_type=kind.name,
+        company_id=activity_type.company_id,
+        solution_id=activity_type.solution_id,
+        activity_type_id=activity_type.id,
+        activity_type=activity_type.name,
         partition=r.activity_partition(activity_id, partition, limited),
         scheduled_for=due,
         next_attempt_at=due,
@@ -190,8 +192,8 @@ async def prepare_activities(new: Sequence[r.NewActivity], now: datetime) -> Pre
     dialect = dialect_of(db)
     yielding = dialect.pooled or not isinstance(db, TransactionalDBClient)
     partitions = {
-        kind.id: (kind.partition, kind.limited)
-        for kind in {item.activity_type.id: item.activity_type for item in new}.values()
+        activity_type.id: (activity_type.partition, activity_type.limited)
+        for activity_type in {item.activity_type.id: item.activity_type for item in new}.values()
     }
     created: list[r.Activity] = []
     rows: list[tuple[Any, ...]] = []

@@ -98,7 +98,7 @@ class BulkChange:
         counts and skip reasons. ``room(n)``: how many of ``n`` activities a requeue chunk may bring
         back, awaited in the chunk's transaction (the company's quota)."""
         result = BulkResult(action, dry_run)
-        kinds = await self._types(solution) if action in ("requeue", "update") else {}
+        activity_types = await self._types(solution) if action in ("requeue", "update") else {}
         query, _ = await activity_query(solution, filters)
         query = query.filter(id__lt=new_id())
         override = plan.values.get("uri_override") if plan is not None else None
@@ -115,7 +115,7 @@ class BulkChange:
                 rows = await raw_rows(page.order_by("id").limit(self.chunk).values(*_COLUMNS[action]))
                 if not rows:
                     break
-                changed = await self._chunk(rows, action, plan, kinds, result, room)
+                changed = await self._chunk(rows, action, plan, activity_types, result, room)
                 if recorded and changed:
                     assert event is not None
                     await self._record(event, sorted(changed))
@@ -131,7 +131,7 @@ class BulkChange:
         rows: list[dict[str, Any]],
         action: str,
         plan: UpdatePlan | None,
-        kinds: dict[uuid.UUID, TypeRules],
+        activity_types: dict[uuid.UUID, TypeRules],
         result: BulkResult,
         room: Callable[[int], Awaitable[int]] | None = None,
     ) -> set[uuid.UUID]:
@@ -152,7 +152,9 @@ class BulkChange:
             else:
                 assert plan is not None
                 type_id = uuid_of(row["activity_type_id"])
-                changes = plan.changes(kinds[type_id], json_of(row["parameter"]), row["uri_override"])
+                changes = plan.changes(
+                    activity_types[type_id], json_of(row["parameter"]), row["uri_override"]
+                )
                 if isinstance(changes, str):
                     result.skip(changes, activity_id)
                 elif "parameter" in changes:
@@ -171,7 +173,7 @@ class BulkChange:
             eligible = await self._within_room(eligible, writes, room, result)
             if not eligible:
                 return set()
-        changed = await self._write(action, kinds, writes, group_changes, per_row)
+        changed = await self._write(action, activity_types, writes, group_changes, per_row)
         result.changed += len(changed)
         result.sample([i for i in eligible if i in changed])
         for activity_id in eligible:
@@ -209,7 +211,7 @@ class BulkChange:
     async def _write(
         self,
         action: str,
-        kinds: dict[uuid.UUID, TypeRules],
+        activity_types: dict[uuid.UUID, TypeRules],
         writes: dict[Any, list[uuid.UUID]],
         group_changes: dict[Any, dict[str, Any]],
         per_row: list[tuple[uuid.UUID, dict[str, Any]]],
@@ -228,7 +230,7 @@ class BulkChange:
             for type_id, ids in writes.items():
                 values = {
                     "state": _S.SCHEDULED,
-                    "retries": kinds[type_id].retries,
+                    "retries": activity_types[type_id].retries,
                     "snoozes": 0,
                     "finished_at": None,
                     "claim_token": None,

@@ -90,7 +90,7 @@ async def create_follow_ons(
     for origin in origins:
         cause = wanted[origin["id"]]
         follow = cause.follow_on
-        kind = types.get((origin["solution_id"], follow.activity_type))
+        activity_type = types.get((origin["solution_id"], follow.activity_type))
         label = "handler" if follow.kind == "dead_letter" else "follow-on"
         if origin["depth"] >= MAX_CHAIN_DEPTH:
             notes[origin["id"]] = (
@@ -98,7 +98,7 @@ async def create_follow_ons(
                 f"({MAX_CHAIN_DEPTH})"
             )
             continue
-        if kind is None:
+        if activity_type is None:
             notes[origin["id"]] = f"no {label}: activity type {follow.activity_type!r} no longer exists"
             continue
         if follow.kind == "dead_letter":
@@ -107,14 +107,14 @@ async def create_follow_ons(
         else:
             parameter, why = merged_parameter(origin["parameter"], cause.response_excerpt)
         try:
-            object_id = kind["rules"].check(parameter, steps=BACKGROUND_STEPS)
+            object_id = activity_type["rules"].check(parameter, steps=BACKGROUND_STEPS)
         except InvalidInput as exc:
             notes[origin["id"]] = f"no {label} of type {follow.activity_type!r}: its parameter {exc.detail}"
             continue
         if why is not None:
             notes[origin["id"]] = why
         due = now + timedelta(seconds=follow.delay or 0.0)
-        records.append(_record(origin, kind, parameter, object_id, due, cause.attempt, now))
+        records.append(_record(origin, activity_type, parameter, object_id, due, cause.attempt, now))
     # one already there (a replayed completion) is left out, and gets no event
     created = len(await write_activities(records, now, skip_existing=True, conn=conn, subscribed=subscribed))
     for activity_id, note in notes.items():
@@ -199,7 +199,7 @@ async def _last_executions(
 
 def _record(
     origin: dict[str, Any],
-    kind: dict[str, Any],
+    activity_type: dict[str, Any],
     parameter: dict[str, Any],
     object_id: str | None,
     due: datetime,
@@ -212,13 +212,13 @@ def _record(
         id=activity_id,
         company_id=origin["company_id"],
         solution_id=origin["solution_id"],
-        activity_type_id=kind["id"],
-        activity_type=kind["name"],
-        partition=r.activity_partition(activity_id, kind["partition"], kind["limited"]),
+        activity_type_id=activity_type["id"],
+        activity_type=activity_type["name"],
+        partition=r.activity_partition(activity_id, activity_type["partition"], activity_type["limited"]),
         scheduled_for=due,
         next_attempt_at=due,
         parameter=parameter,
-        retries=kind["retries"],
+        retries=activity_type["retries"],
         priority=int(origin["priority"] or 0),
         object_id=object_id,
         state=r.ActivityState.SCHEDULED,

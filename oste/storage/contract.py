@@ -464,14 +464,14 @@ class Occurrences(Protocol):
         ``materialise`` next)."""
         ...
 
-    async def run_now(self, recurring: r.RecurringActivity, kind: r.ActivityType) -> r.Activity:
+    async def run_now(self, recurring: r.RecurringActivity, activity_type: r.ActivityType) -> r.Activity:
         """Create one occurrence due now, keyed by now, without moving the schedule or counting a run."""
         ...
 
     async def backfill(
         self,
         recurring: r.RecurringActivity,
-        kind: r.ActivityType,
+        activity_type: r.ActivityType,
         start: datetime,
         end: datetime,
         overlap: Overlap,

@@ -606,10 +606,10 @@ class DispatchStore:
         async with self._db():
             row = await m.Activity.filter(id=activity_id).first()
             if row is not None:  # its type read whole, as a claim reads it (URI, secrets, chaining)
-                kinds = await m.ActivityType.filter(id=row.activity_type_id).select_related(
+                activity_types = await m.ActivityType.filter(id=row.activity_type_id).select_related(
                     "solution__company"
                 )
-                row.activity_type = kinds[0]
+                row.activity_type = activity_types[0]
             return row
 
     @staticmethod

@@ -137,8 +137,8 @@ async def waiting_for(activity: r.Activity, connection: str = "default") -> uuid
         return None
     conn = connections.get(connection)
     dialect = dialect_of(conn)
-    kind = await m.ActivityType.filter(id=activity.activity_type_id).first()
-    flow = per_object_of(kind) if kind is not None else None
+    activity_type = await m.ActivityType.filter(id=activity.activity_type_id).first()
+    flow = per_object_of(activity_type) if activity_type is not None else None
     if flow is None or flow.limit is None:
         return None
     p = Params(dialect)

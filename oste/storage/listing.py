@@ -69,12 +69,12 @@ async def activity_query(solution: r.Solution, filters: r.ActivityFilter) -> tup
 async def _parameter_condition(
     solution: r.Solution, base: r.ActivityFilter, match: ParameterMatch
 ) -> tuple[Q, Scan]:
-    kinds = m.ActivityType.filter(solution_id=solution.id)
+    activity_types = m.ActivityType.filter(solution_id=solution.id)
     if base.activity_type_id is not None:
-        kinds = kinds.filter(id=base.activity_type_id)
+        activity_types = activity_types.filter(id=base.activity_type_id)
     indexed: list[uuid.UUID] = []
     others: list[uuid.UUID] = []
-    for row in await kinds.values("id", "object_id_ref"):
+    for row in await activity_types.values("id", "object_id_ref"):
         ref = list(json_of(row["object_id_ref"]) or ())
         (indexed if match.field is not None and ref == [match.field] else others).append(uuid_of(row["id"]))
     parts: list[Q] = []

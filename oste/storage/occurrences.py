@@ -559,10 +559,12 @@ class RecurrenceStore:
             values = {"paused": False, "expand_at": now, "revision": row.revision + 1, "updated_at": now}
             await m.RecurringActivity.filter(id=recurring.id).update(**_utc(values))
 
-    async def run_now(self, recurring: r.RecurringActivity, kind: r.ActivityType) -> r.Activity:
+    async def run_now(self, recurring: r.RecurringActivity, activity_type: r.ActivityType) -> r.Activity:
         """Create one occurrence due now, keyed by now, without moving the schedule or counting a run."""
         now = self.clock.now()
-        record = _occurrence_record(recurring, Fire(now, now), kind.retries, kind.limited, now, kind.name)
+        record = _occurrence_record(
+            recurring, Fire(now, now), activity_type.retries, activity_type.limited, now, activity_type.name
+        )
         async with _db():
             await write_activities(
                 [record],
@@ -575,7 +577,7 @@ class RecurrenceStore:
     async def backfill(
         self,
         recurring: r.RecurringActivity,
-        kind: r.ActivityType,
+        activity_type: r.ActivityType,
         start: datetime,
         end: datetime,
         overlap: Overlap,
@@ -596,12 +598,12 @@ class RecurrenceStore:
             raise InvalidInput.field("to", f"the range holds more than {MAX_BACKFILL} occurrences; split it")
         async with _db(), in_transaction():
             await self._lock(recurring.id)  # before the company's row, as the expander does
-            return await self._backfill(recurring, kind, instants, overlap, room)
+            return await self._backfill(recurring, activity_type, instants, overlap, room)
 
     async def _backfill(
         self,
         recurring: r.RecurringActivity,
-        kind: r.ActivityType,
+        activity_type: r.ActivityType,
         instants: list[datetime],
         overlap: Overlap,
         room: Callable[[int], Awaitable[None]] | None,
@@ -616,21 +618,21 @@ class RecurrenceStore:
         pending = (await self._pending([recurring.id], self.clock.now())).get(recurring.id)
         busy = pending is not None and pending.busy
         if overlap == Overlap.ALLOW:
-            return await self._create_now(recurring, kind, fresh, room), 0, 0
+            return await self._create_now(recurring, activity_type, fresh, room), 0, 0
         if overlap == Overlap.SKIP:
             chosen = [] if busy or not fresh else fresh[:1]
-            created = await self._create_now(recurring, kind, chosen, room)
+            created = await self._create_now(recurring, activity_type, chosen, room)
             await self._count_skipped(recurring.id, len(fresh) - len(chosen))
             return created, 0, len(fresh) - len(chosen)
         first, rest = ([], fresh) if busy else (fresh[:1], fresh[1:])
-        created = await self._create_now(recurring, kind, first, room)
+        created = await self._create_now(recurring, activity_type, first, room)
         await self._queue(recurring.id, rest)
         return created, len(rest), 0
 
     async def _create_now(
         self,
         recurring: r.RecurringActivity,
-        kind: r.ActivityType,
+        activity_type: r.ActivityType,
         instants: Sequence[datetime],
         room: Callable[[int], Awaitable[None]] | None = None,
     ) -> list[r.Activity]:
@@ -640,7 +642,12 @@ class RecurrenceStore:
         # due now, a microsecond apart: they are claimed oldest first
         records = [
             _occurrence_record(
-                recurring, Fire(t, now + i * _TICK), kind.retries, kind.limited, now, kind.name
+                recurring,
+                Fire(t, now + i * _TICK),
+                activity_type.retries,
+                activity_type.limited,
+                now,
+                activity_type.name,
             )
             for i, t in enumerate(instants)
         ]

@@ -36,18 +36,23 @@ DEBOUNCED_KEYS_KEPT = 100
 same object were debounced into it since) is forgotten, and a replay of it is a new create again."""
 
 
-async def lock_object(conn: BaseDBAsyncClient, kind: r.ActivityType, object_id: str) -> None:
-    """Wait for, and hold until the transaction ends, the turn to create for this object of ``kind``."""
+async def lock_object(conn: BaseDBAsyncClient, activity_type: r.ActivityType, object_id: str) -> None:
+    """Wait for, and hold until the transaction ends, the turn to create for this object of
+    ``activity_type``."""
     sql = dialect_of(conn).object_lock_sql
     if sql:
-        await conn.execute_query_dict(sql, [f"new:{kind.id}:{object_id}"])
+        await conn.execute_query_dict(sql, [f"new:{activity_type.id}:{object_id}"])
 
 
 async def replace_pending(
-    conn: BaseDBAsyncClient, kind: r.ActivityType, object_id: str, replaced_by: uuid.UUID, now: datetime
+    conn: BaseDBAsyncClient,
+    activity_type: r.ActivityType,
+    object_id: str,
+    replaced_by: uuid.UUID,
+    now: datetime,
 ) -> list[uuid.UUID]:
-    """Cancel the object's scheduled activities of ``kind`` but ``replaced_by`` (rows locked in id
-    order); their ``cancelled`` events name ``replaced_by``. Returns their ids."""
+    """Cancel the object's scheduled activities of ``activity_type`` but ``replaced_by`` (rows locked in
+    id order); their ``cancelled`` events name ``replaced_by``. Returns their ids."""
     dialect = dialect_of(conn)
     p = Params(dialect)
     at = dialect.encode_time(now)
@@ -56,12 +61,12 @@ async def replace_pending(
         f"finished_at = {p.add(at)}, updated_at = {p.add(at)}"
     )
     where = (
-        f"activity_type_id = {p.uid(kind.id)} AND object_id = {p.add(object_id)} "
+        f"activity_type_id = {p.uid(activity_type.id)} AND object_id = {p.add(object_id)} "
         f"AND state = 'scheduled' AND finished_at IS NULL AND id <> {p.uid(replaced_by)}"
     )
     rows = await conn.execute_query_dict(dialect.update_locked("activity", assign, where), p.values)
     ids = sorted(dialect.uuid_of(row["id"]) for row in rows)
-    if ids and kind.solution_id in await subscribed_solutions(now):
+    if ids and activity_type.solution_id in await subscribed_solutions(now):
         await record(conn, dialect, [Change(i, "cancelled", replaced_by=replaced_by) for i in ids], now)
     return ids
 
@@ -73,11 +78,11 @@ async def debounce_into_pending(
     and ``scheduled_for`` (at most its first ``scheduled_for`` plus ``max_wait``); its id, or None
     when it has none (then the new activity is stored)."""
     dialect = dialect_of(conn)
-    kind = item.activity_type
+    activity_type = item.activity_type
     p = Params(dialect)
     pending = (
         "SELECT id, scheduled_for, debounced_from FROM activity "
-        f"WHERE activity_type_id = {p.uid(kind.id)} AND object_id = {p.add(object_id)} "
+        f"WHERE activity_type_id = {p.uid(activity_type.id)} AND object_id = {p.add(object_id)} "
         "AND state = 'scheduled' AND attempts = 0 AND finished_at IS NULL "
         f"ORDER BY scheduled_for DESC, id DESC LIMIT 1{dialect.row_lock}"
     )

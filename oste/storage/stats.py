@@ -434,8 +434,8 @@ class StatsService:
             return Throttled(Count(0), Count(0))
         counts, truncated = await _awaited(due_rows) if due_rows is not None else await self.due_rows(now)
         return Throttled(
-            _bounded(sum(n for (kind, _), n in counts.items() if kind in paused), truncated),
-            _bounded(sum(n for (kind, _), n in counts.items() if kind in limited), truncated),
+            _bounded(sum(n for (type_id, _), n in counts.items() if type_id in paused), truncated),
+            _bounded(sum(n for (type_id, _), n in counts.items() if type_id in limited), truncated),
         )
 
     async def nodes(self) -> list[NodeStats]:

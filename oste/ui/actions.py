@@ -87,10 +87,10 @@ async def _settings_changed(
 @action
 async def type_settings(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     company_, found = await solution_in_path(request, viewer)
-    kind = await ui(request).store.get_activity_type(found, slug(request, "type"))
+    activity_type = await ui(request).store.get_activity_type(found, slug(request, "type"))
     paused = _paused(form)
-    await ui(request).operations.tenants.pause_type(viewer.actor, company_, found, kind, paused)
-    await flash(request, viewer.session, f"Activity type {kind.name} {_word(paused)}.")
+    await ui(request).operations.tenants.pause_type(viewer.actor, company_, found, activity_type, paused)
+    await flash(request, viewer.session, f"Activity type {activity_type.name} {_word(paused)}.")
     return back_to(request, form)
 
 
@@ -166,7 +166,7 @@ async def recurring_run_now(request: Request, viewer: Viewer, form: dict[str, st
     company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
     item = await store.get_recurring(found, uuid_in_path(request))
-    kind = await store.get_activity_type(found, item.activity_type)
-    await ui(request).operations.recurring.run_now(viewer.actor, company_, found, item, kind)
+    activity_type = await store.get_activity_type(found, item.activity_type)
+    await ui(request).operations.recurring.run_now(viewer.actor, company_, found, item, activity_type)
     await flash(request, viewer.session, "One occurrence created, due now.")
     return back_to(request, form)

@@ -40,15 +40,15 @@ from oste.ui.forms import (
 FIELDS = ("activity_type", "parameter", "scheduled_for", "delay", "priority", "retries")
 
 
-def hint_for(kind: r.ActivityType | None) -> ParameterHint | None:
+def hint_for(activity_type: r.ActivityType | None) -> ParameterHint | None:
     """The parameter box's hint for a type: its schema's fields and its URI pattern's placeholders."""
-    if kind is None:
+    if activity_type is None:
         return None
     try:
-        placeholders = sorted(uri_placeholders(kind.uri_pattern))
+        placeholders = sorted(uri_placeholders(activity_type.uri_pattern))
     except InvalidInput:
         placeholders = []
-    return parameter_hint(kind.parameter_schema, placeholders)
+    return parameter_hint(activity_type.parameter_schema, placeholders)
 
 
 def _chosen(types: list[r.ActivityType], name: str) -> r.ActivityType | None:
@@ -59,9 +59,9 @@ async def _show(request: Request, viewer: Viewer, form: FormState, status: int =
     company, solution = await solution_in_path(request, viewer)
     require_scope(viewer, WRITE, "create activities")
     types = (await ui(request).store.list_activity_types(solution, TYPES_SHOWN)).items
-    kind = _chosen(types, form.get("activity_type"))
-    if kind is not None and not form.get("activity_type"):
-        form.values["activity_type"] = kind.name
+    activity_type = _chosen(types, form.get("activity_type"))
+    if activity_type is not None and not form.get("activity_type"):
+        form.values["activity_type"] = activity_type.name
     return await render(
         request,
         "activity_form.html",
@@ -70,8 +70,8 @@ async def _show(request: Request, viewer: Viewer, form: FormState, status: int =
         company=company,
         solution=solution,
         types=[(t.name, t.name) for t in types],
-        kind=kind,
-        hint=hint_for(kind),
+        activity_type=activity_type,
+        hint=hint_for(activity_type),
     )
 
 

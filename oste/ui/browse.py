@@ -162,11 +162,11 @@ async def activity(request: Request, viewer: Viewer) -> Response:
     company_, found = await solution_in_path(request, viewer)
     store = ui(request).store
     item = await store.get_activity(found, uuid_in_path(request))
-    kind = await store.get_activity_type(found, item.activity_type)
+    activity_type = await store.get_activity_type(found, item.activity_type)
     executions = await store.list_executions(item, EXECUTIONS_SHOWN)
     outbound, request_error = None, None
     try:
-        outbound = preview_request(item, kind, found, store.clock.now())
+        outbound = preview_request(item, activity_type, found, store.clock.now())
     except (OsteError, ValueError, KeyError) as exc:
         request_error = str(exc)
     return await render(
@@ -175,7 +175,7 @@ async def activity(request: Request, viewer: Viewer) -> Response:
         company=company_,
         solution=found,
         activity=item,
-        kind=kind,
+        activity_type=activity_type,
         outbound=outbound,
         body=outbound.body.decode("utf-8", "replace") if outbound and outbound.body else None,
         request_error=request_error,

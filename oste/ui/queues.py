@@ -58,12 +58,13 @@ def _per_minute(report: StatsReport) -> dict[str, float]:
 
 
 async def queue_of(
-    request: Request, company: r.Company, solution: r.Solution, kind: r.ActivityType
+    request: Request, company: r.Company, solution: r.Solution, activity_type: r.ActivityType
 ) -> tuple[Queue, StatsReport]:
     storage = ui(request).storage
-    report = await storage.stats.activity_type(company, solution, kind)
+    report = await storage.stats.activity_type(company, solution, activity_type)
     retrying = await storage.listing.total(
-        solution, r.ActivityFilter(state=r.ActivityState.SCHEDULED, activity_type_id=kind.id, retrying=True)
+        solution,
+        r.ActivityFilter(state=r.ActivityState.SCHEDULED, activity_type_id=activity_type.id, retrying=True),
     )
     q = report.queue
     scheduled = Count(q.due.value + q.future.value, q.due.at_least or q.future.at_least)
@@ -83,23 +84,23 @@ async def queue_of(
 @page
 async def activity_type(request: Request, viewer: Viewer) -> Response:
     company_, found = await solution_in_path(request, viewer)
-    kind = await ui(request).store.get_activity_type(found, slug(request, "type"))
-    queue, report = await queue_of(request, company_, found, kind)
+    activity_type = await ui(request).store.get_activity_type(found, slug(request, "type"))
+    queue, report = await queue_of(request, company_, found, activity_type)
     minutes = [point.minute for point in report.series]
     outcomes = stacked_bars(
-        f"Deliveries of {kind.name} per minute, by outcome",
+        f"Deliveries of {activity_type.name} per minute, by outcome",
         minutes,
         [point.outcomes for point in report.series],
         OUTCOMES,
     )
     p95 = [None if p.lag_p95 is None else p.lag_p95 * 1000 for p in report.series]
-    lag = lines(f"Lag p95 of {kind.name} per minute (ms)", minutes, [Series("p95", p95)])
+    lag = lines(f"Lag p95 of {activity_type.name} per minute (ms)", minutes, [Series("p95", p95)])
     return await render(
         request,
         "activity_type.html",
         company=company_,
         solution=found,
-        kind=kind,
+        activity_type=activity_type,
         queue=queue,
         report=report,
         outcomes_chart=outcomes,
@@ -125,7 +126,7 @@ def _limit(form: dict[str, str], name: str, kind: type) -> Any:
 async def type_limits(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
     """Set (or, empty, remove) a type's ``max_concurrency`` and ``rate_limit`` (the API's PATCH)."""
     company_, found = await solution_in_path(request, viewer)
-    kind = await ui(request).store.get_activity_type(found, slug(request, "type"))
+    activity_type = await ui(request).store.get_activity_type(found, slug(request, "type"))
     body = {
         "max_concurrency": _limit(form, "max_concurrency", int),
         "rate_limit": _limit(form, "rate_limit", float),
@@ -134,7 +135,7 @@ async def type_limits(request: Request, viewer: Viewer, form: dict[str, str]) ->
     if values["rate_limit"] is not None:
         check_rate_limit(values["rate_limit"])  # a NaN passes the schema's bounds
     await ui(request).operations.tenants.update_type(
-        viewer.actor, company_, found, kind, values, sorted(values), None, False
+        viewer.actor, company_, found, activity_type, values, sorted(values), None, False
     )
     concurrency = (
         f"at most {values['max_concurrency']} at once"
@@ -142,5 +143,5 @@ async def type_limits(request: Request, viewer: Viewer, form: dict[str, str]) ->
         else "no concurrency limit"
     )
     rate = f"{values['rate_limit']:g} per second" if values["rate_limit"] else "no rate limit"
-    await flash(request, viewer.session, f"Limits of {kind.name} saved: {concurrency}, {rate}.")
+    await flash(request, viewer.session, f"Limits of {activity_type.name} saved: {concurrency}, {rate}.")
     return back_to(request, form)

@@ -199,8 +199,8 @@ def _field(path: str) -> str:
 
 
 def _hint(types: list[r.ActivityType], name: str) -> Any:
-    kind = next((t for t in types if t.name == name), types[0] if types else None)
-    return hint_for(kind)
+    activity_type = next((t for t in types if t.name == name), types[0] if types else None)
+    return hint_for(activity_type)
 
 
 async def _editor(
@@ -283,7 +283,7 @@ async def _show_edit(request: Request, viewer: Viewer, form: FormState, status: 
 
 
 async def _common(
-    request: Request, viewer: Viewer, form: dict[str, str], kind: r.ActivityType, company: r.Company
+    request: Request, viewer: Viewer, form: dict[str, str], activity_type: r.ActivityType, company: r.Company
 ) -> tuple[dict[str, Any], Recurrence]:
     """Validated values shared by create and edit: the form as the API's create body, through the
     API's checks (its JSON Schema, then the same domain rules), then the schedule. FormInvalid names
@@ -295,7 +295,7 @@ async def _common(
     if errors:
         raise FormInvalid(errors)
     body: dict[str, Any] = {
-        "activity_type": kind.name,
+        "activity_type": activity_type.name,
         "schedule": schedule_from(form),
         "timezone": form.get("timezone", "").strip() or "UTC",
         "parameter": parameter,
@@ -330,7 +330,9 @@ async def _common(
     )
     try:
         object_id = await check_parameter(
-            ParameterRules(kind.uri_pattern, kind.parameter_schema, kind.object_id_ref),
+            ParameterRules(
+                activity_type.uri_pattern, activity_type.parameter_schema, activity_type.object_id_ref
+            ),
             parameter,
             max_bytes=ui(request).max_parameter_bytes,
             company=company.id,
@@ -364,13 +366,13 @@ async def create(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     require_scope(viewer, WRITE, "create recurring activities")
     store = ui(request).store
     name = form.get("activity_type", "")
-    kind = (await store.get_activity_types(solution, [name])).get(name)
-    if kind is None:
+    activity_type = (await store.get_activity_types(solution, [name])).get(name)
+    if activity_type is None:
         raise FormInvalid({"activity_type": f"there is no activity type {name!r} in this solution"})
-    values, recurrence = await _common(request, viewer, form, kind, company)
+    values, recurrence = await _common(request, viewer, form, activity_type, company)
     values.update(retries=None, paused=False, **stored_values(request_trace(request.scope)))
     created = await ui(request).operations.recurring.create(
-        viewer.actor, company, solution, kind, values, recurrence
+        viewer.actor, company, solution, activity_type, values, recurrence
     )
     await flash(request, viewer.session, "Recurring activity created.")
     return redirect(request, f"/companies/{company.name}/solutions/{solution.name}/recurring/{created.id}")
@@ -382,8 +384,8 @@ async def update(request: Request, viewer: Viewer, form: dict[str, str]) -> Resp
     require_scope(viewer, WRITE, "change recurring activities")
     store = ui(request).store
     recurring = await store.get_recurring(solution, uuid_in_path(request))
-    kind = await store.get_activity_type(solution, recurring.activity_type)
-    values, recurrence = await _common(request, viewer, form, kind, company)
+    activity_type = await store.get_activity_type(solution, recurring.activity_type)
+    values, recurrence = await _common(request, viewer, form, activity_type, company)
     values.update(stored_values(request_trace(request.scope)))  # the trace of the change, as the API's
     await ui(request).operations.recurring.reschedule(
         viewer.actor, company, solution, recurring, values, recurrence, list(values)

@@ -90,41 +90,47 @@ _AUTH_NAMES = {name for names in AUTH_FIELDS.values() for name in names}
 # --- the form's values --------------------------------------------------------------------------------
 
 
-def _values_of(kind: r.ActivityType) -> dict[str, str]:
+def _values_of(activity_type: r.ActivityType) -> dict[str, str]:
     """The form's fields for a stored type (secret values left out)."""
     values = {
-        "verb": kind.verb,
-        "uri_pattern": kind.uri_pattern,
-        "parameter_schema": orjson.dumps(kind.parameter_schema, option=orjson.OPT_INDENT_2).decode()
-        if kind.parameter_schema is not None
+        "verb": activity_type.verb,
+        "uri_pattern": activity_type.uri_pattern,
+        "parameter_schema": orjson.dumps(activity_type.parameter_schema, option=orjson.OPT_INDENT_2).decode()
+        if activity_type.parameter_schema is not None
         else "",
-        "object_id_ref": ", ".join(kind.object_id_ref),
-        "retries": str(kind.retries),
-        "timeout": format_duration(kind.timeout),
-        "backoff_base": format_duration(kind.backoff_base),
-        "backoff_max": format_duration(kind.backoff_max),
-        "success_statuses": ", ".join(str(s) for s in kind.success_statuses or ()),
-        "retry_statuses": ", ".join(str(s) for s in kind.retry_statuses or ()),
-        "fail_statuses": ", ".join(str(s) for s in kind.fail_statuses or ()),
-        "max_snoozes": str(kind.max_snoozes),
-        "max_lateness": "" if kind.max_lateness is None else format_duration(kind.max_lateness),
-        "completion": kind.completion,
-        "completion_timeout": format_duration(kind.completion_timeout),
-        "max_concurrency": "" if kind.max_concurrency is None else str(kind.max_concurrency),
-        "rate_limit": "" if kind.rate_limit is None else f"{kind.rate_limit:g}",
-        "on_success": kind.on_success or "",
-        "on_success_delay": "" if kind.on_success_delay is None else format_duration(kind.on_success_delay),
-        "on_dead_letter": kind.on_dead_letter or "",
-        **_per_object_values(kind.per_object),
+        "object_id_ref": ", ".join(activity_type.object_id_ref),
+        "retries": str(activity_type.retries),
+        "timeout": format_duration(activity_type.timeout),
+        "backoff_base": format_duration(activity_type.backoff_base),
+        "backoff_max": format_duration(activity_type.backoff_max),
+        "success_statuses": ", ".join(str(s) for s in activity_type.success_statuses or ()),
+        "retry_statuses": ", ".join(str(s) for s in activity_type.retry_statuses or ()),
+        "fail_statuses": ", ".join(str(s) for s in activity_type.fail_statuses or ()),
+        "max_snoozes": str(activity_type.max_snoozes),
+        "max_lateness": ""
+        if activity_type.max_lateness is None
+        else format_duration(activity_type.max_lateness),
+        "completion": activity_type.completion,
+        "completion_timeout": format_duration(activity_type.completion_timeout),
+        "max_concurrency": ""
+        if activity_type.max_concurrency is None
+        else str(activity_type.max_concurrency),
+        "rate_limit": "" if activity_type.rate_limit is None else f"{activity_type.rate_limit:g}",
+        "on_success": activity_type.on_success or "",
+        "on_success_delay": ""
+        if activity_type.on_success_delay is None
+        else format_duration(activity_type.on_success_delay),
+        "on_dead_letter": activity_type.on_dead_letter or "",
+        **_per_object_values(activity_type.per_object),
     }
-    for index, (name, header) in enumerate(kind.headers.items()):
+    for index, (name, header) in enumerate(activity_type.headers.items()):
         values[f"header-{index}-name"] = name
         values[f"header-{index}-was"] = name
         values[f"header-{index}-value"] = "" if header.secret else header.value
         if header.secret:
             values[f"header-{index}-secret"] = "on"
-    values["header_rows"] = str(len(kind.headers) + BLANK_HEADER_ROWS)
-    document = ra.auth_document(getattr(kind, "auth", None))
+    values["header_rows"] = str(len(activity_type.headers) + BLANK_HEADER_ROWS)
+    document = ra.auth_document(getattr(activity_type, "auth", None))
     values["auth/type"] = document["type"] if document else ""
     for name, value in (document or {}).items():
         if name != "type" and name != ra.SECRET_MEMBERS.get(document["type"] if document else ""):
@@ -320,7 +326,7 @@ async def _checked(
 
 
 async def _show(
-    request: Request, viewer: Viewer, form: FormState, status: int, kind: r.ActivityType | None
+    request: Request, viewer: Viewer, form: FormState, status: int, activity_type: r.ActivityType | None
 ) -> Response:
     company, solution = await solution_in_path(request, viewer)
     types = (await ui(request).store.list_activity_types(solution, TYPES_SHOWN)).items
@@ -331,17 +337,19 @@ async def _show(
         form=form,
         company=company,
         solution=solution,
-        kind=kind,
+        activity_type=activity_type,
         verbs=[(v, v) for v in VERBS],
         chain_types=[(t.name, t.name) for t in types],
         header_rows=range(_rows(form)),
-        stored_secrets={name for name, h in (kind.headers if kind else {}).items() if h.secret},
+        stored_secrets={
+            name for name, h in (activity_type.headers if activity_type else {}).items() if h.secret
+        },
         auth_kinds=[
             (ra.BEARER, "Bearer token"),
             (ra.OAUTH2, "OAuth 2.0 client credentials"),
             (ra.MTLS, "Mutual TLS"),
         ],
-        stored_auth=getattr(kind, "auth", None) if kind else None,
+        stored_auth=getattr(activity_type, "auth", None) if activity_type else None,
         secret_members=ra.SECRET_MEMBERS,
     )
 
@@ -358,8 +366,8 @@ async def _type_in_path(request: Request, viewer: Viewer) -> tuple[r.Company, r.
 
 async def _show_edit(request: Request, viewer: Viewer, form: FormState, status: int = 200) -> Response:
     require_scope(viewer, WRITE, "change activity types")
-    _, _, kind = await _type_in_path(request, viewer)
-    return await _show(request, viewer, form, status, kind)
+    _, _, activity_type = await _type_in_path(request, viewer)
+    return await _show(request, viewer, form, status, activity_type)
 
 
 @page
@@ -369,8 +377,8 @@ async def new_type(request: Request, viewer: Viewer) -> Response:
 
 @page
 async def edit_type(request: Request, viewer: Viewer) -> Response:
-    _, _, kind = await _type_in_path(request, viewer)
-    return await _show_edit(request, viewer, FormState(_values_of(kind)))
+    _, _, activity_type = await _type_in_path(request, viewer)
+    return await _show_edit(request, viewer, FormState(_values_of(activity_type)))
 
 
 def _solution_path(company: r.Company, solution: r.Solution) -> str:
@@ -392,21 +400,23 @@ async def create_type(request: Request, viewer: Viewer, form: dict[str, str]) ->
 
 @form_action(_show_edit)
 async def update_type(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
-    company, solution, kind = await _type_in_path(request, viewer)
+    company, solution, activity_type = await _type_in_path(request, viewer)
     require_scope(viewer, WRITE, "change activity types")
-    values = await _checked(request, solution, form, kind)
-    changes = {name: value for name, value in values.items() if getattr(kind, name, None) != value}
+    values = await _checked(request, solution, form, activity_type)
+    changes = {name: value for name, value in values.items() if getattr(activity_type, name, None) != value}
     if not changes:
-        await flash(request, viewer.session, f"Activity type {kind.name} unchanged: nothing was different.")
+        await flash(
+            request, viewer.session, f"Activity type {activity_type.name} unchanged: nothing was different."
+        )
         return redirect(request, _solution_path(company, solution))
     rules = None
-    if changes_rules(kind, changes):
+    if changes_rules(activity_type, changes):
         new_rules = {name: changes[name] for name in RULE_FIELDS if name in changes}
-        fitted = dataclasses.replace(kind, **new_rules)
+        fitted = dataclasses.replace(activity_type, **new_rules)
         rules = ParameterRules(fitted.uri_pattern, fitted.parameter_schema, fitted.object_id_ref)
     force = form.get("force") == "on"
     changed, misfits = await ui(request).operations.tenants.update_type(
-        viewer.actor, company, solution, kind, changes, sorted(changes), rules, force
+        viewer.actor, company, solution, activity_type, changes, sorted(changes), rules, force
     )
     if changed is None:
         example = f" (e.g. {misfits.reasons[0]})" if misfits.reasons else ""
@@ -421,26 +431,27 @@ async def update_type(request: Request, viewer: Viewer, form: dict[str, str]) ->
     said = f"saved ({', '.join(sorted(changes))})"
     if misfits:
         said += f"; {misfits.activities} dead-lettered, {misfits.recurring} recurring paused"
-    await flash(request, viewer.session, f"Activity type {kind.name} {said}.")
+    await flash(request, viewer.session, f"Activity type {activity_type.name} {said}.")
     return redirect(request, _solution_path(company, solution))
 
 
 @page
 async def delete_confirm(request: Request, viewer: Viewer) -> Response:
-    company, solution, kind = await _type_in_path(request, viewer)
+    company, solution, activity_type = await _type_in_path(request, viewer)
     require_scope(viewer, WRITE, "delete activity types")
     base = f"{root_of(request)}{_solution_path(company, solution)}"
     lines = [
-        f"Activity type {kind.name} ({kind.verb} {kind.uri_pattern}) is deleted with its recurring "
-        "activities and every activity of it: scheduled ones never fire, and their history is gone.",
+        f"Activity type {activity_type.name} ({activity_type.verb} {activity_type.uri_pattern}) is deleted "
+        "with its recurring activities and every activity of it: scheduled ones never fire, and their "
+        "history is gone.",
         "Types whose on_success or on_dead_letter name it stop creating follow-ons.",
         "This cannot be undone.",
     ]
     return await confirm(
         request,
-        f"Delete activity type {kind.name}?",
+        f"Delete activity type {activity_type.name}?",
         lines,
-        f"{base}/types/{kind.name}/delete",
+        f"{base}/types/{activity_type.name}/delete",
         "Delete it for good",
         base,
     )
@@ -448,10 +459,12 @@ async def delete_confirm(request: Request, viewer: Viewer) -> Response:
 
 @form_action(refuse_page)
 async def delete(request: Request, viewer: Viewer, form: dict[str, str]) -> Response:
-    company, solution, kind = await _type_in_path(request, viewer)
+    company, solution, activity_type = await _type_in_path(request, viewer)
     require_scope(viewer, WRITE, "delete activity types")
     if form.get("confirm") != "yes":
         raise Refused("confirm first: open the delete button's confirmation page")
-    await ui(request).operations.tenants.delete_type(viewer.actor, company, solution, kind, cascade=True)
-    await flash(request, viewer.session, f"Activity type {kind.name} deleted with its activities.")
+    await ui(request).operations.tenants.delete_type(
+        viewer.actor, company, solution, activity_type, cascade=True
+    )
+    await flash(request, viewer.session, f"Activity type {activity_type.name} deleted with its activities.")
     return redirect(request, _solution_path(company, solution))

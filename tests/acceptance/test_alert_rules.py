@@ -142,8 +142,8 @@ def state(oste: Live, act: Callable[[], object] = lambda: None) -> tuple[str, st
     return before, oste.scrape()
 
 
-def count(oste: Live, solution: str, kind: str, state_: str) -> int:
-    query = {"activity_type": kind, "state": state_, "limit": 1000}
+def count(oste: Live, solution: str, activity_type: str, state_: str) -> int:
+    query = {"activity_type": activity_type, "state": state_, "limit": 1000}
     return len(oste.call("GET", solution + "/activities", 200, params=query)["items"])
 
 
@@ -157,10 +157,12 @@ def test_every_alert_fires_in_its_state_and_in_no_other(tmp_path: Path) -> None:
         oste.activity_type(solution, "late", "/ok", retries=0, paused=True)
         oste.activity_type(solution, "held", "/ok", retries=0, paused=True)
 
-        def fired(kind: str, state_: str, n: int) -> Callable[[], None]:
+        def fired(activity_type: str, state_: str, n: int) -> Callable[[], None]:
             def act() -> None:
-                oste.create(solution, kind, n)
-                wait_for(lambda: count(oste, solution, kind, state_) >= n, f"{n} {kind} {state_}")
+                oste.create(solution, activity_type, n)
+                wait_for(
+                    lambda: count(oste, solution, activity_type, state_) >= n, f"{n} {activity_type} {state_}"
+                )
 
             return act
 

@@ -52,12 +52,14 @@ async def _scenario(database_url: str, breaker: bool) -> dict[str, Any]:
     engine = Engine(config=dataclasses.replace(fast_config(), breaker=policy))
     store = Store(SystemClock())
     try:
-        kind = await make_type(store, receiver.url + "/s/{n}", retries=3, backoff_base=1.0, backoff_max=4.0)
+        activity_type = await make_type(
+            store, receiver.url + "/s/{n}", retries=3, backoff_base=1.0, backoff_max=4.0
+        )
         total = int(RATE * (UP_BEFORE + DOWN + UP_AFTER))
         start = SystemClock().now() + timedelta(seconds=5)
         step = RATE // 10  # 20 activities every 0.1 s
         for index in range(0, total, step):
-            await make_activities(store, kind, start + timedelta(seconds=index / RATE), count=step)
+            await make_activities(store, activity_type, start + timedelta(seconds=index / RATE), count=step)
         t0 = time.monotonic() + (start - SystemClock().now()).total_seconds()
         down_from, down_until = t0 + UP_BEFORE, t0 + UP_BEFORE + DOWN
         await engine.start()

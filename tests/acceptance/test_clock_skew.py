@@ -97,8 +97,10 @@ async def test_skewed_workers_fire_and_lease_by_the_database_clock(
     await eventually(both_warned, within=10, every=0.1, what="each worker warning of its skew")
 
     # Claims held open (the receiver does not answer) across three lease periods.
-    kind = await make_type(store, receiver.url + "/held/{n}", name="held", retries=0, request_timeout=60)
-    holding = await make_activities(store, kind, SystemClock().now(), count=16)
+    activity_type = await make_type(
+        store, receiver.url + "/held/{n}", name="held", retries=0, request_timeout=60
+    )
+    holding = await make_activities(store, activity_type, SystemClock().now(), count=16)
     await receiver.wait_for(16, within=20)
     started = time.monotonic()
     margins: list[float] = []

@@ -150,8 +150,8 @@ async def _full_then_freed(base: str, token: str, receiver: Receiver, volume: Pa
         http.headers["Authorization"] = f"Bearer {key}"
         path = "/v1/companies/full/solutions/disk"
         (await http.post("/v1/companies/full/solutions", json={"name": "disk"})).raise_for_status()
-        kind = {"name": "ping", "verb": "POST", "uri_pattern": receiver.url + "/t/{n}", "retries": 5}
-        (await http.post(path + "/activity-types", json=kind)).raise_for_status()
+        activity_type = {"name": "ping", "verb": "POST", "uri_pattern": receiver.url + "/t/{n}", "retries": 5}
+        (await http.post(path + "/activity-types", json=activity_type)).raise_for_status()
         acknowledged: list[str] = []
 
         async def batch(n: int, delay: str) -> httpx.Response:

@@ -171,8 +171,10 @@ async def test_sigkill_mid_request_refires_with_the_same_key(
         return web.Response(text="ok")
 
     receiver.behaviour = first_one_hangs
-    kind = await make_type(store, receiver.url + "/song/{n}", retries=3, backoff_base=0.05, backoff_max=0.1)
-    activities = await make_activities(store, kind, SystemClock().now(), count=20)
+    activity_type = await make_type(
+        store, receiver.url + "/song/{n}", retries=3, backoff_base=0.05, backoff_max=0.1
+    )
+    activities = await make_activities(store, activity_type, SystemClock().now(), count=20)
     alpha = await workers.start("alpha")
     hits = await receiver.wait_for(20, within=20)
     victim = next(a for a in activities if str(a.id) == hits[0].headers["OSTE-Activity-Id"])
@@ -225,15 +227,15 @@ async def test_three_workers_share_5000_activities_and_survivors_take_over(
 ) -> None:
     store = pg_store
     dispatch = DispatchStore(SystemClock())
-    kinds = [await make_type(store, receiver.url + "/t/{n}", name=f"type-{i}") for i in range(32)]
+    activity_types = [await make_type(store, receiver.url + "/t/{n}", name=f"type-{i}") for i in range(32)]
     crew = [await pg_workers.start(name, LOAD_TIMINGS) for name in ("one", "two", "three")]
     shares = dict(zip(sorted(w.node_id for w in crew), (22, 21, 21), strict=True))
     await wait_for_owners(dispatch, shares)
 
     when = SystemClock().now() + timedelta(seconds=1)
-    for index, kind in enumerate(kinds):
-        count = 5000 // len(kinds) + (1 if index < 5000 % len(kinds) else 0)
-        await make_activities(store, kind, when, count=count)
+    for index, activity_type in enumerate(activity_types):
+        count = 5000 // len(activity_types) + (1 if index < 5000 % len(activity_types) else 0)
+        await make_activities(store, activity_type, when, count=count)
     await receiver.wait_for(5000, within=60)
 
     async def all_done() -> bool:
@@ -254,7 +256,7 @@ async def test_three_workers_share_5000_activities_and_survivors_take_over(
     await two.exit_code()
     await wait_for_owners(dispatch, {one.node_id: 64})
 
-    more = await make_activities(store, kinds[0], SystemClock().now(), count=50)
+    more = await make_activities(store, activity_types[0], SystemClock().now(), count=50)
     await receiver.wait_for(5050, within=30)
     for activity in more[:5]:
         [run] = await executions_of(store, await settled(store, activity))
@@ -265,13 +267,13 @@ async def test_a_burst_of_one_type_is_fired_by_both_workers_from_the_first_secon
     pg_store: Store, pg_workers: Workers, receiver: Receiver
 ) -> None:
     store = pg_store
-    kind = await make_type(store, receiver.url + "/song/{n}", name="republish")
+    activity_type = await make_type(store, receiver.url + "/song/{n}", name="republish")
     pair = [await pg_workers.start(name, LOAD_TIMINGS) for name in ("left", "right")]
     shares = dict(zip(sorted(w.node_id for w in pair), (32, 32), strict=True))
     await wait_for_owners(DispatchStore(SystemClock()), shares)
 
     when = SystemClock().now() + timedelta(seconds=1.5)
-    await make_activities(store, kind, when, count=3000)
+    await make_activities(store, activity_type, when, count=3000)
     await receiver.wait_for(3000, within=60)
 
     async def all_done() -> bool:

@@ -36,8 +36,8 @@ CREATE_EVERY = 0.01
 class Load:
     """Creates activities through the API at a steady rate; remembers each one answered 201."""
 
-    def __init__(self, http: httpx.AsyncClient, path: str, kind: str) -> None:
-        self.http, self.path, self.kind = http, path, kind
+    def __init__(self, http: httpx.AsyncClient, path: str, activity_type: str) -> None:
+        self.http, self.path, self.activity_type = http, path, activity_type
         self.acknowledged: dict[int, float] = {}
         """n → scheduled_for (epoch seconds) of every create answered 201."""
         self.refused = Counter[str]()
@@ -61,7 +61,7 @@ class Load:
         n = self._next
         self._next += 1
         delay = random.uniform(0.2, 1.5)
-        body = {"activity_type": self.kind, "parameter": {"n": n}, "delay": f"PT{delay:.3f}S"}
+        body = {"activity_type": self.activity_type, "parameter": {"n": n}, "delay": f"PT{delay:.3f}S"}
         try:
             answer = await self.http.post(self.path, json=body, headers={"Idempotency-Key": f"load-{n}"})
         except httpx.TransportError as exc:
@@ -80,8 +80,8 @@ async def setup_tenant(base: str, token: str, receiver: Receiver) -> tuple[httpx
         key = (await http.post("/v1/companies/acme/api-keys", json={"name": "load"})).json()["key"]
         solution = "/v1/companies/acme/solutions/shop"
         (await http.post("/v1/companies/acme/solutions", json={"name": "shop"})).raise_for_status()
-        kind = {"name": "ping", "verb": "POST", "uri_pattern": receiver.url + "/t/{n}", "retries": 5}
-        (await http.post(solution + "/activity-types", json=kind)).raise_for_status()
+        activity_type = {"name": "ping", "verb": "POST", "uri_pattern": receiver.url + "/t/{n}", "retries": 5}
+        (await http.post(solution + "/activity-types", json=activity_type)).raise_for_status()
     client = httpx.AsyncClient(base_url=base, timeout=10, headers={"Authorization": f"Bearer {key}"})
     return client, solution + "/activities", "ping"
 
@@ -141,9 +141,9 @@ async def run_failovers(tmp_path: Path, receiver: Receiver, load_for: float) -> 
             "OSTE_ALLOWED_TARGETS": "127.0.0.1",
         }
         with serve(tmp_path, ready_within=60, **settings) as served:
-            http, path, kind = await setup_tenant(served.url, served.admin_token, receiver)
+            http, path, activity_type = await setup_tenant(served.url, served.admin_token, receiver)
             async with http:
-                load = Load(http, path, kind)
+                load = Load(http, path, activity_type)
                 loading = asyncio.create_task(load.run())
                 try:
                     first_kill, first_resume = await failover(pair, receiver, load_for)

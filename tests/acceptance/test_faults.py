@@ -35,10 +35,12 @@ pytestmark = pytest.mark.timeout(240)
 async def _burst(
     store: Store, receiver: Receiver, count: int, lead: float = 1.0, name: str = "republish"
 ) -> dict[str, str]:
-    kind = await make_type(
+    activity_type = await make_type(
         store, receiver.url + "/song/{n}", name=name, retries=5, backoff_base=0.2, backoff_max=1.0
     )
-    made = await make_activities(store, kind, SystemClock().now() + timedelta(seconds=lead), count=count)
+    made = await make_activities(
+        store, activity_type, SystemClock().now() + timedelta(seconds=lead), count=count
+    )
     return {str(a.id): idempotency_key(a.id, a.recurring_activity_id, a.occurrence_at) for a in made}
 
 

@@ -54,7 +54,7 @@ async def test_a_killed_workers_object_waits_for_the_lease_and_the_rescued_one_g
             open_now[song] -= 1
 
     receiver.behaviour = hold_the_first
-    kind = await make_activity_type(
+    activity_type = await make_activity_type(
         store,
         uri_pattern=receiver.url + "/song/{SongId}",
         per_object=r.PerObject(order="fifo"),
@@ -64,7 +64,7 @@ async def test_a_killed_workers_object_waits_for_the_lease_and_the_rescued_one_g
     )
     now = SystemClock().now()
     items = [
-        new_activity(kind, now + timedelta(milliseconds=n), parameter={"SongId": song})
+        new_activity(activity_type, now + timedelta(milliseconds=n), parameter={"SongId": song})
         for song in (1, 2)
         for n in range(4)
     ]
@@ -82,7 +82,7 @@ async def test_a_killed_workers_object_waits_for_the_lease_and_the_rescued_one_g
     assert lease_end is not None
 
     async def all_done() -> bool:
-        return await m.Activity.filter(activity_type_id=kind.id, state="succeeded").count() == 8
+        return await m.Activity.filter(activity_type_id=activity_type.id, state="succeeded").count() == 8
 
     await eventually(all_done, within=45, what="all 8 succeeded after the rescue")
     sent = [activity for activity, _ in arrivals["1"]]

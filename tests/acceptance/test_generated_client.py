@@ -67,11 +67,11 @@ client = AuthenticatedClient(base_url=base, token=key.key, raise_on_unexpected_s
 solution = create_solution.sync("acme", client=client, body=SolutionCreate(name="songs"))
 secret_box["secret"] = solution.signing_secret
 for name, path in (("republish", "/songs/{SongId}"), ("flaky", "/fail/{SongId}")):
-    kind = create_activity_type.sync(
+    activity_type = create_activity_type.sync(
         "acme", "songs", client=client,
         body=ActivityTypeCreate(name=name, verb=Verb.POST, uri_pattern=receiver + path, retries=0),
     )
-    assert kind.verb is Verb.POST
+    assert activity_type.verb is Verb.POST
 
 
 def settle(activity, within=30.0):

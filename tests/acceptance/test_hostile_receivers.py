@@ -43,8 +43,14 @@ def peak_memory(pid: int) -> int:
 
 
 async def _fire(store: Store, receiver: Receiver, name: str, **options: object) -> r.Activity:
-    kind = await make_type(store, f"{receiver.url}/{name}/{{n}}", name=name, backoff_base=0.05, **options)  # type: ignore[arg-type]
-    [activity] = await make_activities(store, kind, SystemClock().now())
+    activity_type = await make_type(
+        store,
+        f"{receiver.url}/{name}/{{n}}",
+        name=name,
+        backoff_base=0.05,
+        **options,  # type: ignore[arg-type]
+    )
+    [activity] = await make_activities(store, activity_type, SystemClock().now())
     return activity
 
 

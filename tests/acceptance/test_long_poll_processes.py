@@ -125,8 +125,8 @@ async def test_long_poll_is_woken_by_a_worker_in_another_process(
     assert (await http.post("/v1/companies", json={"name": "acme"})).status_code == 201
     assert (await http.post("/v1/companies/acme/solutions", json={"name": "songs"})).status_code == 201
     base = "/v1/companies/acme/solutions/songs"
-    kind = {"name": "publish", "verb": "POST", "uri_pattern": receiver.url + "/song"}
-    assert (await http.post(base + "/activity-types", json=kind)).status_code == 201
+    activity_type = {"name": "publish", "verb": "POST", "uri_pattern": receiver.url + "/song"}
+    assert (await http.post(base + "/activity-types", json=activity_type)).status_code == 201
     created = await http.post(base + "/activities", json={"activity_type": "publish", "parameter": {}})
     path = f"{base}/activities/{created.json()['id']}"
 

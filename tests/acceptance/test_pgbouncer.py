@@ -117,7 +117,7 @@ class Deployment:
         assert (
             await self.http.post("/v1/companies/acme/solutions", json={"name": "songs"})
         ).status_code == 201
-        kind = {
+        activity_type = {
             "name": "publish",
             "verb": "POST",
             "uri_pattern": receiver.url + "/song/{N}",
@@ -127,7 +127,7 @@ class Deployment:
                 "properties": {"N": {"type": "string"}},
             },
         }
-        created = await self.http.post(self.base + "/activity-types", json=kind)
+        created = await self.http.post(self.base + "/activity-types", json=activity_type)
         assert created.status_code == 201, created.text
 
     async def create(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ async def _seed(url: str) -> None:
     await open_database(url)
     try:
         store = Store(SystemClock())
-        kinds = [await make_type(store, "http://127.0.0.1:9/x", name=f"type-{i}") for i in range(20)]
+        activity_types = [await make_type(store, "http://127.0.0.1:9/x", name=f"type-{i}") for i in range(20)]
         now = store.clock.now() + timedelta(seconds=1)
         for i in range(RECURRING):
             values = {
@@ -50,7 +50,7 @@ async def _seed(url: str) -> None:
                 "planned_until": now,
                 "expand_at": now,
             }
-            await store.create_recurring(kinds[i % len(kinds)], values)
+            await store.create_recurring(activity_types[i % len(activity_types)], values)
     finally:
         await close_database()
 

@@ -49,14 +49,14 @@ class Api:
         assert answer.status_code == expect, f"{method} {path}: {answer.status_code} {answer.text}"
         return answer.json() if answer.content else None
 
-    def tenant(self, **kinds: dict[str, Any]) -> dict[str, Any]:
+    def tenant(self, **activity_types: dict[str, Any]) -> dict[str, Any]:
         """A company, a solution and the named activity types (each a body's fields)."""
         suffix = uuid.uuid4().hex[:8]
         company, solution = f"co-{suffix}", f"sol-{suffix}"
         self.call("POST", "/v1/companies", 201, json={"name": company})
         self.call("POST", f"/v1/companies/{company}/solutions", 201, json={"name": solution})
         path = f"/v1/companies/{company}/solutions/{solution}"
-        for name, fields in kinds.items():
+        for name, fields in activity_types.items():
             body = {
                 "name": name,
                 "verb": "POST",
@@ -67,8 +67,14 @@ class Api:
             self.call("POST", f"{path}/activity-types", 201, json=body)
         return {"company": company, "solution": solution, "path": path, "ui": f"/ui/{path[4:]}"}
 
-    def activities(self, tenant: dict[str, Any], kind: str, songs: range, **fields: Any) -> list[str]:
-        body = {"activities": [{"activity_type": kind, "parameter": {"SongId": s}, **fields} for s in songs]}
+    def activities(
+        self, tenant: dict[str, Any], activity_type: str, songs: range, **fields: Any
+    ) -> list[str]:
+        body = {
+            "activities": [
+                {"activity_type": activity_type, "parameter": {"SongId": s}, **fields} for s in songs
+            ]
+        }
         made = self.call("POST", f"{tenant['path']}/activities", 201, json=body)["activities"]
         return [a["id"] for a in made]
 

@@ -90,15 +90,15 @@ class World:
     def tenant(self, retries: int = 0) -> dict[str, str]:
         """A company, its key, a solution and a type POSTing to the receiver's /song/{SongId}."""
         suffix = uuid.uuid4().hex[:8]
-        company, solution, kind = f"co-{suffix}", f"sol-{suffix}", f"type-{suffix}"
+        company, solution, activity_type = f"co-{suffix}", f"sol-{suffix}", f"type-{suffix}"
         self.call("POST", "/v1/companies", 201, json={"name": company})
         key = self.call("POST", f"/v1/companies/{company}/api-keys", 201, json={"name": "ui"})["key"]
         path = f"/v1/companies/{company}/solutions/{solution}"
         self.call("POST", f"/v1/companies/{company}/solutions", 201, json={"name": solution})
         pattern = self.receiver.url("/song/{SongId}")
-        body = {"name": kind, "verb": "POST", "uri_pattern": pattern, "retries": retries}
+        body = {"name": activity_type, "verb": "POST", "uri_pattern": pattern, "retries": retries}
         self.call("POST", f"{path}/activity-types", 201, json=body)
-        return {"company": company, "solution": solution, "type": kind, "key": key, "path": path}
+        return {"company": company, "solution": solution, "type": activity_type, "key": key, "path": path}
 
     def activity(self, tenant: dict[str, str], song: int, **fields: Any) -> dict[str, Any]:
         body = {"activity_type": tenant["type"], "parameter": {"SongId": song}, **fields}

@@ -14,11 +14,11 @@ S = r.ActivityState
 
 
 async def test_requeue_in_small_chunks_keeps_a_future_time_and_makes_the_rest_due_now(store: Store) -> None:
-    kind = await make_type(store, "https://x.example/{n}", retries=4)
+    activity_type = await make_type(store, "https://x.example/{n}", retries=4)
     solution = await store.get_solution(await store.get_company("acme"), "songs")
     now = store.clock.now()
-    past = await make_activities(store, kind, now - timedelta(hours=1), count=3)
-    future = await make_activities(store, kind, now + timedelta(hours=5), count=2)
+    past = await make_activities(store, activity_type, now - timedelta(hours=1), count=3)
+    future = await make_activities(store, activity_type, now + timedelta(hours=5), count=2)
     for a in [*past, *future]:
         await store.cancel_activity(a)
     result = await BulkChange(store.clock, chunk=2).run(solution, r.ActivityFilter(), "requeue")
@@ -34,11 +34,11 @@ async def test_requeue_in_small_chunks_keeps_a_future_time_and_makes_the_rest_du
 
 
 async def test_an_update_writes_its_values_and_resets_retries_to_the_types(store: Store) -> None:
-    kind = await make_type(store, "https://x.example/{n}", retries=2)
+    activity_type = await make_type(store, "https://x.example/{n}", retries=2)
     solution = await store.get_solution(await store.get_company("acme"), "songs")
     when = store.clock.now() + timedelta(days=1)
     activities = await make_activities(
-        store, kind, store.clock.now() + timedelta(hours=1), count=3, retries=9
+        store, activity_type, store.clock.now() + timedelta(hours=1), count=3, retries=9
     )
     plan = UpdatePlan({"priority": 7, "retries": None, "scheduled_for": when, "parameter": {"x": "y"}})
     result = await BulkChange(store.clock, chunk=2).run(solution, r.ActivityFilter(), "update", plan)

@@ -32,8 +32,8 @@ def answered(
 
 
 async def chained(store: Store, name: str, **changes: Any) -> r.ActivityType:
-    kind = await make_type(store, "https://receiver.example/" + name, name=name)
-    return await store.update_activity_type(kind, changes) if changes else kind
+    activity_type = await make_type(store, "https://receiver.example/" + name, name=name)
+    return await store.update_activity_type(activity_type, changes) if changes else activity_type
 
 
 async def follow_ons_of(activity_id: Any) -> list[m.Activity]:

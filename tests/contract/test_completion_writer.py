@@ -30,8 +30,8 @@ def ok(claim: Claim) -> Completion:
 
 
 async def claimed(store: Store, dispatch: DispatchStore, count: int) -> list[Claim]:
-    kind = await make_type(store, URL)
-    await make_activities(store, kind, T0, count=count)
+    activity_type = await make_type(store, URL)
+    await make_activities(store, activity_type, T0, count=count)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, count, 30, T0 + timedelta(seconds=5))
     assert len(claims) == count
     return claims

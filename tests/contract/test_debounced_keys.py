@@ -32,9 +32,11 @@ async def debounce_type(store: Store, solution: r.Solution | None = None) -> r.A
     return await make_activity_type(store, solution, per_object=DEBOUNCE)
 
 
-def create(kind: r.ActivityType, song: int, key: str | None = None, at: float = 0.0) -> r.NewActivity:
+def create(
+    activity_type: r.ActivityType, song: int, key: str | None = None, at: float = 0.0
+) -> r.NewActivity:
     """A create of ``song`` due ``at`` seconds after T0 (its body's hash: the key, so a replay matches)."""
-    item = new_activity(kind, T0 + timedelta(seconds=at), parameter={"SongId": song, "at": at})
+    item = new_activity(activity_type, T0 + timedelta(seconds=at), parameter={"SongId": song, "at": at})
     return dataclasses.replace(item, idempotency_key=key, request_hash=key)
 
 
@@ -44,29 +46,33 @@ async def keys_of(activity_id: object = None) -> int:
     return await rows.count()
 
 
-async def debounced_once(store: Store, kind: r.ActivityType, song: int, key: str) -> r.Activity:
+async def debounced_once(store: Store, activity_type: r.ActivityType, song: int, key: str) -> r.Activity:
     """A pending activity of ``song`` with one create debounced into it under ``key``."""
-    first = await store.create_activity(create(kind, song, at=10))
-    done = await store.create_activity(create(kind, song, key, at=20))
+    first = await store.create_activity(create(activity_type, song, at=10))
+    done = await store.create_activity(create(activity_type, song, key, at=20))
     assert done.debounced and done.activity.id == first.activity.id
     return done.activity
 
 
 async def test_an_activity_keeps_only_its_newest_debounced_keys(store: Store) -> None:
-    kind = await debounce_type(store)
-    first = (await store.create_activity(create(kind, 1, at=0))).activity
+    activity_type = await debounce_type(store)
+    first = (await store.create_activity(create(activity_type, 1, at=0))).activity
     extra = 50
     for n in range(DEBOUNCED_KEYS_KEPT + extra):
-        done = await store.create_activity(create(kind, 1, f"k{n}", at=n + 1))
+        done = await store.create_activity(create(activity_type, 1, f"k{n}", at=n + 1))
         assert done.debounced and done.activity.id == first.id
         assert await keys_of() == min(n + 1, DEBOUNCED_KEYS_KEPT)
     kept = set(await m.DebouncedKey.all().values_list("idempotency_key", flat=True))
     assert kept == {f"k{n}" for n in range(extra, DEBOUNCED_KEYS_KEPT + extra)}
     newest = DEBOUNCED_KEYS_KEPT + extra - 1
-    replay = await store.create_activity(create(kind, 1, f"k{extra}", at=extra + 1))  # the oldest kept
+    replay = await store.create_activity(
+        create(activity_type, 1, f"k{extra}", at=extra + 1)
+    )  # the oldest kept
     assert replay.debounced and replay.activity.scheduled_for == T0 + timedelta(seconds=newest + 1)  # unmoved
     assert await keys_of() == DEBOUNCED_KEYS_KEPT
-    forgotten = await store.create_activity(create(kind, 1, "k0", at=1))  # debounced again, as a new create
+    forgotten = await store.create_activity(
+        create(activity_type, 1, "k0", at=1)
+    )  # debounced again, as a new create
     assert forgotten.debounced and forgotten.activity.scheduled_for == T0 + timedelta(seconds=1)
     assert await keys_of() == DEBOUNCED_KEYS_KEPT
 
@@ -77,13 +83,13 @@ async def test_a_tenant_that_keeps_debouncing_and_firing_stays_bounded(
     """Round after round an object's activity takes more debounced creates than it keeps, fires, and
     is purged by the log rollers: the table never holds more than one activity's worth, and nothing
     once the last is purged."""
-    kind = await debounce_type(store)
+    activity_type = await debounce_type(store)
     rollers = RollerStore(clock)
     for round_ in range(3):
         at = round_ * 1000.0
-        pending = (await store.create_activity(create(kind, 1, at=at))).activity
+        pending = (await store.create_activity(create(activity_type, 1, at=at))).activity
         for n in range(DEBOUNCED_KEYS_KEPT + 20):
-            done = await store.create_activity(create(kind, 1, f"r{round_}-{n}", at=at + n))
+            done = await store.create_activity(create(activity_type, 1, f"r{round_}-{n}", at=at + n))
             assert done.activity.id == pending.id
         assert await keys_of() == await keys_of(pending.id) == DEBOUNCED_KEYS_KEPT
         [claim] = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0 + timedelta(seconds=at + 999))
@@ -96,19 +102,19 @@ async def test_a_tenant_that_keeps_debouncing_and_firing_stays_bounded(
 Deletion = Callable[[Store, r.Solution, r.ActivityType], Awaitable[None]]
 
 
-async def bulk_delete(store: Store, solution: r.Solution, kind: r.ActivityType) -> None:
+async def bulk_delete(store: Store, solution: r.Solution, activity_type: r.ActivityType) -> None:
     assert (await BulkChange(store.clock).run(solution, r.ActivityFilter(), "delete")).changed == 1
 
 
-async def delete_type(store: Store, solution: r.Solution, kind: r.ActivityType) -> None:
-    await store.delete_activity_type(kind, cascade=True)
+async def delete_type(store: Store, solution: r.Solution, activity_type: r.ActivityType) -> None:
+    await store.delete_activity_type(activity_type, cascade=True)
 
 
-async def delete_solution(store: Store, solution: r.Solution, kind: r.ActivityType) -> None:
+async def delete_solution(store: Store, solution: r.Solution, activity_type: r.ActivityType) -> None:
     await store.delete_solution(solution, cascade=True)
 
 
-async def delete_company(store: Store, solution: r.Solution, kind: r.ActivityType) -> None:
+async def delete_company(store: Store, solution: r.Solution, activity_type: r.ActivityType) -> None:
     await store.delete_company(await store.get_company_by_id(solution.company_id), cascade=True)
 
 
@@ -117,11 +123,11 @@ async def test_deleting_activities_deletes_the_keys_debounced_into_them(
     store: Store, deletion: Deletion
 ) -> None:
     solution = await make_solution(store)
-    kind, bystander = await debounce_type(store, solution), await debounce_type(store)
-    doomed = await debounced_once(store, kind, 1, "doomed")
+    activity_type, bystander = await debounce_type(store, solution), await debounce_type(store)
+    doomed = await debounced_once(store, activity_type, 1, "doomed")
     kept = await debounced_once(store, bystander, 1, "kept")  # another company's
     assert await keys_of() == 2
-    await deletion(store, solution, kind)
+    await deletion(store, solution, activity_type)
     assert not await m.Activity.filter(id=doomed.id).exists()
     assert await keys_of(doomed.id) == 0
     assert await keys_of(kept.id) == 1
@@ -133,12 +139,12 @@ async def test_re_planning_or_resuming_a_recurring_activity_deletes_the_keys_of_
 ) -> None:
     clock = ManualClock(T0 + timedelta(seconds=30))
     timed, occurrences = Store(clock), RecurrenceStore(clock)
-    kind = await debounce_type(timed)
+    activity_type = await debounce_type(timed)
     recurring = await make_recurring(
-        timed, kind, schedule={"cron": "* * * * *"}, timezone="UTC", planned_until=T0, expand_at=T0
+        timed, activity_type, schedule={"cron": "* * * * *"}, timezone="UTC", planned_until=T0, expand_at=T0
     )
     await occurrences.expand([recurring], lookahead=60)  # one occurrence of SongId 7, at 12:01
-    done = await timed.create_activity(create(kind, 7, "into-an-occurrence", at=90))
+    done = await timed.create_activity(create(activity_type, 7, "into-an-occurrence", at=90))
     assert done.debounced and done.activity.recurring_activity_id == recurring.id
     assert await keys_of(done.activity.id) == 1
     if change == "replace_unfired":

@@ -34,17 +34,19 @@ def error(claim: Claim, at: datetime, node: str = "n1") -> Completion:
 
 
 async def test_claims_due_only_in_due_order_with_their_target(store: Store, dispatch: DispatchStore) -> None:
-    kind = await make_type(
+    activity_type = await make_type(
         store, URL, headers={"X-K": r.Header("v", secret=True)}, success_statuses=(200, 202)
     )
-    await make_activities(store, kind, T0 + timedelta(seconds=3), count=2)
-    await make_activities(store, kind, T0 - timedelta(seconds=3), count=2, parameter=lambda i: {"n": i})
-    await make_activities(store, kind, T0 + timedelta(seconds=60))
+    await make_activities(store, activity_type, T0 + timedelta(seconds=3), count=2)
+    await make_activities(
+        store, activity_type, T0 - timedelta(seconds=3), count=2, parameter=lambda i: {"n": i}
+    )
+    await make_activities(store, activity_type, T0 + timedelta(seconds=60))
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0 + timedelta(seconds=5))
     assert len(claims) == 4
     assert [c.due_at for c in claims] == sorted(c.due_at for c in claims)
     first = claims[0]
-    assert first.attempt == 1 and first.retries == kind.retries and first.owner == "n1"
+    assert first.attempt == 1 and first.retries == activity_type.retries and first.owner == "n1"
     assert first.lease_expires_at == T0 + timedelta(seconds=30)
     assert first.target.uri_pattern == URL and first.target.headers == {"X-K": "v"}
     assert first.target.success_statuses == (200, 202)
@@ -56,19 +58,19 @@ async def test_claims_due_only_in_due_order_with_their_target(store: Store, disp
 
 
 async def test_claims_only_from_the_given_partitions(store: Store, dispatch: DispatchStore) -> None:
-    kind = await make_type(store, URL, max_concurrency=5)  # limited: all in the type's partition
-    created = await make_activities(store, kind, T0, count=3)
-    assert {a.partition for a in created} == {kind.partition}
-    others = [p for p in ALL_PARTITIONS if p != kind.partition]
+    activity_type = await make_type(store, URL, max_concurrency=5)  # limited: all in the type's partition
+    created = await make_activities(store, activity_type, T0, count=3)
+    assert {a.partition for a in created} == {activity_type.partition}
+    others = [p for p in ALL_PARTITIONS if p != activity_type.partition]
     assert await dispatch.claim_due("n1", others, 10, 30, T0) == []
-    assert len(await dispatch.claim_due("n1", [kind.partition], 10, 30, T0)) == 3
+    assert len(await dispatch.claim_due("n1", [activity_type.partition], 10, 30, T0)) == 3
 
 
 async def test_a_type_without_limits_spreads_over_every_partition(
     store: Store, dispatch: DispatchStore
 ) -> None:
-    kind = await make_type(store, URL)
-    created = await make_activities(store, kind, T0, count=640)
+    activity_type = await make_type(store, URL)
+    created = await make_activities(store, activity_type, T0, count=640)
     spread = {a.partition for a in created}
     assert len(spread) > 48  # 640 ids over 64 partitions: every one but a few by chance
     stored = {a.id: a.partition for a in created}
@@ -82,13 +84,13 @@ async def test_a_type_without_limits_spreads_over_every_partition(
 async def test_a_type_that_gains_limits_gathers_its_activities_into_its_partition(
     store: Store, dispatch: DispatchStore
 ) -> None:
-    kind = await make_type(store, URL)
-    created = await make_activities(store, kind, T0, count=64)
+    activity_type = await make_type(store, URL)
+    created = await make_activities(store, activity_type, T0, count=64)
     assert len({a.partition for a in created}) > 1
-    capped = await store.update_activity_type(kind, {"max_concurrency": 1})
-    others = [p for p in ALL_PARTITIONS if p != kind.partition]
+    capped = await store.update_activity_type(activity_type, {"max_concurrency": 1})
+    others = [p for p in ALL_PARTITIONS if p != activity_type.partition]
     assert await dispatch.claim_due("n1", others, 100, 30, T0) == []
-    assert len(await dispatch.claim_due("n1", [kind.partition], 100, 30, T0)) == 64
+    assert len(await dispatch.claim_due("n1", [activity_type.partition], 100, 30, T0)) == 64
     # Losing the limits again leaves them where they are; new ones spread.
     free = await store.update_activity_type(capped, {"max_concurrency": None})
     assert len({a.partition for a in await make_activities(store, free, T0, count=64)}) > 1
@@ -101,8 +103,8 @@ async def test_a_node_helps_with_overdue_work_of_types_without_limits_elsewhere(
     capped = await make_type(store, URL, name="capped", max_concurrency=2)
     paced = await make_type(store, URL, name="paced", rate_limit=5.0)
     created = []
-    for kind in (free, capped, paced):
-        created += await make_activities(store, kind, T0 - timedelta(seconds=5), count=3)
+    for activity_type in (free, capped, paced):
+        created += await make_activities(store, activity_type, T0 - timedelta(seconds=5), count=3)
     created += await make_activities(store, free, T0, count=2)  # due, but not yet overdue
     theirs = {a.partition for a in created}
     mine = [p for p in ALL_PARTITIONS if p not in theirs]
@@ -119,9 +121,9 @@ async def test_a_node_helps_with_overdue_work_of_types_without_limits_elsewhere(
 
 
 async def test_concurrent_claimers_get_disjoint_work(store: Store, dispatch: DispatchStore) -> None:
-    kinds = [await make_type(store, URL, name=f"t{i}") for i in range(4)]
-    for kind in kinds:
-        await make_activities(store, kind, T0, count=150)
+    activity_types = [await make_type(store, URL, name=f"t{i}") for i in range(4)]
+    for activity_type in activity_types:
+        await make_activities(store, activity_type, T0, count=150)
 
     async def claimer(owner: str) -> list[Claim]:
         got: list[Claim] = []
@@ -138,8 +140,8 @@ async def test_concurrent_claimers_get_disjoint_work(store: Store, dispatch: Dis
 async def test_complete_writes_state_and_executions(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
-    kind = await make_type(store, URL, retries=2)
-    activities = await make_activities(store, kind, T0, count=2)
+    activity_type = await make_type(store, URL, retries=2)
+    activities = await make_activities(store, activity_type, T0, count=2)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
     clock.advance(1)
     result = await dispatch.complete([ok(claims[0], clock.now()), error(claims[1], clock.now())])
@@ -164,8 +166,8 @@ async def test_complete_writes_state_and_executions(
 
 
 async def test_stale_completion_is_ignored(store: Store, dispatch: DispatchStore, clock: ManualClock) -> None:
-    kind = await make_type(store, URL, retries=3, backoff_base=0.0, backoff_max=0.0)
-    [activity] = await make_activities(store, kind, T0)
+    activity_type = await make_type(store, URL, retries=3, backoff_base=0.0, backoff_max=0.0)
+    [activity] = await make_activities(store, activity_type, T0)
     [old] = await dispatch.claim_due("n1", ALL_PARTITIONS, 1, 10, T0)
     clock.advance(11)
     assert await dispatch.reap_expired(100) == (1, 0)
@@ -185,8 +187,8 @@ async def test_stale_completion_is_ignored(store: Store, dispatch: DispatchStore
 
 
 async def test_cancelled_while_running_ignores_the_completion(store: Store, dispatch: DispatchStore) -> None:
-    kind = await make_type(store, URL)
-    [activity] = await make_activities(store, kind, T0)
+    activity_type = await make_type(store, URL)
+    [activity] = await make_activities(store, activity_type, T0)
     [claim] = await dispatch.claim_due("n1", ALL_PARTITIONS, 1, 10, T0)
     await store.cancel_activity(activity)
     assert (await dispatch.complete([ok(claim, T0)])).stale == 1
@@ -196,8 +198,8 @@ async def test_cancelled_while_running_ignores_the_completion(store: Store, disp
 async def test_rescuer_returns_a_planted_expired_lease(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
-    kind = await make_type(store, URL, retries=1, backoff_base=0.0, backoff_max=0.0)
-    [activity] = await make_activities(store, kind, T0)
+    activity_type = await make_type(store, URL, retries=1, backoff_base=0.0, backoff_max=0.0)
+    [activity] = await make_activities(store, activity_type, T0)
     await dispatch.claim_due("dead-node", ALL_PARTITIONS, 1, 10, T0)
     clock.advance(10)
     assert await dispatch.reap_expired(100) == (0, 0)  # exactly at expiry: not yet
@@ -218,8 +220,8 @@ async def test_rescuer_returns_a_planted_expired_lease(
 async def test_lease_extension_keeps_a_claim(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
-    kind = await make_type(store, URL)
-    await make_activities(store, kind, T0, count=3)
+    activity_type = await make_type(store, URL)
+    await make_activities(store, activity_type, T0, count=3)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 3, 10, T0)
     clock.advance(8)
     assert (
@@ -233,8 +235,8 @@ async def test_lease_extension_keeps_a_claim(
 
 
 async def test_release_hands_back_without_counting(store: Store, dispatch: DispatchStore) -> None:
-    kind = await make_type(store, URL)
-    [activity] = await make_activities(store, kind, T0)
+    activity_type = await make_type(store, URL)
+    [activity] = await make_activities(store, activity_type, T0)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 1, 10, T0)
     assert await dispatch.release_claims(claims) == 1
     back = await reload(store, activity)
@@ -244,8 +246,8 @@ async def test_release_hands_back_without_counting(store: Store, dispatch: Dispa
 
 
 async def test_paused_company_solution_or_type_is_not_claimed(store: Store, dispatch: DispatchStore) -> None:
-    kind = await make_type(store, URL)
-    await make_activities(store, kind, T0)
+    activity_type = await make_type(store, URL)
+    await make_activities(store, activity_type, T0)
     company = await store.get_company("acme")
     solution = await store.get_solution(company, "songs")
     for pause, resume in (
@@ -258,8 +260,8 @@ async def test_paused_company_solution_or_type_is_not_claimed(store: Store, disp
             lambda: store.update_solution(solution, {"paused": False}),
         ),
         (
-            lambda: store.update_activity_type(kind, {"paused": True}),
-            lambda: store.update_activity_type(kind, {"paused": False}),
+            lambda: store.update_activity_type(activity_type, {"paused": True}),
+            lambda: store.update_activity_type(activity_type, {"paused": False}),
         ),
     ):
         await pause()
@@ -307,8 +309,8 @@ async def test_partition_leases(store: Store, dispatch: DispatchStore, clock: Ma
 async def test_a_heartbeat_moves_a_waiting_callbacks_deadline_only_while_it_is_ahead(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
-    kind = await make_type(store, URL)
-    [made] = await make_activities(store, kind, T0)
+    activity_type = await make_type(store, URL)
+    [made] = await make_activities(store, activity_type, T0)
     [claim] = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
     token = completion_token(claim.activity_id)
     assert await dispatch.arm_completion(claim, token_digest(token, claim.claim_token))
@@ -317,7 +319,7 @@ async def test_a_heartbeat_moves_a_waiting_callbacks_deadline_only_while_it_is_a
     await dispatch.complete([conclude(claim, accepted, "n1")])  # waits until T0 + 10 s
     clock.advance(9.0)
     said, deadline = await dispatch.heartbeat_completion(claim.activity_id, token)
-    assert said == "applied" and deadline == T0 + timedelta(seconds=9 + kind.completion_timeout)
+    assert said == "applied" and deadline == T0 + timedelta(seconds=9 + activity_type.completion_timeout)
     clock.set(deadline + timedelta(milliseconds=1))  # past it: the rescuer may be timing it out
     assert await dispatch.heartbeat_completion(claim.activity_id, token) == ("conflict", None)
     assert await dispatch.reap_expired(100) == (1, 0)

@@ -26,8 +26,8 @@ async def flow_type(store: Store, flow: r.PerObject | None = FIFO, **values: obj
     return await make_activity_type(store, per_object=flow, **values)
 
 
-async def create(store: Store, kind: r.ActivityType, song: int, at_seconds: float) -> r.Activity:
-    item = new_activity(kind, T0 + timedelta(seconds=at_seconds), parameter={"SongId": song})
+async def create(store: Store, activity_type: r.ActivityType, song: int, at_seconds: float) -> r.Activity:
+    item = new_activity(activity_type, T0 + timedelta(seconds=at_seconds), parameter={"SongId": song})
     return (await store.create_activities([item]))[0]
 
 
@@ -38,9 +38,9 @@ async def claim(dispatch: DispatchStore, node: str = "n1", limit: int = 100, at:
 async def test_fifo_claims_one_per_object_in_order_and_a_retry_holds_the_rest(
     store: Store, dispatch: DispatchStore
 ) -> None:
-    kind = await flow_type(store)
-    first = [await create(store, kind, 1, s) for s in (3, 1, 2)]  # object 1, created out of order
-    other = await create(store, kind, 2, 5)
+    activity_type = await flow_type(store)
+    first = [await create(store, activity_type, 1, s) for s in (3, 1, 2)]  # object 1, created out of order
+    other = await create(store, activity_type, 2, 5)
     claims = await claim(dispatch)
     assert {c.activity_id for c in claims} == {first[1].id, other.id}  # each object's head, nothing else
     assert await claim(dispatch, "n2") == []
@@ -54,8 +54,8 @@ async def test_fifo_claims_one_per_object_in_order_and_a_retry_holds_the_rest(
 
 
 async def test_a_dead_or_cancelled_one_releases_its_successors(store: Store, dispatch: DispatchStore) -> None:
-    kind = await flow_type(store, retries=0)
-    a, b, c = [await create(store, kind, 1, s) for s in (1, 2, 3)]
+    activity_type = await flow_type(store, retries=0)
+    a, b, c = [await create(store, activity_type, 1, s) for s in (1, 2, 3)]
     head = await claim(dispatch)
     assert [x.activity_id for x in head] == [a.id]
     await dispatch.complete([error(head[0], T0)])  # no retries: dead
@@ -65,10 +65,10 @@ async def test_a_dead_or_cancelled_one_releases_its_successors(store: Store, dis
 
 
 async def test_max_concurrency_per_object(store: Store, dispatch: DispatchStore) -> None:
-    kind = await flow_type(store, r.PerObject(max_concurrency=2))
+    activity_type = await flow_type(store, r.PerObject(max_concurrency=2))
     for s in range(5):
-        await create(store, kind, 1, s)
-    await create(store, kind, 2, 0)
+        await create(store, activity_type, 1, s)
+    await create(store, activity_type, 2, 0)
     claims = await claim(dispatch)
     songs = sorted(c.parameter["SongId"] for c in claims)
     assert songs == [1, 1, 2]
@@ -78,28 +78,28 @@ async def test_max_concurrency_per_object(store: Store, dispatch: DispatchStore)
 
 
 async def test_held_activities_do_not_fill_the_batch(store: Store, dispatch: DispatchStore) -> None:
-    kind = await flow_type(store)
+    activity_type = await flow_type(store)
     for s in range(30):
-        await create(store, kind, 1, s)  # one object's long queue, due first
-    late = [await create(store, kind, 100 + n, 40) for n in range(5)]
+        await create(store, activity_type, 1, s)  # one object's long queue, due first
+    late = [await create(store, activity_type, 100 + n, 40) for n in range(5)]
     claims = await claim(dispatch, limit=6)
     assert len(claims) == 6 and {c.activity_id for c in claims} >= {a.id for a in late}
 
 
 async def test_types_without_per_object_are_claimed_as_before(store: Store, dispatch: DispatchStore) -> None:
-    kind = await flow_type(store, None)
+    activity_type = await flow_type(store, None)
     for _ in range(3):
-        await create(store, kind, 1, 1)
+        await create(store, activity_type, 1, 1)
     assert len(await claim(dispatch)) == 3
 
 
 async def test_concurrent_claimers_never_take_two_of_one_fifo_object(
     store: Store, dispatch: DispatchStore
 ) -> None:
-    kind = await flow_type(store)
+    activity_type = await flow_type(store)
     for song in range(20):
         for s in range(3):
-            await create(store, kind, song, s)
+            await create(store, activity_type, song, s)
     nodes = [DispatchStore(dispatch.clock) for _ in range(4)]
     rounds = await asyncio.gather(*(claim(n, f"n{i}", limit=7) for i, n in enumerate(nodes)))
     songs = [c.parameter["SongId"] for got in rounds for c in got]
@@ -117,8 +117,8 @@ async def r_running(store: Store) -> list[r.Activity]:
 async def test_a_lost_node_s_object_waits_for_its_lease_then_the_rescued_one_goes_first(
     store: Store, dispatch: DispatchStore
 ) -> None:
-    kind = await flow_type(store, backoff_base=0.001, backoff_max=0.001)
-    a, b = [await create(store, kind, 1, s) for s in (0, 1)]
+    activity_type = await flow_type(store, backoff_base=0.001, backoff_max=0.001)
+    a, b = [await create(store, activity_type, 1, s) for s in (0, 1)]
     held = await dispatch.claim_due("dead-node", ALL_PARTITIONS, 10, 5, T0 + timedelta(seconds=60))
     assert [c.activity_id for c in held] == [a.id]  # the node is SIGKILLed holding it
     dispatch.clock.advance(4)
@@ -133,8 +133,8 @@ async def test_a_lost_node_s_object_waits_for_its_lease_then_the_rescued_one_goe
 
 
 async def test_a_requeued_dead_letter_goes_back_in_line(store: Store, dispatch: DispatchStore) -> None:
-    kind = await flow_type(store, retries=0)
-    a, b, _ = [await create(store, kind, 1, s) for s in (0, 1, 2)]
+    activity_type = await flow_type(store, retries=0)
+    a, b, _ = [await create(store, activity_type, 1, s) for s in (0, 1, 2)]
     first = await claim(dispatch)
     await dispatch.complete([error(first[0], T0)])  # a is dead: b goes
     running = await claim(dispatch)
@@ -149,9 +149,9 @@ async def test_a_requeued_dead_letter_goes_back_in_line(store: Store, dispatch: 
 async def test_run_now_makes_a_held_one_due_but_it_still_waits_its_turn(
     store: Store, dispatch: DispatchStore
 ) -> None:
-    kind = await flow_type(store)
-    a = await create(store, kind, 1, 30)
-    b = await create(store, kind, 1, 3600)
+    activity_type = await flow_type(store)
+    a = await create(store, activity_type, 1, 30)
+    b = await create(store, activity_type, 1, 3600)
     await store.run_now(b)
     assert await claim(dispatch, at=10) == []  # b is due, a is not yet: b waits for a
     assert [x.activity_id for x in await claim(dispatch, at=40)] == [a.id]
@@ -180,8 +180,10 @@ async def test_scope_type_keeps_flows_apart_and_scope_solution_joins_them(
 async def test_an_activity_without_an_object_of_a_fifo_type_goes_as_any_other(
     store: Store, dispatch: DispatchStore
 ) -> None:
-    kind = await flow_type(store, object_id_ref=(), uri_pattern="https://receiver.example/song/{SongId}")
-    items = [new_activity(kind, T0, parameter={"SongId": 1}) for _ in range(3)]
+    activity_type = await flow_type(
+        store, object_id_ref=(), uri_pattern="https://receiver.example/song/{SongId}"
+    )
+    items = [new_activity(activity_type, T0, parameter={"SongId": 1}) for _ in range(3)]
     made = await store.create_activities(items)
     assert all(a.object_id is None for a in made)
     assert len(await claim(dispatch)) == 3  # no object: no order between them
@@ -193,9 +195,12 @@ async def test_the_flow_claim_walks_the_due_index_and_stops_at_its_limit(
     """SQLite planned ``activity_type_id IN (…)`` by the type's index: every scheduled activity of the
     per-object types read and sorted for each claim (85 ms for a claim of 100 among 20,000). The claim
     walks the due index in order instead. PostgreSQL chooses by cost: there only the claim is checked."""
-    kind = await flow_type(store)
+    activity_type = await flow_type(store)
     await store.create_activities(
-        [new_activity(kind, T0 + timedelta(milliseconds=n), parameter={"SongId": n % 50}) for n in range(200)]
+        [
+            new_activity(activity_type, T0 + timedelta(milliseconds=n), parameter={"SongId": n % 50})
+            for n in range(200)
+        ]
     )
     if database_url.startswith("sqlite"):
         db = connections.get("default")  # as OSTE's own file: no ANALYZE, no statistics

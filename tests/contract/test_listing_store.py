@@ -35,11 +35,11 @@ async def _ids(store: Store, solution: r.Solution, filters: r.ActivityFilter, ne
 
 
 async def test_retrying_and_due_views_newest_first_and_a_capped_total(store: Store) -> None:
-    kind = await make_type(store, "https://x.example/{n}")
+    activity_type = await make_type(store, "https://x.example/{n}")
     solution = await store.get_solution(await store.get_company("acme"), "songs")
     now = store.clock.now()
-    due = await make_activities(store, kind, now - timedelta(minutes=5), count=3)
-    future = await make_activities(store, kind, now + timedelta(hours=1), count=2)
+    due = await make_activities(store, activity_type, now - timedelta(minutes=5), count=3)
+    future = await make_activities(store, activity_type, now + timedelta(hours=1), count=2)
     await m.Activity.filter(id__in=[due[0].id, future[0].id]).update(attempts=2)  # retried before
     await store.cancel_activity(due[2])
 
@@ -64,14 +64,14 @@ async def test_retrying_and_due_views_newest_first_and_a_capped_total(store: Sto
 async def test_parameter_search_uses_the_object_id_and_scans_the_other_types_bounded(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    indexed_kind = await make_type(store, "https://x.example/{n}")  # creates acme/songs
+    indexed_type = await make_type(store, "https://x.example/{n}")  # creates acme/songs
     solution = await store.get_solution(await store.get_company("acme"), "songs")
     by_id = await store.create_activity_type(solution, activity_type_values(name="by-song"))
     assert by_id.object_id_ref == ("SongId",)
     when = store.clock.now() + timedelta(hours=1)
     songs = await make_activities(store, by_id, when, count=3, parameter=lambda i: {"SongId": 40 + i})
     others = await make_activities(
-        store, indexed_kind, when, count=4, parameter=lambda i: {"n": i, "SongId": "42" if i % 2 else 7}
+        store, indexed_type, when, count=4, parameter=lambda i: {"n": i, "SongId": "42" if i % 2 else 7}
     )
     search = parse_search("parameter.SongId = 42")
     assert search is not None and search.parameter is not None
@@ -96,10 +96,10 @@ async def test_parameter_search_uses_the_object_id_and_scans_the_other_types_bou
 
 
 async def test_bulk_run_now_and_delete_by_id_list_change_exactly_those(store: Store) -> None:
-    kind = await make_type(store, "https://x.example/{n}")
+    activity_type = await make_type(store, "https://x.example/{n}")
     solution = await store.get_solution(await store.get_company("acme"), "songs")
     now = store.clock.now()
-    later = await make_activities(store, kind, now + timedelta(hours=3), count=4)
+    later = await make_activities(store, activity_type, now + timedelta(hours=3), count=4)
     chosen = (later[0].id, later[2].id)
     selection = r.ActivityFilter(ids=chosen)
     dry = await BulkChange(store.clock).run(solution, selection, "run_now", dry_run=True)
@@ -163,11 +163,11 @@ SEARCHES = [
 async def test_the_database_prefilter_finds_what_the_exact_comparison_finds(store: Store) -> None:
     """The SQL comparison (each dialect's JSON functions) keeps every row the Python rule matches, and
     only few others: the answer is the same as reading every parameter, on both databases."""
-    kind = await make_type(store, "https://x.example/")
+    activity_type = await make_type(store, "https://x.example/")
     solution = await store.get_solution(await store.get_company("acme"), "songs")
     made = await make_activities(
         store,
-        kind,
+        activity_type,
         store.clock.now() + timedelta(hours=1),
         count=len(PARAMETERS),
         parameter=lambda i: PARAMETERS[i],
@@ -203,9 +203,9 @@ async def test_the_retrying_list_and_its_total_read_the_retrying_index(store: St
     """The ``retrying`` view's page and total are answered from ``activity_retrying_idx``, not by
     walking every scheduled activity (on SQLite the index's ``state`` column is what makes the planner
     prefer it to the listing index)."""
-    kind = await make_type(store, "https://x.example/{n}")
+    activity_type = await make_type(store, "https://x.example/{n}")
     solution = await store.get_solution(await store.get_company("acme"), "songs")
-    made = await make_activities(store, kind, store.clock.now() + timedelta(hours=1), count=20)
+    made = await make_activities(store, activity_type, store.clock.now() + timedelta(hours=1), count=20)
     await m.Activity.filter(id=made[3].id).update(attempts=1)
     query, _ = await listing.activity_query(solution, _filter(store, "retrying"))
     statements = [query.order_by("-id").limit(51), query.limit(1001).values_list("id", flat=True)]

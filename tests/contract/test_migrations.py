@@ -400,14 +400,19 @@ async def test_a_database_at_the_first_migration_upgrades_in_place_with_its_data
             old["solution"]["success_uri"],
             old["solution"]["signing_secret"],
         )
-        kind = await store.get_activity_type(solution, "republish")
-        assert (kind.verb, kind.parameter_schema, kind.object_id_ref, kind.success_statuses) == (
+        activity_type = await store.get_activity_type(solution, "republish")
+        assert (
+            activity_type.verb,
+            activity_type.parameter_schema,
+            activity_type.object_id_ref,
+            activity_type.success_statuses,
+        ) == (
             "PUT",
             {"type": "object", "required": ["SongId"]},
             ("SongId",),
             (200, 204),
         )
-        assert kind.headers == {"X-Key": r.Header("k", secret=True)}
+        assert activity_type.headers == {"X-Key": r.Header("k", secret=True)}
         activity = await store.get_activity(solution, IDS["activity"])
         assert (activity.state, activity.scheduled_for, activity.parameter, activity.idempotency_key) == (
             r.ActivityState.SCHEDULED,

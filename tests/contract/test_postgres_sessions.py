@@ -48,17 +48,19 @@ async def test_every_session_carries_the_settings(pg: str) -> None:
 async def test_a_transaction_left_idle_is_ended_and_its_locks_released(pg: str) -> None:
     """Lock a row and go silent inside the transaction (a node cut off there): another session gets
     the row once the server ended the silent one, within the timeout."""
-    kind = await make_type(Store(SystemClock()), "https://receiver.invalid/{n}")
+    activity_type = await make_type(Store(SystemClock()), "https://receiver.invalid/{n}")
     other = await asyncpg.connect(pg)
     lock = "SELECT id FROM activity_type WHERE id = $1 FOR UPDATE NOWAIT"
     try:
         with pytest.raises(Exception, match=r"closed|idle-in-transaction"):
             async with in_transaction() as conn:
-                await conn.execute_query(f"SELECT id FROM activity_type WHERE id = '{kind.id}' FOR UPDATE")
+                await conn.execute_query(
+                    f"SELECT id FROM activity_type WHERE id = '{activity_type.id}' FOR UPDATE"
+                )
                 started = time.monotonic()
                 while True:  # the silent session sends nothing more; the other one tries the row
                     try:
-                        assert await other.fetchval(lock, kind.id) == kind.id
+                        assert await other.fetchval(lock, activity_type.id) == activity_type.id
                         break
                     except asyncpg.LockNotAvailableError:
                         assert time.monotonic() - started < 25, "the silent transaction kept its lock"

@@ -16,9 +16,9 @@ from tests.factories import T0, make_activity_type, make_recurring, recurring_va
 async def _setup(store: Store) -> tuple[Store, RecurrenceStore, ManualClock, r.RecurringActivity]:
     clock = ManualClock(T0 + timedelta(seconds=30))
     timed = Store(clock)
-    kind = await make_activity_type(timed)
+    activity_type = await make_activity_type(timed)
     recurring = await make_recurring(
-        timed, kind, schedule={"cron": "* * * * *"}, timezone="UTC", planned_until=T0, expand_at=T0
+        timed, activity_type, schedule={"cron": "* * * * *"}, timezone="UTC", planned_until=T0, expand_at=T0
     )
     return timed, RecurrenceStore(clock), clock, recurring
 
@@ -81,12 +81,12 @@ async def test_pause_cancels_resume_replans_patch_replaces(store: Store) -> None
 async def test_one_batch_moves_each_recurring_activity_by_its_own_plan(store: Store) -> None:
     clock = ManualClock(T0 + timedelta(seconds=30))
     timed, occurrences = Store(clock), RecurrenceStore(clock)
-    kind = await make_activity_type(timed)
+    activity_type = await make_activity_type(timed)
 
     async def make(cron: str) -> r.RecurringActivity:
         schedule = {"cron": cron}
         return await make_recurring(
-            timed, kind, schedule=schedule, timezone="UTC", planned_until=T0, expand_at=T0
+            timed, activity_type, schedule=schedule, timezone="UTC", planned_until=T0, expand_at=T0
         )
 
     ahead, first, second, stale = [await make("* * * * *") for _ in range(4)]

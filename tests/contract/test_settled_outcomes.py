@@ -32,28 +32,28 @@ async def stored(type_id: uuid.UUID) -> dict[int, dict[str, int]]:
 
 
 async def test_a_burst_of_settled_outcomes_is_written_added_up(store: Store) -> None:
-    kind = await make_type(store, "https://receiver.example/x")
+    activity_type = await make_type(store, "https://receiver.example/x")
     settled = SettledOutcomes()
-    ids = (kind.company_id, kind.solution_id, kind.id)
+    ids = (activity_type.company_id, activity_type.solution_id, activity_type.id)
     for outcome in ("ok", "ok", "failed", "retry", "ok"):
         settled.add(T0, *ids, outcome)
     settled.add(T0 + timedelta(minutes=1), *ids, r.Outcome.ERROR)
     await settled.written()
     minute = minute_of(T0)
-    assert await stored(kind.id) == {
+    assert await stored(activity_type.id) == {
         minute: {"ok": 3, "failed": 1, "retry": 1},
         minute + 1: {"error": 1},
     }
     settled.add(T0, *ids, "ok")  # a later one adds to the stored row
     await settled.written()
-    assert (await stored(kind.id))[minute] == {"ok": 4, "failed": 1, "retry": 1}
+    assert (await stored(activity_type.id))[minute] == {"ok": 4, "failed": 1, "retry": 1}
 
 
 async def test_refused_outcomes_are_kept_merged_and_bounded(
     store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kind = await make_type(store, "https://receiver.example/x")
-    ids = (kind.company_id, kind.solution_id, kind.id)
+    activity_type = await make_type(store, "https://receiver.example/x")
+    ids = (activity_type.company_id, activity_type.solution_id, activity_type.id)
     refused = SettledOutcomes(connection="nowhere")  # no such connection: every write fails
     with caplog.at_level(logging.WARNING, "oste.storage"):
         refused.add(T0, *ids, "ok")
@@ -72,7 +72,7 @@ async def test_refused_outcomes_are_kept_merged_and_bounded(
     refused.add(T0 + timedelta(minutes=3), *ids, "ok")
     await refused.written()
     assert refused.buffer == {}
-    assert await stored(kind.id) == {
+    assert await stored(activity_type.id) == {
         minute_of(T0) + 2: {"failed": 1},
         minute_of(T0) + 3: {"failed": 1, "ok": 1},
     }

@@ -30,7 +30,7 @@ share one connection)."""
 
 
 @pytest.fixture
-async def kind(store: Store) -> r.ActivityType:
+async def activity_type(store: Store) -> r.ActivityType:
     return await make_activity_type(store)
 
 
@@ -49,55 +49,65 @@ async def staging_tables() -> list[str]:
 
 
 async def test_a_staged_batch_is_written_in_order_with_its_labels_and_events(
-    store: Store, kind: r.ActivityType
+    store: Store, activity_type: r.ActivityType
 ) -> None:
-    await EventLog(store.clock).subscribe(kind.solution_id, T0)  # its created events are recorded
-    batch = [new_activity(kind, labels={"n": str(n)}) for n in range(BATCH)]
+    await EventLog(store.clock).subscribe(activity_type.solution_id, T0)  # its created events are recorded
+    batch = [new_activity(activity_type, labels={"n": str(n)}) for n in range(BATCH)]
     created = await store.create_activities(batch)
-    stored = await m.Activity.filter(solution_id=kind.solution_id).order_by("id").values_list("id", flat=True)
+    stored = (
+        await m.Activity.filter(solution_id=activity_type.solution_id)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
     assert list(stored) == sorted(a.id for a in created)
     events = (
-        await m.ActivityEvent.filter(solution_id=kind.solution_id)
+        await m.ActivityEvent.filter(solution_id=activity_type.solution_id)
         .order_by("seq")
         .values_list("activity_id", "event", "activity_type_id")
     )
     assert [e[0] for e in events] == [a.id for a in created]
-    assert {(e[1], e[2]) for e in events} == {("created", kind.id)}
-    labels = await m.ActivityLabel.filter(solution_id=kind.solution_id).values_list("activity_id", "value")
+    assert {(e[1], e[2]) for e in events} == {("created", activity_type.id)}
+    labels = await m.ActivityLabel.filter(solution_id=activity_type.solution_id).values_list(
+        "activity_id", "value"
+    )
     assert sorted(labels) == sorted((a.id, a.labels["n"]) for a in created)
-    read = await store.list_activities(await store._solution_by_id(kind.solution_id), r.ActivityFilter(), 3)
+    read = await store.list_activities(
+        await store._solution_by_id(activity_type.solution_id), r.ActivityFilter(), 3
+    )
     assert [a.parameter for a in read.items] == [a.parameter for a in created[:3]]
     assert await staging_tables() == []
 
 
 async def test_a_staged_batch_that_clashes_writes_nothing_and_leaves_no_table(
-    store: Store, kind: r.ActivityType
+    store: Store, activity_type: r.ActivityType
 ) -> None:
-    await store.create_activities([new_activity(kind, idempotency_key="taken")])
-    batch = [new_activity(kind) for _ in range(BATCH - 1)] + [new_activity(kind, idempotency_key="taken")]
+    await store.create_activities([new_activity(activity_type, idempotency_key="taken")])
+    batch = [new_activity(activity_type) for _ in range(BATCH - 1)] + [
+        new_activity(activity_type, idempotency_key="taken")
+    ]
     with pytest.raises(Conflict):
         await store.create_activities(batch)
-    assert await m.Activity.filter(solution_id=kind.solution_id).count() == 1
-    assert await m.ActivityEvent.filter(solution_id=kind.solution_id).count() == 0
+    assert await m.Activity.filter(solution_id=activity_type.solution_id).count() == 1
+    assert await m.ActivityEvent.filter(solution_id=activity_type.solution_id).count() == 0
     assert await staging_tables() == []
 
 
 @SQLITE_ONLY
 async def test_staged_rows_lost_with_their_connection_write_nothing(
-    store: Store, kind: r.ActivityType
+    store: Store, activity_type: r.ActivityType
 ) -> None:
-    prepared = await prepare_activities([new_activity(kind) for _ in range(BATCH)], T0)
+    prepared = await prepare_activities([new_activity(activity_type) for _ in range(BATCH)], T0)
     assert prepared.rows.staged is not None
     # a connection replaced between staging and writing takes its temporary tables with it
     await connections.get("default").execute_script(f"DROP TABLE {prepared.rows.staged}")
     with pytest.raises(Unavailable, match="staged rows were lost with their connection"):
         await write_prepared(prepared)
-    assert await m.Activity.filter(solution_id=kind.solution_id).count() == 0
+    assert await m.Activity.filter(solution_id=activity_type.solution_id).count() == 0
 
 
 @SQLITE_ONLY
 async def test_a_big_batchs_write_transaction_holds_no_long_statement(
-    store: Store, kind: r.ActivityType
+    store: Store, activity_type: r.ActivityType
 ) -> None:
     """Every statement of the batch's write transaction is short (the rows were parsed and bound
     before it opened): what another request waits for is SQLite's own copying, not 30,000 values."""
@@ -111,7 +121,7 @@ async def test_a_big_batchs_write_transaction_holds_no_long_statement(
 
     await raw.set_trace_callback(traced)
     try:
-        await store.create_activities([new_activity(kind) for _ in range(BATCH)])
+        await store.create_activities([new_activity(activity_type) for _ in range(BATCH)])
     finally:
         await raw.set_trace_callback(None)
     begins = [i for i, sql in enumerate(seen) if sql.strip().upper().startswith("BEGIN")]
@@ -126,22 +136,22 @@ async def test_a_big_batchs_write_transaction_holds_no_long_statement(
 
 @SQLITE_ONLY
 async def test_other_writes_run_between_a_big_batchs_staging_statements(
-    store: Store, kind: r.ActivityType
+    store: Store, activity_type: r.ActivityType
 ) -> None:
     """While a batch is staged, another request's insert gets the connection between two staging
     statements, rather than after the whole batch."""
     order: list[str] = []
 
     async def big() -> None:
-        await store.create_activities([new_activity(kind) for _ in range(BATCH)])
+        await store.create_activities([new_activity(activity_type) for _ in range(BATCH)])
         order.append("batch")
 
     async def single() -> None:
         while not await staging_tables():  # the batch is being staged  # noqa: ASYNC110
             await asyncio.sleep(0)
-        await store.create_activities([new_activity(kind)])
+        await store.create_activities([new_activity(activity_type)])
         order.append("single")
 
     await asyncio.wait_for(asyncio.gather(big(), single()), 30)
     assert order == ["single", "batch"]
-    assert await m.Activity.filter(solution_id=kind.solution_id).count() == BATCH + 1
+    assert await m.Activity.filter(solution_id=activity_type.solution_id).count() == BATCH + 1

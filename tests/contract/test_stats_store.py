@@ -16,12 +16,12 @@ from tests.factories import make_activities, make_type
 
 
 async def test_rollups_add_up_per_key_and_old_ones_are_pruned(store: Store) -> None:
-    kind = await make_type(store, "https://r.example/{SongId}")
+    activity_type = await make_type(store, "https://r.example/{SongId}")
     now = store.clock.now()
     minute = minute_of(now)
 
     def rollup(at: int, outcome: int, lag: float) -> Rollup:
-        one = Rollup(at, kind.company_id, kind.solution_id, kind.id)
+        one = Rollup(at, activity_type.company_id, activity_type.solution_id, activity_type.id)
         one.add(outcome, lag)
         return one
 
@@ -42,8 +42,8 @@ async def test_rollups_add_up_per_key_and_old_ones_are_pruned(store: Store) -> N
     assert window.lag_max == pytest.approx(0.3)
     assert report.windows["1h"].outcome_counts()["ok"] == 2  # the old minute is outside the hour
     await writer.prune(minute - 1000)
-    names = await writer.type_names([kind.id, uuid.uuid4()])
-    assert names == {kind.id: ("acme", "songs", kind.name)}
+    names = await writer.type_names([activity_type.id, uuid.uuid4()])
+    assert names == {activity_type.id: ("acme", "songs", activity_type.name)}
 
 
 async def test_destination_rollups_add_up_per_key_read_per_company_and_are_pruned(store: Store) -> None:
@@ -85,13 +85,13 @@ async def test_destination_rollups_add_up_per_key_read_per_company_and_are_prune
 async def test_queue_counts_stop_at_the_cap_and_limited_types_count_as_throttled(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kind = await make_type(store, "https://r.example/{SongId}", max_concurrency=1)
+    activity_type = await make_type(store, "https://r.example/{SongId}", max_concurrency=1)
     now = store.clock.now()
-    await make_activities(store, kind, now - timedelta(seconds=5), count=3)
-    await make_activities(store, kind, now + timedelta(hours=1), count=3)
+    await make_activities(store, activity_type, now - timedelta(seconds=5), count=3)
+    await make_activities(store, activity_type, now + timedelta(hours=1), count=3)
     company = await store.get_company("acme")
     solution = await store.get_solution(company, "songs")
-    report = await StatsService(store.clock).activity_type(company, solution, kind)
+    report = await StatsService(store.clock).activity_type(company, solution, activity_type)
     assert (report.queue.due.value, report.queue.future.value) == (3, 3)
     assert report.throttled.limited.value == 3 and report.throttled.paused.value == 0
     monkeypatch.setattr(stats_module, "COUNT_CAP", 2)

@@ -102,8 +102,8 @@ async def tenant_tree(store: Store) -> dict[str, Any]:
     company = await make_company(store)
     _, secret = await store.create_api_key(company, "ci")
     solution = await make_solution(store, company)
-    kind = await make_activity_type(store, solution)
-    activities = await make_activities(store, kind, count=3)
+    activity_type = await make_activity_type(store, solution)
+    activities = await make_activities(store, activity_type, count=3)
     await set_state(activities[0], r.ActivityState.SUCCEEDED)
     await m.Execution.create(
         id=uuid.uuid4(),
@@ -116,12 +116,12 @@ async def tenant_tree(store: Store) -> dict[str, Any]:
         http_status=200,
         node="node-1",
     )
-    recurring = await make_recurring(store, kind)
+    recurring = await make_recurring(store, activity_type)
     return {
         "company": company,
         "secret": secret,
         "solution": solution,
-        "type": kind,
+        "type": activity_type,
         "activities": activities,
         "recurring": recurring,
     }
@@ -219,8 +219,8 @@ async def listings(store: Store) -> dict[str, Any]:
     """Every listing method of the Store, as fetch(limit, cursor)."""
     company = await make_company(store)
     solution = await make_solution(store, company)
-    kind = await make_activity_type(store, solution)
-    (activity,) = await make_activities(store, kind)
+    activity_type = await make_activity_type(store, solution)
+    (activity,) = await make_activities(store, activity_type)
     return {
         "companies": store.list_companies,
         "api_keys": lambda limit, cursor: store.list_api_keys(company, limit, cursor),
@@ -420,13 +420,13 @@ async def test_solutions_are_listed_per_company_across_pages(store: Store) -> No
 
 
 async def test_a_solution_with_activity_types_is_not_deleted_without_cascade(store: Store) -> None:
-    kind = await make_activity_type(store)
-    solution = await store._solution_by_id(kind.solution_id)
+    activity_type = await make_activity_type(store)
+    solution = await store._solution_by_id(activity_type.solution_id)
     with pytest.raises(Conflict) as exc:
         await store.delete_solution(solution)
     assert "still has activity types" in exc.value.detail
     assert "delete them first or pass ?cascade=true" in exc.value.detail
-    assert await store.get_activity_type(solution, kind.name) == kind
+    assert await store.get_activity_type(solution, activity_type.name) == activity_type
 
 
 async def test_deleting_a_solution_with_cascade_removes_its_children_only(store: Store) -> None:
@@ -466,21 +466,25 @@ async def test_an_activity_type_reads_back_as_created(store: Store) -> None:
         success_statuses=(200, 202),
         paused=True,
     )
-    kind = await store.create_activity_type(solution, values)
+    activity_type = await store.create_activity_type(solution, values)
     for name, value in values.items():
-        assert getattr(kind, name) == value, name
-    assert kind.headers["X-Api-Key"].secret and not kind.headers["Accept"].secret
-    assert (kind.company_id, kind.solution_id) == (solution.company_id, solution.id)
-    assert kind.partition == r.partition_of(solution.company_id, solution.id, kind.id)
-    assert await store.get_activity_type(solution, "republish") == kind
+        assert getattr(activity_type, name) == value, name
+    assert activity_type.headers["X-Api-Key"].secret and not activity_type.headers["Accept"].secret
+    assert (activity_type.company_id, activity_type.solution_id) == (solution.company_id, solution.id)
+    assert activity_type.partition == r.partition_of(solution.company_id, solution.id, activity_type.id)
+    assert await store.get_activity_type(solution, "republish") == activity_type
 
 
 async def test_an_activity_type_without_schema_or_headers(store: Store) -> None:
     solution = await make_solution(store)
     values = activity_type_values(parameter_schema=None, headers={}, object_id_ref=())
-    kind = await store.create_activity_type(solution, values)
-    assert (kind.parameter_schema, kind.headers, kind.object_id_ref) == (None, {}, ())
-    assert await store.get_activity_type(solution, kind.name) == kind
+    activity_type = await store.create_activity_type(solution, values)
+    assert (activity_type.parameter_schema, activity_type.headers, activity_type.object_id_ref) == (
+        None,
+        {},
+        (),
+    )
+    assert await store.get_activity_type(solution, activity_type.name) == activity_type
 
 
 async def test_activity_type_names_are_unique_per_solution_only(store: Store) -> None:
@@ -495,15 +499,15 @@ async def test_activity_type_names_are_unique_per_solution_only(store: Store) ->
 
 
 async def test_another_solutions_activity_type_is_not_found(store: Store) -> None:
-    kind = await make_activity_type(store)
+    activity_type = await make_activity_type(store)
     other_company_solution = await make_solution(store)
-    with pytest.raises(NotFound, match=f"'{kind.name}' not found"):
-        await store.get_activity_type(other_company_solution, kind.name)
+    with pytest.raises(NotFound, match=f"'{activity_type.name}' not found"):
+        await store.get_activity_type(other_company_solution, activity_type.name)
 
 
 async def test_update_activity_type_headers_and_references(store: Store, clock: ManualClock) -> None:
-    kind = await make_activity_type(store)
-    solution = await store._solution_by_id(kind.solution_id)
+    activity_type = await make_activity_type(store)
+    solution = await store._solution_by_id(activity_type.solution_id)
     clock.advance(2)
     changes = {
         "headers": {"X-New": r.Header("secret-value", secret=True)},
@@ -511,11 +515,11 @@ async def test_update_activity_type_headers_and_references(store: Store, clock: 
         "success_statuses": (204,),
         "retries": 0,
     }
-    updated = await store.update_activity_type(kind, changes)
+    updated = await store.update_activity_type(activity_type, changes)
     for name, value in changes.items():
         assert getattr(updated, name) == value, name
     assert updated.updated_at == clock.now()
-    assert await store.get_activity_type(solution, kind.name) == updated
+    assert await store.get_activity_type(solution, activity_type.name) == updated
 
 
 async def test_renaming_an_activity_type_onto_a_sibling_is_a_conflict(store: Store) -> None:
@@ -542,12 +546,12 @@ async def test_activity_types_are_listed_per_solution_across_pages(store: Store)
 async def test_an_activity_type_with_live_activities_is_not_deleted_without_cascade(
     store: Store, state: r.ActivityState
 ) -> None:
-    kind = await make_activity_type(store)
-    (activity,) = await make_activities(store, kind)
+    activity_type = await make_activity_type(store)
+    (activity,) = await make_activities(store, activity_type)
     if state is r.ActivityState.RUNNING:
         await set_running(activity, T0)
     with pytest.raises(Conflict) as exc:
-        await store.delete_activity_type(kind)
+        await store.delete_activity_type(activity_type)
     assert "cancel or delete them first or pass ?cascade=true" in exc.value.detail
     assert await m.Activity.filter(id=activity.id).exists()
 
@@ -555,22 +559,22 @@ async def test_an_activity_type_with_live_activities_is_not_deleted_without_casc
 async def test_an_activity_type_with_a_recurring_activity_is_not_deleted_without_cascade(
     store: Store,
 ) -> None:
-    kind = await make_activity_type(store)
-    await make_recurring(store, kind)
+    activity_type = await make_activity_type(store)
+    await make_recurring(store, activity_type)
     with pytest.raises(Conflict, match="recurring"):
-        await store.delete_activity_type(kind)
+        await store.delete_activity_type(activity_type)
 
 
 async def test_an_activity_type_with_only_finished_activities_is_deleted_with_them(store: Store) -> None:
-    kind = await make_activity_type(store)
-    activities = await make_activities(store, kind, count=3)
+    activity_type = await make_activity_type(store)
+    activities = await make_activities(store, activity_type, count=3)
     for activity, state in zip(
         activities, [r.ActivityState.SUCCEEDED, r.ActivityState.DEAD, r.ActivityState.CANCELLED], strict=True
     ):
         await set_state(activity, state)
-    await store.delete_activity_type(kind)
-    assert not await m.ActivityType.filter(id=kind.id).exists()
-    assert not await m.Activity.filter(activity_type_id=kind.id).exists()
+    await store.delete_activity_type(activity_type)
+    assert not await m.ActivityType.filter(id=activity_type.id).exists()
+    assert not await m.Activity.filter(activity_type_id=activity_type.id).exists()
 
 
 async def test_deleting_an_activity_type_with_cascade_removes_its_activities_only(store: Store) -> None:

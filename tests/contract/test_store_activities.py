@@ -32,14 +32,14 @@ S = r.ActivityState
 
 
 @pytest.fixture
-async def kind(store: Store) -> r.ActivityType:
+async def activity_type(store: Store) -> r.ActivityType:
     """An activity type in a fresh company and solution."""
     return await make_activity_type(store)
 
 
 @pytest.fixture
-async def solution(store: Store, kind: r.ActivityType) -> r.Solution:
-    return await store._solution_by_id(kind.solution_id)
+async def solution(store: Store, activity_type: r.ActivityType) -> r.Solution:
+    return await store._solution_by_id(activity_type.solution_id)
 
 
 async def count(solution: r.Solution) -> int:
@@ -50,10 +50,10 @@ async def count(solution: r.Solution) -> int:
 
 
 async def test_created_activities_read_back_as_returned(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
     batch = [
-        new_activity(kind, T0 + n * HOUR, priority=n, parameter={"SongId": n, "Title": "é/ü"})
+        new_activity(activity_type, T0 + n * HOUR, priority=n, parameter={"SongId": n, "Title": "é/ü"})
         for n in range(5)
     ]
     created = await store.create_activities(batch)
@@ -61,10 +61,10 @@ async def test_created_activities_read_back_as_returned(
     assert ids(created) == sorted(ids(created)), "ids sort in creation order"
     for activity, item in zip(created, batch, strict=True):
         assert activity.state is S.SCHEDULED
-        assert (activity.activity_type_id, activity.activity_type) == (kind.id, kind.name)
+        assert (activity.activity_type_id, activity.activity_type) == (activity_type.id, activity_type.name)
         assert (activity.company_id, activity.solution_id, activity.partition) == (
-            kind.company_id,
-            kind.solution_id,
+            activity_type.company_id,
+            activity_type.solution_id,
             r.spread_partition(activity.id),  # a type without limits: spread by activity id
         )
         assert activity.scheduled_for == activity.next_attempt_at == item.scheduled_for
@@ -79,58 +79,64 @@ async def test_an_empty_batch_creates_nothing(store: Store, solution: r.Solution
     assert await count(solution) == 0
 
 
-async def test_activities_without_idempotency_keys_never_clash(store: Store, kind: r.ActivityType) -> None:
+async def test_activities_without_idempotency_keys_never_clash(
+    store: Store, activity_type: r.ActivityType
+) -> None:
     same = {"SongId": 1}
-    created = await make_activities(store, kind, count=3, parameter=same)
-    created += await make_activities(store, kind, count=3, parameter=same)
+    created = await make_activities(store, activity_type, count=3, parameter=same)
+    created += await make_activities(store, activity_type, count=3, parameter=same)
     assert len(set(ids(created))) == 6
 
 
 async def test_a_batch_with_a_repeated_idempotency_key_writes_nothing(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
-    batch = [new_activity(kind, idempotency_key=f"k-{n}") for n in range(3)]
-    batch.append(new_activity(kind, idempotency_key="k-1"))
+    batch = [new_activity(activity_type, idempotency_key=f"k-{n}") for n in range(3)]
+    batch.append(new_activity(activity_type, idempotency_key="k-1"))
     with pytest.raises(Conflict, match="idempotency key or occurrence"):
         await store.create_activities(batch)
     assert await count(solution) == 0
 
 
 async def test_a_batch_repeating_a_stored_idempotency_key_writes_nothing(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
-    (stored,) = await store.create_activities([new_activity(kind, idempotency_key="k-1")])
+    (stored,) = await store.create_activities([new_activity(activity_type, idempotency_key="k-1")])
     with pytest.raises(Conflict):
-        await store.create_activities([new_activity(kind), new_activity(kind, idempotency_key="k-1")])
+        await store.create_activities(
+            [new_activity(activity_type), new_activity(activity_type, idempotency_key="k-1")]
+        )
     assert [a.id for a in (await store.list_activities(solution, r.ActivityFilter(), 10)).items] == [
         stored.id
     ]
 
 
 async def test_a_batch_repeating_a_recurring_occurrence_writes_nothing(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
-    recurring = await make_recurring(store, kind)
+    recurring = await make_recurring(store, activity_type)
     occurrence = dict(recurring_activity_id=recurring.id, occurrence_at=T0 + HOUR)
     batch = [
-        new_activity(kind, T0 + 2 * HOUR, recurring_activity_id=recurring.id, occurrence_at=T0 + 2 * HOUR),
-        new_activity(kind, T0 + HOUR, **occurrence),
-        new_activity(kind, T0 + HOUR, **occurrence),
+        new_activity(
+            activity_type, T0 + 2 * HOUR, recurring_activity_id=recurring.id, occurrence_at=T0 + 2 * HOUR
+        ),
+        new_activity(activity_type, T0 + HOUR, **occurrence),
+        new_activity(activity_type, T0 + HOUR, **occurrence),
     ]
     with pytest.raises(Conflict):
         await store.create_activities(batch)
     assert await count(solution) == 0
     await store.create_activities(batch[:2])
     with pytest.raises(Conflict):
-        await store.create_activities([new_activity(kind, T0 + HOUR, **occurrence)])
+        await store.create_activities([new_activity(activity_type, T0 + HOUR, **occurrence)])
     assert await count(solution) == 2
 
 
 async def test_a_large_batch_is_all_or_nothing_across_insert_chunks(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
-    batch = [new_activity(kind, idempotency_key=f"k-{n}") for n in range(1100)]
-    clashing = [*batch, new_activity(kind, idempotency_key="k-3")]  # the clash is in the last chunk
+    batch = [new_activity(activity_type, idempotency_key=f"k-{n}") for n in range(1100)]
+    clashing = [*batch, new_activity(activity_type, idempotency_key="k-3")]  # the clash is in the last chunk
     with pytest.raises(Conflict):
         await store.create_activities(clashing)
     assert await count(solution) == 0
@@ -142,10 +148,10 @@ async def test_a_large_batch_is_all_or_nothing_across_insert_chunks(
     assert pages == 2
 
 
-async def test_idempotency_keys_are_scoped_to_a_solution(store: Store, kind: r.ActivityType) -> None:
+async def test_idempotency_keys_are_scoped_to_a_solution(store: Store, activity_type: r.ActivityType) -> None:
     other = await make_activity_type(store)
     first, created = await store.create_activity_once(
-        new_activity(kind, idempotency_key="k", request_hash="h")
+        new_activity(activity_type, idempotency_key="k", request_hash="h")
     )
     second, created_again = await store.create_activity_once(
         new_activity(other, idempotency_key="k", request_hash="h")
@@ -158,15 +164,15 @@ async def test_idempotency_keys_are_scoped_to_a_solution(store: Store, kind: r.A
 
 
 async def test_the_same_key_and_body_returns_the_stored_activity(
-    store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
+    store: Store, activity_type: r.ActivityType, solution: r.Solution, clock: ManualClock
 ) -> None:
     first, created = await store.create_activity_once(
-        new_activity(kind, idempotency_key="k", request_hash="h")
+        new_activity(activity_type, idempotency_key="k", request_hash="h")
     )
     assert created
     clock.advance(10)
     again, created = await store.create_activity_once(
-        new_activity(kind, T0 + HOUR, idempotency_key="k", request_hash="h")
+        new_activity(activity_type, T0 + HOUR, idempotency_key="k", request_hash="h")
     )
     assert not created
     assert again == first
@@ -175,26 +181,30 @@ async def test_the_same_key_and_body_returns_the_stored_activity(
 
 
 async def test_the_same_key_with_another_body_is_invalid_input_naming_the_header(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
-    await store.create_activity_once(new_activity(kind, idempotency_key="k", request_hash="h1"))
+    await store.create_activity_once(new_activity(activity_type, idempotency_key="k", request_hash="h1"))
     with pytest.raises(InvalidInput) as exc:
-        await store.create_activity_once(new_activity(kind, idempotency_key="k", request_hash="h2"))
+        await store.create_activity_once(new_activity(activity_type, idempotency_key="k", request_hash="h2"))
     assert [e.field for e in exc.value.errors] == ["Idempotency-Key"]
     assert "different request body" in exc.value.detail
     assert await count(solution) == 1
 
 
-async def test_without_a_key_every_creation_is_new(store: Store, kind: r.ActivityType) -> None:
-    first, created_first = await store.create_activity_once(new_activity(kind, parameter={"SongId": 1}))
-    second, created_second = await store.create_activity_once(new_activity(kind, parameter={"SongId": 1}))
+async def test_without_a_key_every_creation_is_new(store: Store, activity_type: r.ActivityType) -> None:
+    first, created_first = await store.create_activity_once(
+        new_activity(activity_type, parameter={"SongId": 1})
+    )
+    second, created_second = await store.create_activity_once(
+        new_activity(activity_type, parameter={"SongId": 1})
+    )
     assert created_first and created_second and first.id != second.id
 
 
 async def test_concurrent_creations_with_one_key_create_one_activity(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
-    attempts = [new_activity(kind, idempotency_key="race", request_hash="h") for _ in range(12)]
+    attempts = [new_activity(activity_type, idempotency_key="race", request_hash="h") for _ in range(12)]
     results = await asyncio.gather(*(store.create_activity_once(a) for a in attempts))
     assert [created for _, created in results].count(True) == 1
     assert len({activity.id for activity, _ in results}) == 1
@@ -204,31 +214,33 @@ async def test_concurrent_creations_with_one_key_create_one_activity(
 # --- reading and listing --------------------------------------------------------------------------
 
 
-async def test_an_activity_of_another_solution_is_not_found(store: Store, kind: r.ActivityType) -> None:
-    (activity,) = await make_activities(store, kind)
-    elsewhere = await make_solution(store, await store.get_company_by_id(kind.company_id))
+async def test_an_activity_of_another_solution_is_not_found(
+    store: Store, activity_type: r.ActivityType
+) -> None:
+    (activity,) = await make_activities(store, activity_type)
+    elsewhere = await make_solution(store, await store.get_company_by_id(activity_type.company_id))
     with pytest.raises(NotFound):
         await store.get_activity(elsewhere, activity.id)
     with pytest.raises(NotFound):
-        await store.get_activity(await store._solution_by_id(kind.solution_id), uuid.uuid4())
+        await store.get_activity(await store._solution_by_id(activity_type.solution_id), uuid.uuid4())
 
 
-async def test_list_filters(store: Store, kind: r.ActivityType, solution: r.Solution) -> None:
-    other_kind = await make_activity_type(store, solution)
-    recurring = await make_recurring(store, kind)
+async def test_list_filters(store: Store, activity_type: r.ActivityType, solution: r.Solution) -> None:
+    other_type = await make_activity_type(store, solution)
+    recurring = await make_recurring(store, activity_type)
     a1, a2 = await store.create_activities(
         [
-            new_activity(kind, T0 + HOUR, parameter={"SongId": 1}),
-            new_activity(kind, T0 + 2 * HOUR, parameter={"SongId": 2}),
+            new_activity(activity_type, T0 + HOUR, parameter={"SongId": 1}),
+            new_activity(activity_type, T0 + 2 * HOUR, parameter={"SongId": 2}),
         ]
     )
-    (a3,) = await make_activities(store, other_kind, T0 + 3 * HOUR, parameter={"SongId": 1})
-    (a4,) = await make_activities(store, kind, T0 + 4 * HOUR, parameter={"SongId": 1})
+    (a3,) = await make_activities(store, other_type, T0 + 3 * HOUR, parameter={"SongId": 1})
+    (a4,) = await make_activities(store, activity_type, T0 + 4 * HOUR, parameter={"SongId": 1})
     await store.cancel_activity(a4)
     (r1,) = await store.create_activities(
         [
             new_activity(
-                kind,
+                activity_type,
                 T0 + 5 * HOUR,
                 parameter={"SongId": 9},
                 recurring_activity_id=recurring.id,
@@ -248,14 +260,14 @@ async def test_list_filters(store: Store, kind: r.ActivityType, solution: r.Solu
     assert await listed(state=S.CANCELLED) == ids([a4])
     assert await listed(state=S.SCHEDULED) == ids([a1, a2, a3, r1])
     assert await listed(state=S.RUNNING) == []
-    assert await listed(activity_type_id=other_kind.id) == ids([a3])
+    assert await listed(activity_type_id=other_type.id) == ids([a3])
     assert await listed(object_id="1") == ids([a1, a3, a4])
     assert await listed(scheduled_after=T0 + 2 * HOUR) == ids([a2, a3, a4, r1])
     assert await listed(scheduled_before=T0 + 2 * HOUR) == ids([a1])
     assert await listed(scheduled_after=T0 + 2 * HOUR, scheduled_before=T0 + 4 * HOUR) == ids([a2, a3])
     assert await listed(scheduled_after=(T0 + 2 * HOUR).astimezone(paris)) == ids([a2, a3, a4, r1])
     assert await listed(recurring_activity_id=recurring.id) == ids([r1])
-    assert await listed(activity_type_id=kind.id, object_id="1", state=S.SCHEDULED) == ids([a1])
+    assert await listed(activity_type_id=activity_type.id, object_id="1", state=S.SCHEDULED) == ids([a1])
     seen, pages = await every_page(
         lambda n, c: store.list_activities(solution, r.ActivityFilter(object_id="1"), n, c), 1
     )
@@ -263,15 +275,15 @@ async def test_list_filters(store: Store, kind: r.ActivityType, solution: r.Solu
 
 
 async def test_instants_given_in_any_offset_are_stored_and_compared_as_utc(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
     new_york = ZoneInfo("America/New_York")  # 09:00-05:00 would sort before 13:45+00:00 as text
-    recurring = await make_recurring(store, kind)
+    recurring = await make_recurring(store, activity_type)
     at = (T0 + 2 * HOUR).astimezone(new_york)
     late, early = await store.create_activities(
         [
-            new_activity(kind, at, recurring_activity_id=recurring.id, occurrence_at=at),
-            new_activity(kind, T0 + 90 * timedelta(minutes=1)),
+            new_activity(activity_type, at, recurring_activity_id=recurring.id, occurrence_at=at),
+            new_activity(activity_type, T0 + 90 * timedelta(minutes=1)),
         ]
     )
     after = r.ActivityFilter(scheduled_after=T0 + 105 * timedelta(minutes=1))
@@ -281,7 +293,10 @@ async def test_instants_given_in_any_offset_are_stored_and_compared_as_utc(
         await store.create_activities(
             [
                 new_activity(
-                    kind, T0 + 2 * HOUR, recurring_activity_id=recurring.id, occurrence_at=T0 + 2 * HOUR
+                    activity_type,
+                    T0 + 2 * HOUR,
+                    recurring_activity_id=recurring.id,
+                    occurrence_at=T0 + 2 * HOUR,
                 )
             ]
         )
@@ -295,9 +310,9 @@ async def test_instants_given_in_any_offset_are_stored_and_compared_as_utc(
 
 
 async def test_a_scheduled_activity_can_be_changed(
-    store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
+    store: Store, activity_type: r.ActivityType, solution: r.Solution, clock: ManualClock
 ) -> None:
-    (activity,) = await make_activities(store, kind)
+    (activity,) = await make_activities(store, activity_type)
     clock.advance(1)
     changes = {"priority": 7, "parameter": {"SongId": 99}, "object_id": "99", "scheduled_for": T0 + 3 * HOUR}
     updated = await store.update_scheduled_activity(activity, changes)
@@ -309,9 +324,9 @@ async def test_a_scheduled_activity_can_be_changed(
 
 @pytest.mark.parametrize("state", [S.RUNNING, S.SUCCEEDED, S.DEAD, S.CANCELLED])
 async def test_only_a_scheduled_activity_can_be_changed(
-    store: Store, kind: r.ActivityType, solution: r.Solution, state: S
+    store: Store, activity_type: r.ActivityType, solution: r.Solution, state: S
 ) -> None:
-    (activity,) = await make_activities(store, kind)
+    (activity,) = await make_activities(store, activity_type)
     await set_state(activity, state)
     before = await store.get_activity(solution, activity.id)
     with pytest.raises(Conflict) as exc:
@@ -321,9 +336,9 @@ async def test_only_a_scheduled_activity_can_be_changed(
 
 
 async def test_cancel_a_scheduled_activity(
-    store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
+    store: Store, activity_type: r.ActivityType, solution: r.Solution, clock: ManualClock
 ) -> None:
-    (activity,) = await make_activities(store, kind)
+    (activity,) = await make_activities(store, activity_type)
     clock.advance(3)
     cancelled = await store.cancel_activity(activity)
     assert (cancelled.state, cancelled.finished_at, cancelled.updated_at) == (
@@ -334,8 +349,10 @@ async def test_cancel_a_scheduled_activity(
     assert await store.get_activity(solution, activity.id) == cancelled
 
 
-async def test_cancelling_a_running_activity_drops_its_claim(store: Store, kind: r.ActivityType) -> None:
-    (activity,) = await make_activities(store, kind)
+async def test_cancelling_a_running_activity_drops_its_claim(
+    store: Store, activity_type: r.ActivityType
+) -> None:
+    (activity,) = await make_activities(store, activity_type)
     await set_running(activity, T0 + HOUR)
     assert (await store.cancel_activity(activity)).state is S.CANCELLED
     row = await m.Activity.get(id=activity.id)
@@ -344,9 +361,9 @@ async def test_cancelling_a_running_activity_drops_its_claim(store: Store, kind:
 
 @pytest.mark.parametrize("state", [S.SUCCEEDED, S.DEAD, S.CANCELLED])
 async def test_a_finished_activity_cannot_be_cancelled(
-    store: Store, kind: r.ActivityType, solution: r.Solution, state: S
+    store: Store, activity_type: r.ActivityType, solution: r.Solution, state: S
 ) -> None:
-    (activity,) = await make_activities(store, kind)
+    (activity,) = await make_activities(store, activity_type)
     await set_state(activity, state, finished_at=T0)
     with pytest.raises(Conflict, match=f"already {state}"):
         await store.cancel_activity(activity)
@@ -354,8 +371,10 @@ async def test_a_finished_activity_cannot_be_cancelled(
     assert (after.state, after.finished_at) == (state, T0)
 
 
-async def test_executions_are_listed_per_activity_across_pages(store: Store, kind: r.ActivityType) -> None:
-    first, second = await make_activities(store, kind, count=2)
+async def test_executions_are_listed_per_activity_across_pages(
+    store: Store, activity_type: r.ActivityType
+) -> None:
+    first, second = await make_activities(store, activity_type, count=2)
     assert await store.list_executions(first, 10) == r.Page([], None)
     for attempt in (1, 2, 3):
         for activity in (first, second):
@@ -382,10 +401,14 @@ async def test_executions_are_listed_per_activity_across_pages(store: Store, kin
 
 
 async def test_requeue_puts_dead_and_cancelled_activities_back(
-    store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
+    store: Store, activity_type: r.ActivityType, solution: r.Solution, clock: ManualClock
 ) -> None:
     dead, ahead, done = await store.create_activities(
-        [new_activity(kind, T0), new_activity(kind, T0 + 5 * HOUR), new_activity(kind, T0)]
+        [
+            new_activity(activity_type, T0),
+            new_activity(activity_type, T0 + 5 * HOUR),
+            new_activity(activity_type, T0),
+        ]
     )
     await set_state(dead, S.DEAD, retries=-1, finished_at=T0, attempts=4)
     await store.cancel_activity(ahead)
@@ -393,14 +416,20 @@ async def test_requeue_puts_dead_and_cancelled_activities_back(
     clock.advance(3600)
     assert [await store.requeue_activity(solution, a.id) for a in (dead, ahead, done)] == [True, True, False]
     dead_now, ahead_now, done_now = [await store.get_activity(solution, a.id) for a in (dead, ahead, done)]
-    assert (dead_now.state, dead_now.retries, dead_now.finished_at) == (S.SCHEDULED, kind.retries, None)
+    assert (dead_now.state, dead_now.retries, dead_now.finished_at) == (
+        S.SCHEDULED,
+        activity_type.retries,
+        None,
+    )
     assert dead_now.next_attempt_at == clock.now(), "a requeued activity that was due is due now"
     assert (ahead_now.state, ahead_now.next_attempt_at) == (S.SCHEDULED, T0 + 5 * HOUR)
     assert done_now.state is S.SUCCEEDED
 
 
-async def test_requeue_one_activity_by_id(store: Store, kind: r.ActivityType, solution: r.Solution) -> None:
-    first, second = await make_activities(store, kind, count=2)
+async def test_requeue_one_activity_by_id(
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
+) -> None:
+    first, second = await make_activities(store, activity_type, count=2)
     await set_state(first, S.DEAD)
     await set_state(second, S.DEAD)
     assert await store.requeue_activity(solution, first.id)
@@ -413,11 +442,11 @@ async def test_requeue_one_activity_by_id(store: Store, kind: r.ActivityType, so
 
 
 async def test_a_recurring_activity_reads_back_as_created(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
     recurring = await make_recurring(
         store,
-        kind,
+        activity_type,
         schedule={"day_of_week": "mon-fri", "hour": "9"},
         timezone="America/New_York",
         start_at=T0,
@@ -426,7 +455,7 @@ async def test_a_recurring_activity_reads_back_as_created(
         priority=3,
         paused=True,
     )
-    assert (recurring.activity_type_id, recurring.activity_type) == (kind.id, kind.name)
+    assert (recurring.activity_type_id, recurring.activity_type) == (activity_type.id, activity_type.name)
     assert (recurring.schedule, recurring.timezone) == (
         {"day_of_week": "mon-fri", "hour": "9"},
         "America/New_York",
@@ -438,31 +467,31 @@ async def test_a_recurring_activity_reads_back_as_created(
 
 
 async def test_a_recurring_activity_of_another_solution_is_not_found(
-    store: Store, kind: r.ActivityType
+    store: Store, activity_type: r.ActivityType
 ) -> None:
-    recurring = await make_recurring(store, kind)
+    recurring = await make_recurring(store, activity_type)
     with pytest.raises(NotFound):
         await store.get_recurring(await make_solution(store), recurring.id)
     with pytest.raises(NotFound):
-        await store.get_recurring(await store._solution_by_id(kind.solution_id), uuid.uuid4())
+        await store.get_recurring(await store._solution_by_id(activity_type.solution_id), uuid.uuid4())
 
 
 async def test_recurring_activities_are_listed_per_solution_and_type(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
-    other_kind = await make_activity_type(store, solution)
-    mine = [await make_recurring(store, kind if n % 2 else other_kind) for n in range(5)]
+    other_type = await make_activity_type(store, solution)
+    mine = [await make_recurring(store, activity_type if n % 2 else other_type) for n in range(5)]
     await make_recurring(store, await make_activity_type(store))
     seen, pages = await every_page(lambda n, c: store.list_recurring(solution, n, c), 2)
     assert (seen, pages) == (mine, 3)
-    of_kind = await store.list_recurring(solution, 10, activity_type=kind)
-    assert of_kind.items == [rec for rec in mine if rec.activity_type_id == kind.id]
+    of_activity_type = await store.list_recurring(solution, 10, activity_type=activity_type)
+    assert of_activity_type.items == [rec for rec in mine if rec.activity_type_id == activity_type.id]
 
 
 async def test_update_a_recurring_activity(
-    store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
+    store: Store, activity_type: r.ActivityType, solution: r.Solution, clock: ManualClock
 ) -> None:
-    recurring = await make_recurring(store, kind)
+    recurring = await make_recurring(store, activity_type)
     clock.advance(1)
     changes = {"paused": True, "schedule": {"cron": "@hourly"}, "parameter": {"SongId": 8}, "object_id": "8"}
     updated = await store.update_recurring(recurring, changes)
@@ -477,30 +506,32 @@ async def test_update_a_recurring_activity(
 
 
 async def test_moving_a_recurring_activity_to_another_type_moves_its_partition(
-    store: Store, kind: r.ActivityType, solution: r.Solution
+    store: Store, activity_type: r.ActivityType, solution: r.Solution
 ) -> None:
-    recurring = await make_recurring(store, kind)
-    other_kind = await make_activity_type(store, solution)
-    moved = await store.update_recurring(recurring, {}, other_kind)
-    assert (moved.activity_type_id, moved.activity_type) == (other_kind.id, other_kind.name)
-    assert (await m.RecurringActivity.get(id=recurring.id)).partition == other_kind.partition
+    recurring = await make_recurring(store, activity_type)
+    other_type = await make_activity_type(store, solution)
+    moved = await store.update_recurring(recurring, {}, other_type)
+    assert (moved.activity_type_id, moved.activity_type) == (other_type.id, other_type.name)
+    assert (await m.RecurringActivity.get(id=recurring.id)).partition == other_type.partition
 
 
-async def test_updating_a_deleted_recurring_activity_is_not_found(store: Store, kind: r.ActivityType) -> None:
-    recurring = await make_recurring(store, kind)
+async def test_updating_a_deleted_recurring_activity_is_not_found(
+    store: Store, activity_type: r.ActivityType
+) -> None:
+    recurring = await make_recurring(store, activity_type)
     await store.delete_recurring(recurring)
     with pytest.raises(NotFound):
         await store.update_recurring(recurring, {"paused": True})
 
 
 async def test_deleting_a_recurring_activity_cancels_its_scheduled_occurrences_only(
-    store: Store, kind: r.ActivityType, solution: r.Solution, clock: ManualClock
+    store: Store, activity_type: r.ActivityType, solution: r.Solution, clock: ManualClock
 ) -> None:
-    doomed, kept = await make_recurring(store, kind), await make_recurring(store, kind)
+    doomed, kept = await make_recurring(store, activity_type), await make_recurring(store, activity_type)
 
     def occurrence(recurring: r.RecurringActivity, hours: int) -> r.NewActivity:
         at = T0 + hours * HOUR
-        return new_activity(kind, at, recurring_activity_id=recurring.id, occurrence_at=at)
+        return new_activity(activity_type, at, recurring_activity_id=recurring.id, occurrence_at=at)
 
     past, running, future, later = await store.create_activities(
         [occurrence(doomed, 1), occurrence(doomed, 2), occurrence(doomed, 3), occurrence(doomed, 4)]

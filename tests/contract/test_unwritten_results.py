@@ -56,8 +56,8 @@ def ok(claim: Claim) -> Completion:
 async def test_results_refused_by_a_full_disk_are_written_before_their_claims_are_rescued(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
-    kind = await make_type(store, "https://receiver.example/x/{n}")
-    await make_activities(store, kind, T0, count=5)
+    activity_type = await make_type(store, "https://receiver.example/x/{n}")
+    await make_activities(store, activity_type, T0, count=5)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 5, LEASE, T0)
     assert len(claims) == 5
     disk = FullDisk(dispatch)
@@ -84,8 +84,8 @@ async def test_results_refused_by_a_full_disk_are_written_before_their_claims_ar
 async def test_the_rescuer_is_not_held_back_by_a_writer_that_writes(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
-    kind = await make_type(store, "https://receiver.example/x/{n}")
-    await make_activities(store, kind, T0, count=3)
+    activity_type = await make_type(store, "https://receiver.example/x/{n}")
+    await make_activities(store, activity_type, T0, count=3)
     assert len(await dispatch.claim_due("dead-node", ALL_PARTITIONS, 3, LEASE, T0)) == 3
     writer = CompletionWriter(CompletionConfig(flush_interval=0.01), dispatch)
     rescuer = Rescuer(RescuerConfig(), dispatch, held_back=lambda: writer.stuck)
@@ -114,8 +114,8 @@ async def test_requests_in_flight_past_their_lease_end_before_their_claims_are_r
     """Requests still in flight when the disk fills, for longer than their lease: the node cannot
     extend their leases. Once space is back its rescuer waits until they end and their results are
     written, rather than returning their claims to the queue to be sent again."""
-    kind = await make_type(store, "https://receiver.example/x/{n}")
-    await make_activities(store, kind, T0, count=5)
+    activity_type = await make_type(store, "https://receiver.example/x/{n}")
+    await make_activities(store, activity_type, T0, count=5)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 5, LEASE, T0)
     book = ClaimBook()
     book.add(claims)
@@ -151,8 +151,8 @@ async def test_requests_in_flight_past_their_lease_are_leased_again_unless_rescu
     """Once writes succeed again, the lease keeper leases again each request in flight whose lease ran
     out, if its claim is still this node's, so that no node's rescuer (another node's does not wait for
     this one) sends it again; a claim another node rescued meanwhile is left to it."""
-    kind = await make_type(store, "https://receiver.example/x/{n}")
-    await make_activities(store, kind, T0, count=4)
+    activity_type = await make_type(store, "https://receiver.example/x/{n}")
+    await make_activities(store, activity_type, T0, count=4)
     claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 4, LEASE, T0)
     book = ClaimBook()
     book.add(claims)

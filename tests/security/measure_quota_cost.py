@@ -72,14 +72,14 @@ async def measure(url: str, held: int) -> dict[str, Any]:
         store = storage.store
         company = await make_company(store)
         solution = await make_solution(store, company)
-        kind = await make_activity_type(store, solution)
+        activity_type = await make_activity_type(store, solution)
 
         async def one() -> None:
-            await ops.activities.create(SYSTEM, company, solution, new_activity(kind))
+            await ops.activities.create(SYSTEM, company, solution, new_activity(activity_type))
 
         async def batch() -> None:
             await ops.activities.create_many(
-                SYSTEM, company, solution, [new_activity(kind) for _ in range(1000)]
+                SYSTEM, company, solution, [new_activity(activity_type) for _ in range(1000)]
             )
 
         for _ in range(20):

@@ -173,13 +173,13 @@ async def test_a_claim_held_before_a_change_fires_with_it_uri_and_credentials_to
     clock = ManualClock(T0)
     store, dispatch = Store(clock), DispatchStore(clock)
     headers = {"X-Secret": r.Header(SECRET, secret=True)}
-    kind = await make_type(store, "http://legit.example/song/{n}", headers=headers)
-    await store.update_activity_type(kind, {"auth": BearerAuth(TOKEN)})
-    await make_activities(store, kind, T0, count=1, parameter=lambda i: {"n": i})
+    activity_type = await make_type(store, "http://legit.example/song/{n}", headers=headers)
+    await store.update_activity_type(activity_type, {"auth": BearerAuth(TOKEN)})
+    await make_activities(store, activity_type, T0, count=1, parameter=lambda i: {"n": i})
     [held] = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0)
     assert held.target.credentials == ("auth", "headers/X-Secret")
     assert dispatch.latest_target(held.target) is held.target
-    assert await dispatch.refresh_targets([kind.id]) == 0  # unchanged: nothing read again
+    assert await dispatch.refresh_targets([activity_type.id]) == 0  # unchanged: nothing read again
 
     clock.advance(0.001)
     moved = {
@@ -187,8 +187,8 @@ async def test_a_claim_held_before_a_change_fires_with_it_uri_and_credentials_to
         "auth": BearerAuth(NEW_TOKEN),
         "headers": {"X-Secret": r.Header(NEW_SECRET, secret=True)},
     }
-    await store.update_activity_type(kind, moved)
-    assert await dispatch.refresh_targets([kind.id]) == 1
+    await store.update_activity_type(activity_type, moved)
+    assert await dispatch.refresh_targets([activity_type.id]) == 1
     newest = dispatch.latest_target(held.target)
     request = build_request(dataclasses.replace(held, target=newest), clock.now())
     assert request.url == "http://other.example/song/0"

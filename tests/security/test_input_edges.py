@@ -139,16 +139,21 @@ async def test_a_key_given_twice_is_refused_naming_it(api: Api) -> None:
     twice = b'{"name": "acme-a", "qos_level": 1, "name": "acme-b"}'
     problem = await rejected(api, "POST", "/v1/companies", 422, "name", content=twice, headers=JSON)
     assert "more than once" in problem["detail"], problem
-    kind = tenant.activity_type
-    single = f'{{"activity_type": "{kind}", "parameter": {{"SongId": 1, "SongId": 2}}}}'.encode()
+    activity_type = tenant.activity_type
+    single = f'{{"activity_type": "{activity_type}", "parameter": {{"SongId": 1, "SongId": 2}}}}'.encode()
     await rejected(api, "POST", tenant.activities, 422, "parameter/SongId", content=single, headers=JSON)
     items = [orjson.dumps(tenant.activity(n)).decode() for n in range(1000)]
-    items[7] = f'{{"activity_type": "{kind}", "parameter": {{"SongId": 7}}, "priority": 1, "priority": 9}}'
+    items[7] = (
+        f'{{"activity_type": "{activity_type}", "parameter": {{"SongId": 7}}, "priority": 1, "priority": 9}}'
+    )
     batch = ('{"activities": [' + ", ".join(items) + "]}").encode()
     await rejected(api, "POST", tenant.activities, 422, "activities/7/priority", content=batch, headers=JSON)
 
     # keys that only look alike are different keys; a colon written as \u003a is still one colon
-    fine = f'{{"activity_type": "{kind}", "parameter": {{"SongId": 1, "songid": "a\\u003ab", "S": "c:d"}}}}'
+    fine = (
+        f'{{"activity_type": "{activity_type}", '
+        '"parameter": {"SongId": 1, "songid": "a\\u003ab", "S": "c:d"}}'
+    )
     created = await api.call("POST", tenant.activities, content=fine.encode(), headers=JSON, expect=201)
     assert created.json()["parameter"] == {"SongId": 1, "songid": "a:b", "S": "c:d"}
     batch = ('{"activities": [' + ", ".join(items[:7] + items[8:]) + "]}").encode()

@@ -27,16 +27,16 @@ async def test_solution_and_type_names_with_a_newline_are_refused(api: Api, name
     tenant = await api.tenant()
     solutions = f"/v1/companies/{tenant.company}/solutions"
     await rejected(api, "POST", solutions, 422, "name", json={"name": name})
-    kind = {"name": name, "verb": "POST", "uri_pattern": "https://receiver.example/a"}
-    await rejected(api, "POST", tenant.types, 422, "name", json=kind)
+    activity_type = {"name": name, "verb": "POST", "uri_pattern": "https://receiver.example/a"}
+    await rejected(api, "POST", tenant.types, 422, "name", json=activity_type)
 
 
 async def test_names_that_refer_to_types_are_full_string_slugs_too(api: Api) -> None:
     tenant = await api.tenant()
     near = tenant.activity_type + "\n"
-    kind = {"name": unique("t"), "verb": "POST", "uri_pattern": "https://receiver.example/a"}
+    activity_type = {"name": unique("t"), "verb": "POST", "uri_pattern": "https://receiver.example/a"}
     for field in ("on_success", "on_dead_letter"):
-        body = {**kind, field: near}
+        body = {**activity_type, field: near}
         await rejected(api, "POST", tenant.types, 422, field, json=body)
     activity = tenant.activity(activity_type=near)
     await rejected(api, "POST", tenant.activities, 422, "activity_type", json=activity)

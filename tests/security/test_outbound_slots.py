@@ -140,5 +140,5 @@ async def tenant_of(api: Api, company: str, uri_pattern: str) -> Tenant:
     key = await api.api_key(company)
     solution = await api.solution(company)
     path = f"/v1/companies/{company}/solutions/{solution['name']}"
-    kind = await api.activity_type(path, uri_pattern=uri_pattern, retries=0, timeout="PT5M")
-    return Tenant(company, solution["name"], kind["name"], key, path)
+    activity_type = await api.activity_type(path, uri_pattern=uri_pattern, retries=0, timeout="PT5M")
+    return Tenant(company, solution["name"], activity_type["name"], key, path)

@@ -16,8 +16,8 @@ from tests.factories import make_activities, make_type
 pytestmark = pytest.mark.timeout(90)
 
 
-async def one(store: Store, kind: r.ActivityType) -> r.Activity:
-    [activity] = await make_activities(store, kind, SystemClock().now())
+async def one(store: Store, activity_type: r.ActivityType) -> r.Activity:
+    [activity] = await make_activities(store, activity_type, SystemClock().now())
     return activity
 
 
@@ -25,9 +25,9 @@ async def test_an_abort_reason_is_bounded_and_redacted(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
     secret = "k3y-" + "s" * 28
-    kind = await make_type(store, receiver.url + "/x", headers={"X-Key": r.Header(secret, True)})
+    activity_type = await make_type(store, receiver.url + "/x", headers={"X-Key": r.Header(secret, True)})
     receiver.behaviour = respond(422, headers={"OSTE-Abort": f"bad key {secret} " + "x" * 5000})
-    done = await settled(store, await one(store, kind))
+    done = await settled(store, await one(store, activity_type))
     [run] = await executions_of(store, done)
     assert done.state == r.ActivityState.DEAD and run.outcome == r.Outcome.FAILED
     assert secret not in (run.error or "") and len(run.error or "") <= 600
@@ -37,9 +37,9 @@ async def test_a_secret_echoed_across_the_abort_reasons_cut_leaves_no_prefix(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
     secret = "k3y-" + "s" * 28
-    kind = await make_type(store, receiver.url + "/x", headers={"X-Key": r.Header(secret, True)})
+    activity_type = await make_type(store, receiver.url + "/x", headers={"X-Key": r.Header(secret, True)})
     receiver.behaviour = respond(200, headers={"OSTE-Abort": "x" * 490 + secret})
-    done = await settled(store, await one(store, kind))
+    done = await settled(store, await one(store, activity_type))
     [run] = await executions_of(store, done)
     assert done.state == r.ActivityState.DEAD and "k3y-" not in (run.error or "")
 
@@ -47,10 +47,10 @@ async def test_a_secret_echoed_across_the_abort_reasons_cut_leaves_no_prefix(
 async def test_a_receiver_that_snoozes_forever_ends_after_max_snoozes_and_its_retries(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await make_type(store, receiver.url + "/x", retries=2)
-    kind = await store.update_activity_type(kind, {"max_snoozes": 3})
+    activity_type = await make_type(store, receiver.url + "/x", retries=2)
+    activity_type = await store.update_activity_type(activity_type, {"max_snoozes": 3})
     receiver.behaviour = respond(200, headers={"OSTE-Snooze": "0"})
-    done = await settled(store, await one(store, kind), within=30)
+    done = await settled(store, await one(store, activity_type), within=30)
     assert done.state == r.ActivityState.DEAD and done.snoozes == 3
     assert len(receiver.hits) == 3 + 3  # three snoozes, then the first attempt and its two retries
     outcomes = [e.outcome for e in await executions_of(store, done)]

@@ -175,9 +175,11 @@ async def test_echoed_credentials_are_redacted_in_every_form_wherever_recorded(
     reader = await key_with(api, tenant, ["read"])
     ids = [
         (
-            await api.post(tenant.activities, {"activity_type": kind, "parameter": {"SongId": n}}, expect=201)
+            await api.post(
+                tenant.activities, {"activity_type": activity_type, "parameter": {"SongId": n}}, expect=201
+            )
         ).json()["id"]
-        for n, kind in enumerate((tenant.activity_type, "cut", "echo"))
+        for n, activity_type in enumerate((tenant.activity_type, "cut", "echo"))
     ]
     with caplog.at_level(logging.INFO):
         await fire_all(api)

@@ -22,7 +22,7 @@ from oste.domain.parameters import ParameterRules
 from oste.domain.records import ActivityState as S
 from tests.engine_support import a_claim
 
-KIND = TypeRules(
+ACTIVITY_TYPE = TypeRules(
     ParameterRules(
         "https://old.example/song/{SongId}", {"type": "object", "required": ["SongId"]}, ("SongId",)
     ),
@@ -45,7 +45,7 @@ def test_each_action_applies_to_its_states_only() -> None:
 
 def test_an_update_merges_the_parameter_and_checks_it_with_the_override() -> None:
     plan = UpdatePlan({"parameter": {"Isrc": "X1", "Old": None}, "retries": None, "priority": 2})
-    changes = plan.changes(KIND, {"SongId": 7, "Old": 1}, None)
+    changes = plan.changes(ACTIVITY_TYPE, {"SongId": 7, "Old": 1}, None)
     assert changes == {
         "priority": 2,
         "retries": 3,
@@ -54,27 +54,27 @@ def test_an_update_merges_the_parameter_and_checks_it_with_the_override() -> Non
     }
     # an activity's own override must still be filled by the merged parameter
     refused = UpdatePlan({"parameter": {"Isrc": None}}).changes(
-        KIND, {"SongId": 7, "Isrc": "X"}, "https://n.example/{Isrc}"
+        ACTIVITY_TYPE, {"SongId": 7, "Isrc": "X"}, "https://n.example/{Isrc}"
     )
     assert isinstance(refused, str) and "{Isrc}" in refused
-    schema_refused = UpdatePlan({"parameter": {"SongId": None}}).changes(KIND, {"SongId": 7}, None)
+    schema_refused = UpdatePlan({"parameter": {"SongId": None}}).changes(ACTIVITY_TYPE, {"SongId": 7}, None)
     assert isinstance(schema_refused, str) and "SongId" in schema_refused
 
 
 def test_a_uri_override_must_be_filled_by_each_parameter() -> None:
     plan = UpdatePlan({"uri_override": "https://new.example/isrc/{Isrc}/{SongId}"})
-    assert plan.changes(KIND, {"SongId": 1, "Isrc": "AB"}, None) == {
+    assert plan.changes(ACTIVITY_TYPE, {"SongId": 1, "Isrc": "AB"}, None) == {
         "uri_override": "https://new.example/isrc/{Isrc}/{SongId}"
     }
-    missing = plan.changes(KIND, {"SongId": 1}, None)
+    missing = plan.changes(ACTIVITY_TYPE, {"SongId": 1}, None)
     assert isinstance(missing, str) and "parameter/Isrc" in missing
-    not_scalar = plan.changes(KIND, {"SongId": 1, "Isrc": {"a": 1}}, None)
+    not_scalar = plan.changes(ACTIVITY_TYPE, {"SongId": 1, "Isrc": {"a": 1}}, None)
     assert isinstance(not_scalar, str) and "string, number or boolean" in not_scalar
     dots = UpdatePlan({"uri_override": "https://new.example/{Isrc}/x"}).changes(
-        KIND, {"SongId": 1, "Isrc": ".."}, None
+        ACTIVITY_TYPE, {"SongId": 1, "Isrc": ".."}, None
     )
     assert isinstance(dots, str) and "dot segment" in dots
-    assert UpdatePlan({"uri_override": None}).changes(KIND, {"SongId": 1}, "https://x.example/") == {
+    assert UpdatePlan({"uri_override": None}).changes(ACTIVITY_TYPE, {"SongId": 1}, "https://x.example/") == {
         "uri_override": None
     }
 

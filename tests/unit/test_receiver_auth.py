@@ -177,9 +177,11 @@ def test_certificates_and_keys_are_loaded_and_matched(pki: TestPki) -> None:
 
 
 def test_type_values_checks_auth_against_the_stored_type() -> None:
-    kind = a_type(auth=BearerAuth("stored-token"))
-    assert type_values({"auth": {"type": "bearer", "token": {"secret": True}}}, kind) == {"auth": kind.auth}
-    assert type_values({"auth": None}, kind) == {"auth": None}
+    activity_type = a_type(auth=BearerAuth("stored-token"))
+    assert type_values({"auth": {"type": "bearer", "token": {"secret": True}}}, activity_type) == {
+        "auth": activity_type.auth
+    }
+    assert type_values({"auth": None}, activity_type) == {"auth": None}
     assert type_values(created(None) | {"auth": OAUTH})["auth"] == OAuth2ClientCredentials(
         OAUTH["token_url"], "oste", "very-secret", "jobs:write", None
     )
@@ -214,12 +216,25 @@ def test_secret_members_are_shown_as_secret_true_and_stored_in_full(auth: Any) -
 
 @pytest.mark.parametrize("auth", KINDS, ids=lambda a: a.type)
 def test_the_request_preview_masks_what_auth_adds(auth: Any) -> None:
-    kind = a_type(auth=auth, headers={"authorization": r.Header("Basic static"), "X-Team": r.Header("music")})
-    activity = an_activity(kind)
-    solution = r.Solution(
-        uuid.uuid4(), kind.company_id, "songs", 1, None, 1.0, None, 1.0, "whsec_" + "A" * 32, False, T0, T0
+    activity_type = a_type(
+        auth=auth, headers={"authorization": r.Header("Basic static"), "X-Team": r.Header("music")}
     )
-    preview = preview_request(activity, kind, solution, T0)
+    activity = an_activity(activity_type)
+    solution = r.Solution(
+        uuid.uuid4(),
+        activity_type.company_id,
+        "songs",
+        1,
+        None,
+        1.0,
+        None,
+        1.0,
+        "whsec_" + "A" * 32,
+        False,
+        T0,
+        T0,
+    )
+    preview = preview_request(activity, activity_type, solution, T0)
     text = orjson.dumps(preview.headers).decode()
     assert not any(secret in text for secret in SECRETS)
     if isinstance(auth, MutualTls):
@@ -275,7 +290,7 @@ def test_an_unusable_token_answer_is_a_clear_failure(answer: bytes, outcome: str
 
 
 def a_type(**changes: Any) -> r.ActivityType:
-    kind = r.ActivityType(
+    activity_type = r.ActivityType(
         id=uuid.uuid4(),
         company_id=uuid.uuid4(),
         solution_id=uuid.uuid4(),
@@ -296,16 +311,16 @@ def a_type(**changes: Any) -> r.ActivityType:
         created_at=T0,
         updated_at=T0,
     )
-    return dataclasses.replace(kind, **changes)
+    return dataclasses.replace(activity_type, **changes)
 
 
-def an_activity(kind: r.ActivityType) -> r.Activity:
+def an_activity(activity_type: r.ActivityType) -> r.Activity:
     return r.Activity(
         id=uuid.uuid4(),
-        company_id=kind.company_id,
-        solution_id=kind.solution_id,
-        activity_type_id=kind.id,
-        activity_type=kind.name,
+        company_id=activity_type.company_id,
+        solution_id=activity_type.solution_id,
+        activity_type_id=activity_type.id,
+        activity_type=activity_type.name,
         partition=0,
         scheduled_for=T0,
         next_attempt_at=T0,

@@ -207,8 +207,8 @@ class Api:
         key = await self.api_key(company["name"])
         solution = await self.solution(company["name"])
         path = f"/v1/companies/{company['name']}/solutions/{solution['name']}"
-        kind = await self.activity_type(path, **type_fields)
-        return Tenant(company["name"], solution["name"], kind["name"], key, path)
+        activity_type = await self.activity_type(path, **type_fields)
+        return Tenant(company["name"], solution["name"], activity_type["name"], key, path)
 
 
 @dataclass(frozen=True)

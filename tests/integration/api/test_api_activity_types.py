@@ -54,10 +54,14 @@ async def test_activity_type_create_read_patch_delete(api: Api) -> None:
 
 async def test_activity_type_defaults(api: Api) -> None:
     tenant = await api.tenant()
-    kind = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
-    assert kind["retries"] == 3 and kind["timeout"] == "PT30S"
-    assert kind["parameter_schema"] is None and kind["object_id_ref"] == [] and kind["headers"] == {}
-    assert kind["paused"] is False
+    activity_type = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
+    assert activity_type["retries"] == 3 and activity_type["timeout"] == "PT30S"
+    assert (
+        activity_type["parameter_schema"] is None
+        and activity_type["object_id_ref"] == []
+        and activity_type["headers"] == {}
+    )
+    assert activity_type["paused"] is False
 
 
 async def test_activity_type_names_are_unique_within_a_solution(api: Api) -> None:

@@ -18,9 +18,9 @@ async def test_changes_are_recorded_with_who_made_them_newest_first(api: Api) ->
     ).json()
     solution = await api.solution(company["name"], token=key["key"])
     path = f"/v1/companies/{company['name']}/solutions/{solution['name']}"
-    kind = await api.activity_type(path, object_id_ref=["SongId"])
+    activity_type = await api.activity_type(path, object_id_ref=["SongId"])
     activities = path + "/activities"
-    one = {"activity_type": kind["name"], "parameter": {"SongId": 1}, "delay": "PT1H"}
+    one = {"activity_type": activity_type["name"], "parameter": {"SongId": 1}, "delay": "PT1H"}
     single = (await api.post(activities, one, token=key["key"], expect=201)).json()
     await api.post(activities, {"activities": [one, one, one]}, expect=201)
     await api.patch(f"{activities}/{single['id']}", {"priority": 5}, token=key["key"], expect=200)
@@ -48,7 +48,7 @@ async def test_changes_are_recorded_with_who_made_them_newest_first(api: Api) ->
         rows[3]["details"] == {"count": 3} and rows[3]["actor"] == "admin" and rows[3]["api_key_id"] is None
     )
     assert rows[4]["resource_id"] == single["id"]
-    assert rows[5]["resource_id"] == kind["name"] and rows[6]["resource_id"] == solution["name"]
+    assert rows[5]["resource_id"] == activity_type["name"] and rows[6]["resource_id"] == solution["name"]
     assert all(e["solution"] == solution["name"] for e in rows)
     assert [e["id"] for e in rows] == sorted((e["id"] for e in rows), reverse=True)
 

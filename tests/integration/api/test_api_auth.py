@@ -59,7 +59,7 @@ def every_route(side: Side) -> list[tuple[str, str, Any]]:
     """One request to every company-scoped route of this side: (method, path, body)."""
     t = side.tenant
     company = f"/v1/companies/{t.company}"
-    kind = f"{t.types}/{t.activity_type}"
+    activity_type = f"{t.types}/{t.activity_type}"
     new_type = {"name": "new-type", "verb": "POST", "uri_pattern": "https://x.example/"}
     recurring = {"activity_type": t.activity_type, "schedule": {"cron": "@daily"}, "parameter": {"SongId": 2}}
     return [
@@ -77,9 +77,9 @@ def every_route(side: Side) -> list[tuple[str, str, Any]]:
         ("POST", f"{t.path}/rotate-signing-secret", None),
         ("GET", t.types, None),
         ("POST", t.types, new_type),
-        ("GET", kind, None),
-        ("PATCH", kind, {"retries": 9}),
-        ("DELETE", kind + "?cascade=true", None),
+        ("GET", activity_type, None),
+        ("PATCH", activity_type, {"retries": 9}),
+        ("DELETE", activity_type + "?cascade=true", None),
         ("GET", t.activities, None),
         ("POST", t.activities, t.activity()),
         ("POST", t.activities, {"activities": [t.activity()]}),

@@ -156,5 +156,5 @@ async def test_sqlite_locked_by_another_writer_answers_503_then_recovers(
         await recovered(api, tenant)
         listed = await api.all_items(tenant.activities)
         assert first.json()["id"] in {item["id"] for item in listed}
-        kind = await api.get(tenant.types + "/" + tenant.activity_type, expect=200)
-        assert kind.json()["retries"] != 7, "the refused PATCH was applied"
+        activity_type = await api.get(tenant.types + "/" + tenant.activity_type, expect=200)
+        assert activity_type.json()["retries"] != 7, "the refused PATCH was applied"

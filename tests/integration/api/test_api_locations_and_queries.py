@@ -34,8 +34,8 @@ async def test_every_create_answering_201_names_what_it_created(api: Api) -> Non
     assert (await api.get(solution_path, expect=200)).json()["name"] == solution.json()["name"]
 
     body = {"name": unique("type"), "verb": "POST", "uri_pattern": "https://receiver.example/song/{SongId}"}
-    kind = await api.post(f"{solution_path}/activity-types", body)
-    assert (await api.get(location(kind), expect=200)).json()["name"] == body["name"]
+    activity_type = await api.post(f"{solution_path}/activity-types", body)
+    assert (await api.get(location(activity_type), expect=200)).json()["name"] == body["name"]
 
     one = {"activity_type": body["name"], "parameter": {"SongId": 1}, "delay": "P1D"}
     activity = await api.post(f"{solution_path}/activities", one, headers={"Idempotency-Key": "k-1"})

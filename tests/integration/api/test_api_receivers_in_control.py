@@ -12,9 +12,9 @@ from tests.integration.api.conftest import Api, rejected
 async def test_the_status_policy_is_stored_patched_and_shown(api: Api) -> None:
     tenant = await api.tenant()
     path = f"{tenant.types}/{tenant.activity_type}"
-    kind = (await api.get(path, expect=200)).json()
-    assert (kind["retry_statuses"], kind["fail_statuses"]) == (None, None)
-    assert (kind["max_snoozes"], kind["max_lateness"]) == (50, None)
+    activity_type = (await api.get(path, expect=200)).json()
+    assert (activity_type["retry_statuses"], activity_type["fail_statuses"]) == (None, None)
+    assert (activity_type["max_snoozes"], activity_type["max_lateness"]) == (50, None)
     changes = {
         "retry_statuses": ["5xx", 429],
         "fail_statuses": [503],

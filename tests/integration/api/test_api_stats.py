@@ -98,9 +98,9 @@ async def test_deliveries_show_in_stats_metrics_and_logs(
 
     solution = await stats_of(api, tenant.path + "/stats")
     assert solution["windows"]["5m"]["outcomes"]["ok"] == 1
-    kind = await stats_of(api, f"{tenant.types}/{tenant.activity_type}/stats")
-    assert kind["scope"]["activity_type"] == tenant.activity_type
-    assert kind["windows"]["5m"]["outcomes"] == {
+    activity_type = await stats_of(api, f"{tenant.types}/{tenant.activity_type}/stats")
+    assert activity_type["scope"]["activity_type"] == tenant.activity_type
+    assert activity_type["windows"]["5m"]["outcomes"] == {
         "ok": 1,
         "failed": 0,
         "retry": 0,
@@ -108,7 +108,7 @@ async def test_deliveries_show_in_stats_metrics_and_logs(
         "snoozed": 0,
         "expired": 0,
     }
-    assert kind["queue"] == {"due": 0, "future": 1, "running": 0, "dead": 0}
+    assert activity_type["queue"] == {"due": 0, "future": 1, "running": 0, "dead": 0}
 
     deployment = await stats_of(api, "/v1/stats")
     assert deployment["windows"]["1h"]["outcomes"]["ok"] >= 1

@@ -187,9 +187,9 @@ async def test_parameters_are_checked_everywhere_they_are_accepted(
 ) -> None:
     t = world.tenant
     for strict, parameter, field in BAD_PARAMETERS:
-        kind = world.strict if strict else t.activity_type
-        with subtests.test(kind=kind, parameter=parameter):
-            body = {"activity_type": kind, "parameter": parameter}
+        activity_type = world.strict if strict else t.activity_type
+        with subtests.test(activity_type=activity_type, parameter=parameter):
+            body = {"activity_type": activity_type, "parameter": parameter}
             await rejected(sqlite_api, "POST", t.activities, 422, field, json=body)
             batch = {"activities": [t.activity(), body]}
             await rejected(sqlite_api, "POST", t.activities, 422, f"activities/1/{field}", json=batch)

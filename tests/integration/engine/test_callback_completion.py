@@ -138,8 +138,8 @@ async def test_a_202_waits_heartbeats_and_completes_once_feeding_on_success(
     tenant = await callback_tenant(api, receiver)
     follow = await api.activity_type(tenant.path, uri_pattern=receiver.url + "/follow/{SongId}/{invoice}")
     await api.patch(f"{tenant.types}/{tenant.activity_type}", {"on_success": follow["name"]}, expect=200)
-    kind = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
-    assert kind["completion"] == "callback" and kind["completion_timeout"] == "PT2S"
+    activity_type = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
+    assert activity_type["completion"] == "callback" and activity_type["completion_timeout"] == "PT2S"
     made = await create(api, tenant)
     await receiver.wait_for(1, 20.0)
     [url] = urls

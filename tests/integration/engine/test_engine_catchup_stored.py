@@ -31,7 +31,7 @@ INSTANTS = [FIRST + timedelta(seconds=2 * n) for n in range(4)]
 
 
 async def _recurring(
-    store: Store, clock: ManualClock, kind: r.ActivityType, **values: Any
+    store: Store, clock: ManualClock, activity_type: r.ActivityType, **values: Any
 ) -> r.RecurringActivity:
     now = clock.now()
     fields = {
@@ -48,7 +48,7 @@ async def _recurring(
         "planned_until": now,
         "expand_at": now,
     }
-    return await store.create_recurring(kind, fields | values)
+    return await store.create_recurring(activity_type, fields | values)
 
 
 async def _stored(
@@ -76,8 +76,8 @@ async def test_stored_occurrences_missed_while_down_follow_the_catchup_policy(
     store: Store, database_url: str, receiver: Receiver, policy: dict[str, Any], fired: list[datetime]
 ) -> None:
     clock = ManualClock(T0)
-    kind = await make_type(store, receiver.url + "/tick")
-    recurring = await _recurring(store, clock, kind, **policy)
+    activity_type = await make_type(store, receiver.url + "/tick")
+    recurring = await _recurring(store, clock, activity_type, **policy)
     expander = Expander(ExpanderConfig(lookahead=60), RecurrenceStore(clock), lambda: ALL_PARTITIONS)
     await expander.run_once()  # all four created ahead of time, then the engine stops
     _, created = await _stored(store, recurring)
@@ -104,8 +104,8 @@ async def test_a_worker_that_fell_behind_coalesces_under_latest(
     """The expander kept running but nothing claimed: occurrences late by more than the grace are
     missed and coalesce into the latest; one still within the grace fires as usual."""
     clock = ManualClock(T0)
-    kind = await make_type(store, receiver.url + "/tick")
-    recurring = await _recurring(store, clock, kind)
+    activity_type = await make_type(store, receiver.url + "/tick")
+    recurring = await _recurring(store, clock, activity_type)
     expander = Expander(ExpanderConfig(lookahead=60), RecurrenceStore(clock), lambda: ALL_PARTITIONS)
     engine = Engine(clock=clock, config=fast_config())
     for second in range(0, 22):  # the expander ticks every second; the poller is stuck

@@ -29,8 +29,10 @@ async def answer_by_path(request: web.Request, receiver: Receiver) -> web.Stream
 
 
 async def chained(store: Store, receiver: Receiver, name: str, **changes: Any) -> r.ActivityType:
-    kind = await make_type(store, f"{receiver.url}/{changes.pop('path', name)}", name=name, retries=1)
-    return await store.update_activity_type(kind, changes) if changes else kind
+    activity_type = await make_type(
+        store, f"{receiver.url}/{changes.pop('path', name)}", name=name, retries=1
+    )
+    return await store.update_activity_type(activity_type, changes) if changes else activity_type
 
 
 async def test_a_chain_of_three_types_passes_data_along(

@@ -57,9 +57,9 @@ async def test_clock_sync_measures_the_offset_to_the_database(store: Store) -> N
 async def test_a_node_with_a_skewed_clock_fires_on_time(
     store: Store, receiver: Receiver, skewed_engine: Engine
 ) -> None:
-    kind = await make_type(store, receiver.url + "/t/{n}")
+    activity_type = await make_type(store, receiver.url + "/t/{n}")
     due = SystemClock().now() + timedelta(seconds=1.5)
-    [activity] = await make_activities(store, kind, due)
+    [activity] = await make_activities(store, activity_type, due)
     [hit] = await receiver.wait_for(1, within=20)
     early = due.timestamp() - hit.at
     assert early <= 0.05, f"fired {early:.2f} s before it was due"

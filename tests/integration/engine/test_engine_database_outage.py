@@ -33,13 +33,17 @@ async def test_worker_engine_survives_a_cut_and_fires_what_fell_due(
         engine = Engine(config=fast_config())
         try:
             store = Store(SystemClock())
-            kind = await make_type(store, receiver.url + "/hit/{n}")
+            activity_type = await make_type(store, receiver.url + "/hit/{n}")
             await engine.start()
-            await make_activities(store, kind, SystemClock().now(), count=3, parameter=lambda i: {"n": i})
+            await make_activities(
+                store, activity_type, SystemClock().now(), count=3, parameter=lambda i: {"n": i}
+            )
             await receiver.wait_for(3, within=10)
 
             due = SystemClock().now() + timedelta(seconds=0.5)
-            late = await make_activities(store, kind, due, count=5, parameter=lambda i: {"n": 100 + i})
+            late = await make_activities(
+                store, activity_type, due, count=5, parameter=lambda i: {"n": 100 + i}
+            )
             caplog.clear()
             caplog.set_level(logging.INFO)
             proxy.cut()

@@ -58,8 +58,8 @@ async def test_an_open_breaker_holds_activities_back_with_their_retries_and_a_pr
     receiver.behaviour = flaky
     destinations = DestinationStore(SystemClock())
     where = destination_of(receiver.url)
-    kind = await make_type(store, receiver.url + "/s/{n}", retries=3)
-    await make_activities(store, kind, SystemClock().now(), count=3)
+    activity_type = await make_type(store, receiver.url + "/s/{n}", retries=3)
+    await make_activities(store, activity_type, SystemClock().now(), count=3)
 
     async def opened() -> bool:  # the company's own breaker: one company's 503s open no one else's
         rows = {d.destination: d for d in await destinations.active_companies()}
@@ -74,7 +74,7 @@ async def test_an_open_breaker_holds_activities_back_with_their_retries_and_a_pr
 
     await eventually(shown, within=5, what="the open circuit on /metrics")
     sent_when_opened = len(receiver.hits)
-    waiting = await make_activities(store, kind, SystemClock().now(), count=20)
+    waiting = await make_activities(store, activity_type, SystemClock().now(), count=20)
 
     async def all_deferred() -> bool:
         for activity in waiting:
@@ -109,8 +109,8 @@ async def test_client_errors_never_open_a_breaker(store: Store, receiver: Receiv
         return web.Response(status=404, text="no such song")
 
     receiver.behaviour = missing
-    kind = await make_type(store, receiver.url + "/s/{n}", retries=0)
-    activities = await make_activities(store, kind, SystemClock().now(), count=10)
+    activity_type = await make_type(store, receiver.url + "/s/{n}", retries=0)
+    activities = await make_activities(store, activity_type, SystemClock().now(), count=10)
     for activity in activities:
         assert (await settled(store, activity)).state == r.ActivityState.DEAD
     rows = await DestinationStore(SystemClock()).active()
@@ -141,13 +141,13 @@ async def test_two_nodes_never_have_more_in_flight_than_the_destination_cap(
         await node.start()
     try:
         # Several companies and types: the cap is the destination's, across all of them.
-        kinds = [
+        activity_types = [
             await make_type(store, receiver.url + f"/{company}/{{n}}", company=company)
             for company in ("one", "two", "three")
         ]
         activities = []
-        for kind in kinds:
-            activities += await make_activities(store, kind, SystemClock().now(), count=20)
+        for activity_type in activity_types:
+            activities += await make_activities(store, activity_type, SystemClock().now(), count=20)
         for activity in activities:
             assert (await settled(store, activity, within=30)).state == r.ActivityState.SUCCEEDED
     finally:

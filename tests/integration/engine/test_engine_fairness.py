@@ -73,8 +73,8 @@ async def test_max_concurrency_caps_requests_in_flight_of_a_type(
             open_now -= 1
 
     receiver.behaviour = counting
-    kind = await make_type(store, receiver.url + "/c/{n}", max_concurrency=2)
-    activities = await make_activities(store, kind, SystemClock().now(), count=12)
+    activity_type = await make_type(store, receiver.url + "/c/{n}", max_concurrency=2)
+    activities = await make_activities(store, activity_type, SystemClock().now(), count=12)
     for activity in activities:
         assert (await settled(store, activity)).state == r.ActivityState.SUCCEEDED
     assert peak == 2
@@ -83,8 +83,8 @@ async def test_max_concurrency_caps_requests_in_flight_of_a_type(
 async def test_rate_limit_paces_the_starts_of_a_type(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await make_type(store, receiver.url + "/r/{n}", rate_limit=5.0)
-    await make_activities(store, kind, SystemClock().now() + timedelta(milliseconds=300), count=15)
+    activity_type = await make_type(store, receiver.url + "/r/{n}", rate_limit=5.0)
+    await make_activities(store, activity_type, SystemClock().now() + timedelta(milliseconds=300), count=15)
     hits = await receiver.wait_for(15, within=15)
     first = hits[0].at
     for index, hit in enumerate(hits):
@@ -101,12 +101,12 @@ async def test_rate_limit_paces_the_starts_of_a_type(
 async def test_due_activities_go_highest_priority_first(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await make_type(store, receiver.url + "/p/{n}", max_concurrency=1)
-    kind = await store.update_activity_type(kind, {"paused": True})
+    activity_type = await make_type(store, receiver.url + "/p/{n}", max_concurrency=1)
+    activity_type = await store.update_activity_type(activity_type, {"paused": True})
     due = SystemClock().now()
     for n, priority in enumerate((1, 5, 3, 9, 7, 2)):
-        await make_activities(store, kind, due, parameter={"n": n}, priority=priority)
-    await store.update_activity_type(kind, {"paused": False})  # all six are due at once now
+        await make_activities(store, activity_type, due, parameter={"n": n}, priority=priority)
+    await store.update_activity_type(activity_type, {"paused": False})  # all six are due at once now
     hits = await receiver.wait_for(6, within=15)
     # n of the priorities 9, 7, 5, 3, 2, 1: the first to go is the highest, not the first created
     assert [hit.path for hit in hits] == [f"/p/{n}" for n in (3, 4, 1, 2, 5, 0)]

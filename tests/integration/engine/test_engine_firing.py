@@ -49,12 +49,12 @@ async def engines(store: Store, database_url: str) -> AsyncIterator[Callable[...
 
 async def test_fires_each_activity_at_its_instant(store: Store, receiver: Receiver, engines) -> None:
     engine = await engines()
-    kind = await make_type(store, receiver.url + "/hit/{n}")
+    activity_type = await make_type(store, receiver.url + "/hit/{n}")
     base = SystemClock().now() + timedelta(seconds=1.2)
     created = []
     for i in range(20):
         created += await make_activities(
-            store, kind, base + timedelta(milliseconds=50 * i), parameter={"n": i}
+            store, activity_type, base + timedelta(milliseconds=50 * i), parameter={"n": i}
         )
     hits = await receiver.wait_for(20, within=15)
     due = {str(a.id): a.scheduled_for.timestamp() for a in created}
@@ -67,9 +67,9 @@ async def test_fires_each_activity_at_its_instant(store: Store, receiver: Receiv
 async def test_notify_due_wakes_the_poller(store: Store, receiver: Receiver, engines) -> None:
     slow_polls = fast_config(poller=PollerConfig(interval=30.0))
     engine = await engines(slow_polls)
-    kind = await make_type(store, receiver.url + "/soon")
+    activity_type = await make_type(store, receiver.url + "/soon")
     when = SystemClock().now() + timedelta(seconds=0.4)
-    [activity] = await make_activities(store, kind, when)
+    [activity] = await make_activities(store, activity_type, when)
     engine.notify_due(when)
     [hit] = await receiver.wait_for(1, within=5)
     assert hit.at - activity.scheduled_for.timestamp() <= ON_TIME
@@ -78,9 +78,11 @@ async def test_notify_due_wakes_the_poller(store: Store, receiver: Receiver, eng
 async def test_request_shape(store: Store, receiver: Receiver, engines) -> None:
     await engines()
     headers = {"X-Api-Key": r.Header("s3cret", secret=True), "X-Team": r.Header("blue")}
-    kind = await make_type(store, receiver.url + "/song/{SongId}/republish?lang={Lang}", headers=headers)
+    activity_type = await make_type(
+        store, receiver.url + "/song/{SongId}/republish?lang={Lang}", headers=headers
+    )
     parameter = {"SongId": "a b/c ü", "Lang": "fr&en", "extra": {"nested": [1, 2]}}
-    [activity] = await make_activities(store, kind, SystemClock().now(), parameter=parameter)
+    [activity] = await make_activities(store, activity_type, SystemClock().now(), parameter=parameter)
     [hit] = await receiver.wait_for(1)
     assert hit.method == "POST"
     assert hit.raw_path == "/song/a%20b%2Fc%20%C3%BC/republish?lang=fr%26en"
@@ -106,8 +108,8 @@ async def test_request_shape(store: Store, receiver: Receiver, engines) -> None:
 @pytest.mark.parametrize("verb", ["GET", "DELETE", "PUT", "PATCH"])
 async def test_verbs_and_bodies(store: Store, receiver: Receiver, engines, verb: str) -> None:
     await engines()
-    kind = await make_type(store, receiver.url + "/v/{n}", verb=verb)
-    [activity] = await make_activities(store, kind, SystemClock().now(), parameter={"n": 7})
+    activity_type = await make_type(store, receiver.url + "/v/{n}", verb=verb)
+    [activity] = await make_activities(store, activity_type, SystemClock().now(), parameter={"n": 7})
     [hit] = await receiver.wait_for(1)
     assert hit.method == verb
     if verb in ("GET", "DELETE"):
@@ -118,10 +120,10 @@ async def test_verbs_and_bodies(store: Store, receiver: Receiver, engines, verb:
 
 
 async def test_drain_fires_everything_due_now(store: Store, receiver: Receiver, database_url: str) -> None:
-    kind = await make_type(store, receiver.url + "/d/{n}")
+    activity_type = await make_type(store, receiver.url + "/d/{n}")
     now = SystemClock().now()
-    await make_activities(store, kind, now - timedelta(seconds=5), count=30)
-    [later] = await make_activities(store, kind, now + timedelta(hours=1))
+    await make_activities(store, activity_type, now - timedelta(seconds=5), count=30)
+    [later] = await make_activities(store, activity_type, now + timedelta(hours=1))
     engine = Engine(config=fast_config())
     result = await engine.drain()
     assert result.fired == 30 and result.outcomes == {"ok": 30}
@@ -130,12 +132,12 @@ async def test_drain_fires_everything_due_now(store: Store, receiver: Receiver, 
 
 
 async def test_paused_types_do_not_fire(store: Store, receiver: Receiver, database_url: str) -> None:
-    kind = await make_type(store, receiver.url + "/p")
-    [activity] = await make_activities(store, kind, SystemClock().now())
-    await store.update_activity_type(kind, {"paused": True})
+    activity_type = await make_type(store, receiver.url + "/p")
+    [activity] = await make_activities(store, activity_type, SystemClock().now())
+    await store.update_activity_type(activity_type, {"paused": True})
     engine = Engine(config=fast_config())
     assert (await engine.drain()).fired == 0
-    await store.update_activity_type(kind, {"paused": False})
+    await store.update_activity_type(activity_type, {"paused": False})
     assert (await engine.drain()).fired == 1
     assert (await reload(store, activity)).state == r.ActivityState.SUCCEEDED
 

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 async def fire_one(store: Store, url: str, **type_options: object) -> r.Activity:
-    kind = await make_type(store, url, **type_options)  # type: ignore[arg-type]
-    [activity] = await make_activities(store, kind, SystemClock().now())
+    activity_type = await make_type(store, url, **type_options)  # type: ignore[arg-type]
+    [activity] = await make_activities(store, activity_type, SystemClock().now())
     return activity
 
 
@@ -143,8 +143,10 @@ async def test_retries_wait_for_the_backoff(store: Store, receiver: Receiver, da
     config: EngineConfig = fast_config()
     engine = Engine(config=config)
     receiver.behaviour = respond(500)
-    kind = await make_type(store, receiver.url + "/x", retries=1, backoff_base=3600.0, backoff_max=3600.0)
-    [activity] = await make_activities(store, kind, SystemClock().now() - timedelta(seconds=1))
+    activity_type = await make_type(
+        store, receiver.url + "/x", retries=1, backoff_base=3600.0, backoff_max=3600.0
+    )
+    [activity] = await make_activities(store, activity_type, SystemClock().now() - timedelta(seconds=1))
     result = await engine.drain()
     assert result.outcomes == {"error": 1}
     stored = await reload(store, activity)

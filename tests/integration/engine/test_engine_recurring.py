@@ -38,7 +38,7 @@ class World:
         self.expander = Expander(ExpanderConfig(lookahead=60), self.occurrences, lambda: ALL_PARTITIONS)
         self.engine = Engine(clock=clock, config=fast_config())
 
-    async def recurring(self, kind: r.ActivityType, **values: Any) -> r.RecurringActivity:
+    async def recurring(self, activity_type: r.ActivityType, **values: Any) -> r.RecurringActivity:
         now = self.clock.now()
         fields = {
             "schedule": {"cron": "* * * * *"},
@@ -54,7 +54,7 @@ class World:
             "planned_until": now,
             "expand_at": now,
         }
-        return await self.store.create_recurring(kind, fields | values)
+        return await self.store.create_recurring(activity_type, fields | values)
 
     async def tick(self, at: datetime) -> int:
         """Move to ``at``, expand, fire what is due; returns how many fired."""
@@ -84,8 +84,8 @@ def minute(n: int) -> datetime:
 async def test_engine_down_ten_minutes(
     world: World, receiver: Receiver, catchup: str, fires: int, skipped: int
 ) -> None:
-    kind = await make_type(world.store, receiver.url + "/tick")
-    recurring = await world.recurring(kind, catchup=catchup)
+    activity_type = await make_type(world.store, receiver.url + "/tick")
+    recurring = await world.recurring(activity_type, catchup=catchup)
     assert await world.tick(T0) == 0  # 12:00:30: the 12:01 occurrence is created ahead of time
     assert await world.tick(minute(1)) == 1
     assert await world.tick(minute(1) + timedelta(seconds=30)) == 0  # 12:02 created ahead, then down
@@ -127,8 +127,8 @@ async def test_overlap_skip_while_an_occurrence_is_retrying(
     world: World, receiver: Receiver, overlap: str, created: bool
 ) -> None:
     receiver.behaviour = in_turn(respond(503, headers={"Retry-After": "300"}), respond(200))
-    kind = await make_type(world.store, receiver.url + "/tick")
-    recurring = await world.recurring(kind, overlap=overlap)
+    activity_type = await make_type(world.store, receiver.url + "/tick")
+    recurring = await world.recurring(activity_type, overlap=overlap)
     await world.tick(T0)
     assert await world.tick(minute(1)) == 1  # 503 with Retry-After: a retry five minutes later
     retrying = (await world.occurrences_of(recurring))[0]
@@ -142,8 +142,8 @@ async def test_overlap_skip_while_an_occurrence_is_retrying(
 
 
 async def test_max_runs_and_spread(world: World, receiver: Receiver) -> None:
-    kind = await make_type(world.store, receiver.url + "/tick")
-    recurring = await world.recurring(kind, max_runs=2, spread=20.0)
+    activity_type = await make_type(world.store, receiver.url + "/tick")
+    recurring = await world.recurring(activity_type, max_runs=2, spread=20.0)
     await world.tick(T0)
     for n in (1, 2, 3, 4):
         await world.tick(minute(n) + timedelta(seconds=25))
@@ -158,10 +158,10 @@ async def test_max_runs_and_spread(world: World, receiver: Receiver) -> None:
 async def test_a_running_engine_expands_and_fires_on_time(
     store: Store, database_url: str, receiver: Receiver
 ) -> None:
-    kind = await make_type(store, receiver.url + "/every-second")
+    activity_type = await make_type(store, receiver.url + "/every-second")
     now = SystemClock().now()
     recurring = await store.create_recurring(
-        kind,
+        activity_type,
         {
             "schedule": {"cron": "* * * * * *"},
             "timezone": "UTC",
@@ -195,8 +195,8 @@ async def test_an_occurrence_planned_late_keeps_its_instant_fires_at_once_and_co
     world: World, receiver: Receiver
 ) -> None:
     # Issue 39, O7: planned late, it was stored due "now": off the schedule's grid, its lateness unseen.
-    kind = await make_type(world.store, receiver.url + "/tick")
-    recurring = await world.recurring(kind)  # every minute; nothing planned yet at 12:00:30
+    activity_type = await make_type(world.store, receiver.url + "/tick")
+    recurring = await world.recurring(activity_type)  # every minute; nothing planned yet at 12:00:30
     lag_before = REGISTRY.get_sample_value("oste_fire_lag_seconds_sum") or 0.0
     assert await world.tick(minute(1) + timedelta(seconds=3)) == 1  # the expander ran 3 s behind
     occurrence = (await world.occurrences_of(recurring))[0]  # 12:02 is planned ahead of time beside it

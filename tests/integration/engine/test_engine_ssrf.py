@@ -46,8 +46,8 @@ class FakeDNS(AbstractResolver):
 async def drain_one(
     store: Store, database_url: str, url: str, allowed: tuple[str, ...], dns: FakeDNS | None = None
 ) -> tuple[r.Activity, list[r.Execution]]:
-    kind = await make_type(store, url, retries=3)
-    [activity] = await make_activities(store, kind, SystemClock().now())
+    activity_type = await make_type(store, url, retries=3)
+    [activity] = await make_activities(store, activity_type, SystemClock().now())
     executor = ExecutorConfig(allowed_targets=allowed, resolver=dns)
     engine = Engine(config=fast_config(allowed, executor=executor))
     await engine.drain()
@@ -95,8 +95,8 @@ async def test_allowed_targets_by_cidr_and_by_host(
     assert run.outcome == r.Outcome.OK
     dns = FakeDNS({"hooks.internal": ["127.0.0.1"]})
     url = f"http://hooks.internal:{receiver.port}/host"
-    kind = await make_type(store, url, name="by-host")
-    [activity] = await make_activities(store, kind, SystemClock().now())
+    activity_type = await make_type(store, url, name="by-host")
+    [activity] = await make_activities(store, activity_type, SystemClock().now())
     config = fast_config(
         ("hooks.internal",), executor=ExecutorConfig(allowed_targets=("hooks.internal",), resolver=dns)
     )

@@ -58,8 +58,8 @@ async def test_a_refused_connection_says_why_and_the_dead_letter_is_a_warning_wi
 ) -> None:
     caplog.set_level(logging.INFO, logger="oste.deliveries")
     port = free_port()
-    kind = await make_type(store, f"http://127.0.0.1:{port}/x", retries=1)  # nobody listens
-    [activity] = await make_activities(store, kind, SystemClock().now())
+    activity_type = await make_type(store, f"http://127.0.0.1:{port}/x", retries=1)  # nobody listens
+    [activity] = await make_activities(store, activity_type, SystemClock().now())
     assert (await settled(store, activity)).state == r.ActivityState.DEAD
 
     first, last = await lines_of(caplog, activity, 2)
@@ -103,8 +103,8 @@ async def test_a_timeout_says_what_to_raise_and_an_honoured_retry_after_says_so(
     # Issue 39, O10: neither line said why the retry waits, or what to change.
     caplog.set_level(logging.INFO, logger="oste.deliveries")
     receiver.behaviour = in_turn(stall(1.0), respond(429, headers={"Retry-After": "1"}), respond(200))
-    kind = await make_type(store, receiver.url + "/x", request_timeout=0.3)
-    [activity] = await make_activities(store, kind, SystemClock().now())
+    activity_type = await make_type(store, receiver.url + "/x", request_timeout=0.3)
+    [activity] = await make_activities(store, activity_type, SystemClock().now())
     assert (await settled(store, activity)).state == r.ActivityState.SUCCEEDED
     timed_out, throttled = await lines_of(caplog, activity, 2)
     message = timed_out.getMessage()
@@ -145,10 +145,10 @@ async def test_successes_are_summed_per_batch_and_each_failure_and_retry_keeps_i
 ) -> None:
     caplog.set_level(logging.INFO, logger="oste.deliveries")
     receiver.behaviour = in_turn(respond(503), respond(200))  # the first request fails, the rest succeed
-    kind = await make_type(store, receiver.url + "/song/{n}", retries=2)
+    activity_type = await make_type(store, receiver.url + "/song/{n}", retries=2)
     count = 40
     activities = await make_activities(
-        store, kind, SystemClock().now(), count=count, parameter=lambda i: {"n": str(i)}
+        store, activity_type, SystemClock().now(), count=count, parameter=lambda i: {"n": str(i)}
     )
     for activity in activities:
         assert (await settled(store, activity)).state == r.ActivityState.SUCCEEDED
@@ -181,7 +181,7 @@ async def test_successes_are_summed_per_batch_and_each_failure_and_retry_keeps_i
 
     caplog.clear()
     caplog.set_level(logging.DEBUG, logger="oste.deliveries")  # DEBUG: every success's own line too
-    [extra] = await make_activities(store, kind, SystemClock().now(), parameter={"n": "x"})
+    [extra] = await make_activities(store, activity_type, SystemClock().now(), parameter={"n": "x"})
     [line] = await lines_of(caplog, extra, 1)
     assert line.levelno == logging.DEBUG and line.outcome == "ok"  # type: ignore[attr-defined]
 
@@ -190,8 +190,8 @@ async def test_log_shipping_lines_are_sentences_and_a_failed_shipment_is_a_warni
     store: Store, database_url: str, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="oste.engine.log_shipping")
-    kind = await make_type(store, receiver.url + "/song/{n}")
-    await ended_activities(store, database_url, kind, 3)
+    activity_type = await make_type(store, receiver.url + "/song/{n}")
+    await ended_activities(store, database_url, activity_type, 3)
     port = free_port()
     solution = await set_uris(store, success=f"http://127.0.0.1:{port}/logs")
     clock = later_clock(PERIOD + 1)

@@ -75,8 +75,8 @@ async def status(store: Store, kind: RollerKind) -> Any:
 async def test_2500_succeeded_activities_ship_in_3_batches_once_each_then_are_gone(
     store: Store, database_url: str, receiver: Receiver, log_receiver: LogReceiver
 ) -> None:
-    kind = await make_type(store, receiver.url + "/song/{n}")
-    made = await ended_activities(store, database_url, kind, 2500)
+    activity_type = await make_type(store, receiver.url + "/song/{n}")
+    made = await ended_activities(store, database_url, activity_type, 2500)
     await set_uris(store, success=log_receiver.url)
     assert {a.state for a in await remaining(store)} == {r.ActivityState.SUCCEEDED}
 
@@ -104,8 +104,8 @@ async def test_2500_dead_letters_ship_to_the_dead_letter_uri_in_3_batches(
     store: Store, database_url: str, receiver: Receiver, log_receiver: LogReceiver
 ) -> None:
     receiver.behaviour = respond(400, "no such song")
-    kind = await make_type(store, receiver.url + "/song/{n}", retries=0)
-    made = await ended_activities(store, database_url, kind, 2500)
+    activity_type = await make_type(store, receiver.url + "/song/{n}", retries=0)
+    made = await ended_activities(store, database_url, activity_type, 2500)
     other = await LogReceiver().start()  # the success URI must get nothing
     try:
         await set_uris(store, success=other.url, dead=log_receiver.url)
@@ -127,8 +127,8 @@ async def test_2500_dead_letters_ship_to_the_dead_letter_uri_in_3_batches(
 async def test_refused_then_500_then_200_same_batch_id_and_nothing_purged_before_the_2xx(
     store: Store, database_url: str, receiver: Receiver
 ) -> None:
-    kind = await make_type(store, receiver.url + "/song/{n}")
-    made = await ended_activities(store, database_url, kind, 30)
+    activity_type = await make_type(store, receiver.url + "/song/{n}")
+    made = await ended_activities(store, database_url, activity_type, 30)
     port = free_port()
     await set_uris(store, success=f"http://127.0.0.1:{port}/logs")
     clock = later_clock(PERIOD + 1)
@@ -178,8 +178,8 @@ async def test_the_signature_verifies_after_gzip_decoding_and_no_secret_is_shipp
 
     receiver.behaviour = echo_headers
     headers = {"X-Api-Key": r.Header(secret_value, secret=True), "X-Plain": r.Header("visible")}
-    kind = await make_type(store, receiver.url + "/song/{n}", headers=headers)
-    await ended_activities(store, database_url, kind, 5)
+    activity_type = await make_type(store, receiver.url + "/song/{n}", headers=headers)
+    await ended_activities(store, database_url, activity_type, 5)
     solution = await set_uris(store, success=log_receiver.url)
     assert (
         await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "n").run_once()
@@ -202,9 +202,9 @@ async def test_the_byte_cap_holds_with_large_parameters(
     store: Store, database_url: str, receiver: Receiver, log_receiver: LogReceiver
 ) -> None:
     cap = 256 * 1024
-    kind = await make_type(store, receiver.url + "/song/{n}")
+    activity_type = await make_type(store, receiver.url + "/song/{n}")
     made = await ended_activities(
-        store, database_url, kind, 24, parameter=lambda n: {"n": n, "blob": f"{n:04d}" * 10_000}
+        store, database_url, activity_type, 24, parameter=lambda n: {"n": n, "blob": f"{n:04d}" * 10_000}
     )
     await set_uris(store, success=log_receiver.url)
     config = roller_config(max_bytes=cap)
@@ -220,14 +220,14 @@ async def test_the_byte_cap_holds_with_large_parameters(
 async def test_a_solution_without_uris_purges_after_its_period_without_shipping(
     store: Store, database_url: str, receiver: Receiver
 ) -> None:
-    kind = await make_type(store, receiver.url + "/song/{n}")
-    await ended_activities(store, database_url, kind, 40)
+    activity_type = await make_type(store, receiver.url + "/song/{n}")
+    await ended_activities(store, database_url, activity_type, 40)
     await set_uris(store)
     receiver.behaviour = respond(404)
-    dead_kind = await make_type(store, receiver.url + "/gone/{n}", name="gone", retries=0)
-    await ended_activities(store, database_url, dead_kind, 10)
+    dead_type = await make_type(store, receiver.url + "/gone/{n}", name="gone", retries=0)
+    await ended_activities(store, database_url, dead_type, 10)
     pending = await store.create_activities(
-        [r.NewActivity(kind, later_clock(3600).now(), {"n": 1}, 3) for _ in range(2)]
+        [r.NewActivity(activity_type, later_clock(3600).now(), {"n": 1}, 3) for _ in range(2)]
     )
     await store.cancel_activity(pending[0])
     hits_before = len(receiver.hits)
@@ -251,8 +251,8 @@ async def test_a_solution_without_uris_purges_after_its_period_without_shipping(
 async def test_the_ssrf_guard_and_no_redirects_apply_to_log_uris(
     store: Store, database_url: str, receiver: Receiver, log_receiver: LogReceiver
 ) -> None:
-    kind = await make_type(store, receiver.url + "/song/{n}")
-    await ended_activities(store, database_url, kind, 3)
+    activity_type = await make_type(store, receiver.url + "/song/{n}")
+    await ended_activities(store, database_url, activity_type, 3)
     await set_uris(store, success=log_receiver.url)
     clock = later_clock(PERIOD + 1)
 
@@ -274,8 +274,8 @@ async def test_the_ssrf_guard_and_no_redirects_apply_to_log_uris(
 async def test_a_solution_leased_by_another_node_is_left_alone(
     store: Store, database_url: str, receiver: Receiver, log_receiver: LogReceiver
 ) -> None:
-    kind = await make_type(store, receiver.url + "/song/{n}")
-    await ended_activities(store, database_url, kind, 3)
+    activity_type = await make_type(store, receiver.url + "/song/{n}")
+    await ended_activities(store, database_url, activity_type, 3)
     solution = await set_uris(store, success=log_receiver.url)
     clock = later_clock(PERIOD + 1)
     rollers = RollerStore(clock)
@@ -299,8 +299,8 @@ async def test_two_postgres_workers_never_ship_the_same_record_twice(
         store = Store(SystemClock())
         made = []
         for name in ("alpha", "beta", "gamma"):
-            kind = await make_type(store, receiver.url + "/song/{n}", solution=name)
-            made += await ended_activities(store, postgres_url, kind, 300)
+            activity_type = await make_type(store, receiver.url + "/song/{n}", solution=name)
+            made += await ended_activities(store, postgres_url, activity_type, 300)
             solution = await store.get_solution(await store.get_company("acme"), name)
             changes = {"success_uri": log_receiver.url, "success_period": PERIOD}
             await store.update_solution(solution, changes)
@@ -328,7 +328,7 @@ async def test_a_running_engine_rolls_every_roller_interval(
     store: Store, database_url: str, receiver: Receiver, log_receiver: LogReceiver
 ) -> None:
     """What `oste serve` and `oste worker` run: the engine starts both rollers on OSTE_ROLLER_INTERVAL."""
-    kind = await make_type(store, receiver.url + "/song/{n}")
+    activity_type = await make_type(store, receiver.url + "/song/{n}")
     solution = await store.update_solution(
         await store.create_solution(await store.get_company("acme"), solution_values(name="tiny")),
         {"success_uri": log_receiver.url, "success_period": 0.5},
@@ -338,7 +338,7 @@ async def test_a_running_engine_rolls_every_roller_interval(
     )
     tiny = await make_type(store, receiver.url + "/tiny/{n}", solution="tiny")
     made = await make_activities(store, tiny, SystemClock().now(), count=20)
-    kept = await make_activities(store, kind, SystemClock().now(), count=5)
+    kept = await make_activities(store, activity_type, SystemClock().now(), count=5)
     settings = dataclasses.replace(test_settings(database_url), roller_interval=0.3)
     engine = Engine(fast_config(log_shipping=engine_config_of(settings).log_shipping))
     await engine.start()

@@ -24,8 +24,8 @@ async def test_the_ca_file_is_trusted_by_the_log_rollers(
     pki = make_pki(tmp_path)
     logs = await TlsReceiver(pki=pki, require_client=False).start()
     try:
-        kind = await make_type(store, receiver.url + "/song/{n}")
-        await ended_activities(store, database_url, kind, 3)
+        activity_type = await make_type(store, receiver.url + "/song/{n}")
+        await ended_activities(store, database_url, activity_type, 3)
         solution = await store.get_solution(await store.get_company("acme"), "songs")
         await store.update_solution(solution, {"success_uri": logs.url + "/logs", "success_period": PERIOD})
         plain = await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "node-a").run_once()

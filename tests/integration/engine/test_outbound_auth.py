@@ -390,9 +390,9 @@ async def test_the_store_keeps_each_kind_whole_and_log_shipping_redacts_its_secr
     store: Store, pki: TestPki
 ) -> None:
     headers = {"X-Key": r.Header("hdr-secret", True), "X-Short": r.Header("hdr", True)}
-    kind = await make_type(store, "https://receiver.example/jobs", headers=headers)
-    assert kind.auth is None
-    company = await store.get_company_by_id(kind.company_id)
+    activity_type = await make_type(store, "https://receiver.example/jobs", headers=headers)
+    assert activity_type.auth is None
+    company = await store.get_company_by_id(activity_type.company_id)
     solution = await store.get_solution(company, "songs")
     kinds: list[OutboundAuth] = [
         BearerAuth("tok-abc"),
@@ -400,9 +400,9 @@ async def test_the_store_keeps_each_kind_whole_and_log_shipping_redacts_its_secr
         MutualTls(pki.client.certificate, pki.client.private_key),
     ]
     for auth in kinds:
-        updated = await store.update_activity_type(kind, {"auth": auth})
+        updated = await store.update_activity_type(activity_type, {"auth": auth})
         assert updated.auth == auth
-        assert (await store.get_activity_type(solution, kind.name)).auth == auth
+        assert (await store.get_activity_type(solution, activity_type.name)).auth == auth
     other = await make_type(store, "https://receiver.example/x", name="other")
     await store.update_activity_type(other, {"auth": BearerAuth("tok-other")})
     redacted = await RollerStore(SystemClock()).secret_values(solution.id)
@@ -412,4 +412,4 @@ async def test_the_store_keeps_each_kind_whole_and_log_shipping_redacts_its_secr
     )
     assert {"hdr-secret", pki.client.private_key, "tok-other"} <= set(redacted)
     assert "hdr" not in redacted
-    assert (await store.update_activity_type(kind, {"auth": None})).auth is None
+    assert (await store.update_activity_type(activity_type, {"auth": None})).auth is None

@@ -45,8 +45,10 @@ async def fire(store: Store, database_url: str) -> AsyncIterator[Callable[[str],
     await engine.start()
 
     async def fire_at(url: str) -> r.Activity:
-        kind = await make_type(store, url, name=f"t{os.urandom(3).hex()}", retries=0)
-        [activity] = await make_activities(store, kind, SystemClock().now(), parameter={"SongId": "a1"})
+        activity_type = await make_type(store, url, name=f"t{os.urandom(3).hex()}", retries=0)
+        [activity] = await make_activities(
+            store, activity_type, SystemClock().now(), parameter={"SongId": "a1"}
+        )
         return await settled(store, activity, within=15)
 
     try:

@@ -35,12 +35,12 @@ pytestmark = pytest.mark.timeout(90)
 
 
 async def a_type(store: Store, url: str, retries: int = 3, **changes: Any) -> r.ActivityType:
-    kind = await make_type(store, url, retries=retries)
-    return await store.update_activity_type(kind, changes) if changes else kind
+    activity_type = await make_type(store, url, retries=retries)
+    return await store.update_activity_type(activity_type, changes) if changes else activity_type
 
 
-async def one(store: Store, kind: r.ActivityType, **overrides: Any) -> r.Activity:
-    [activity] = await make_activities(store, kind, SystemClock().now(), **overrides)
+async def one(store: Store, activity_type: r.ActivityType, **overrides: Any) -> r.Activity:
+    [activity] = await make_activities(store, activity_type, SystemClock().now(), **overrides)
     return activity
 
 
@@ -48,9 +48,11 @@ async def one(store: Store, kind: r.ActivityType, **overrides: Any) -> r.Activit
 
 
 async def test_a_specific_code_beats_its_class(store: Store, receiver: Receiver, engine: Engine) -> None:
-    kind = await a_type(store, receiver.url + "/x", retries=5, retry_statuses=("5xx",), fail_statuses=(503,))
+    activity_type = await a_type(
+        store, receiver.url + "/x", retries=5, retry_statuses=("5xx",), fail_statuses=(503,)
+    )
     receiver.behaviour = respond(503, "gone for good")
-    done = await settled(store, await one(store, kind))
+    done = await settled(store, await one(store, activity_type))
     assert done.state == r.ActivityState.DEAD and done.attempts == 1 and done.retries == 5
     [run] = await executions_of(store, done)
     assert run.outcome == r.Outcome.FAILED and run.http_status == 503
@@ -60,9 +62,9 @@ async def test_a_specific_code_beats_its_class(store: Store, receiver: Receiver,
 async def test_a_listed_4xx_is_retried_and_a_class_is_retry(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await a_type(store, receiver.url + "/x", retry_statuses=(404, "5xx"))
+    activity_type = await a_type(store, receiver.url + "/x", retry_statuses=(404, "5xx"))
     receiver.behaviour = in_turn(respond(404), respond(500), respond(200))
-    done = await settled(store, await one(store, kind))
+    done = await settled(store, await one(store, activity_type))
     assert done.state == r.ActivityState.SUCCEEDED and done.attempts == 3
     runs = await executions_of(store, done)
     assert [(e.outcome, e.http_status) for e in runs] == [
@@ -78,12 +80,12 @@ async def test_a_listed_4xx_is_retried_and_a_class_is_retry(
 async def test_three_snoozes_then_success_spend_no_attempt_and_no_retry(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await a_type(store, receiver.url + "/x", retries=2)
+    activity_type = await a_type(store, receiver.url + "/x", retries=2)
     labels = {"outcome": "snoozed", "company": "acme", "solution": "songs", "activity_type": "republish"}
     counted = REGISTRY.get_sample_value("oste_deliveries_total", labels) or 0.0
     snooze = respond(503, "busy", headers={"OSTE-Snooze": "0.3"})
     receiver.behaviour = in_turn(snooze, snooze, snooze, respond(200, "done"))
-    done = await settled(store, await one(store, kind), within=20)
+    done = await settled(store, await one(store, activity_type), within=20)
     assert done.state == r.ActivityState.SUCCEEDED
     assert done.attempts == 1 and done.retries == 2 and done.snoozes == 3
     runs = await executions_of(store, done)
@@ -103,9 +105,9 @@ async def test_three_snoozes_then_success_spend_no_attempt_and_no_retry(
 async def test_one_snooze_past_max_snoozes_counts_as_a_retry(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await a_type(store, receiver.url + "/x", retries=1, max_snoozes=1)
+    activity_type = await a_type(store, receiver.url + "/x", retries=1, max_snoozes=1)
     receiver.behaviour = respond(200, headers={"OSTE-Snooze": "0"})
-    done = await settled(store, await one(store, kind), within=20)
+    done = await settled(store, await one(store, activity_type), within=20)
     assert done.state == r.ActivityState.DEAD and done.snoozes == 1
     runs = await executions_of(store, done)
     assert [(e.attempt, e.outcome) for e in runs] == [
@@ -117,9 +119,9 @@ async def test_one_snooze_past_max_snoozes_counts_as_a_retry(
 
 
 async def test_an_unreadable_snooze_is_ignored(store: Store, receiver: Receiver, engine: Engine) -> None:
-    kind = await a_type(store, receiver.url + "/x")
+    activity_type = await a_type(store, receiver.url + "/x")
     receiver.behaviour = respond(200, headers={"OSTE-Snooze": "tomorrow-ish"})
-    done = await settled(store, await one(store, kind))
+    done = await settled(store, await one(store, activity_type))
     assert done.state == r.ActivityState.SUCCEEDED and done.snoozes == 0
 
 
@@ -129,9 +131,9 @@ async def test_an_unreadable_snooze_is_ignored(store: Store, receiver: Receiver,
 async def test_abort_is_a_dead_letter_at_once_whatever_retries_are_left(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await a_type(store, receiver.url + "/x", retries=5)
+    activity_type = await a_type(store, receiver.url + "/x", retries=5)
     receiver.behaviour = respond(200, headers={"OSTE-Abort": "customer deleted"})
-    done = await settled(store, await one(store, kind))
+    done = await settled(store, await one(store, activity_type))
     assert done.state == r.ActivityState.DEAD and done.attempts == 1 and done.retries == 5
     assert done.last_outcome == r.Outcome.FAILED
     [run] = await executions_of(store, done)
@@ -149,9 +151,9 @@ async def test_an_outage_longer_than_max_lateness_expires_without_a_request(
     """The receiver answers 503 through the whole outage: attempts go on while they may (then its
     breaker holds it back), none starts after the deadline, and the activity ends dead and
     ``expired`` there."""
-    kind = await a_type(store, receiver.url + "/x", retries=100, max_lateness=1.5)
+    activity_type = await a_type(store, receiver.url + "/x", retries=100, max_lateness=1.5)
     receiver.behaviour = respond(503, "down")
-    activity = await one(store, kind)
+    activity = await one(store, activity_type)
     done = await settled(store, activity, within=20)
     assert done.state == r.ActivityState.DEAD and done.last_outcome == r.Outcome.EXPIRED
     deadline = (activity.scheduled_for + timedelta(seconds=1.5)).timestamp()
@@ -167,9 +169,9 @@ async def test_an_outage_longer_than_max_lateness_expires_without_a_request(
 async def test_an_activity_nothing_claims_is_ended_at_its_expires_at(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await a_type(store, receiver.url + "/x", paused=True)
+    activity_type = await a_type(store, receiver.url + "/x", paused=True)
     now = SystemClock().now()
-    activity = await one(store, kind, expires_at=now + timedelta(seconds=0.5))
+    activity = await one(store, activity_type, expires_at=now + timedelta(seconds=0.5))
 
     async def ended() -> bool:
         return (await reload(store, activity)).state == r.ActivityState.DEAD
@@ -188,8 +190,8 @@ async def test_an_expired_activity_gets_its_dead_letter_handler(
     """Paused, it is ended by the expirer: its type's ``on_dead_letter`` handler is created and sent
     (the handler's type is not paused), with the expired execution in its parameter."""
     await make_type(store, receiver.url + "/handler", name="on-expired")
-    kind = await a_type(store, receiver.url + "/x", paused=True, on_dead_letter="on-expired")
-    activity = await one(store, kind, expires_at=SystemClock().now() + timedelta(seconds=0.3))
+    activity_type = await a_type(store, receiver.url + "/x", paused=True, on_dead_letter="on-expired")
+    activity = await one(store, activity_type, expires_at=SystemClock().now() + timedelta(seconds=0.3))
     hits = await receiver.wait_for(1, within=20)
     assert [hit.path for hit in hits] == ["/handler"]
     body = json.loads(hits[0].body)
@@ -201,8 +203,8 @@ async def test_an_activity_due_after_its_expiry_is_never_sent(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
     """Due (and claimed) past its deadline, the executor ends it before any request."""
-    kind = await a_type(store, receiver.url + "/x", max_lateness=60.0)
-    [activity] = await make_activities(store, kind, SystemClock().now() - timedelta(minutes=5))
+    activity_type = await a_type(store, receiver.url + "/x", max_lateness=60.0)
+    [activity] = await make_activities(store, activity_type, SystemClock().now() - timedelta(minutes=5))
     done = await settled(store, activity)
     assert done.state == r.ActivityState.DEAD and done.last_outcome == r.Outcome.EXPIRED
     assert not receiver.hits
@@ -211,11 +213,11 @@ async def test_an_activity_due_after_its_expiry_is_never_sent(
 async def test_types_that_set_none_of_this_behave_as_before(
     store: Store, receiver: Receiver, engine: Engine
 ) -> None:
-    kind = await make_type(store, receiver.url + "/x")
-    assert kind.retry_statuses is None and kind.fail_statuses is None
-    assert kind.max_snoozes == 50 and kind.max_lateness is None
+    activity_type = await make_type(store, receiver.url + "/x")
+    assert activity_type.retry_statuses is None and activity_type.fail_statuses is None
+    assert activity_type.max_snoozes == 50 and activity_type.max_lateness is None
     receiver.behaviour = in_turn(respond(503), respond(404))
-    done = await settled(store, await one(store, kind))
+    done = await settled(store, await one(store, activity_type))
     assert done.state == r.ActivityState.DEAD and done.expires_at is None and done.snoozes == 0
     runs = await executions_of(store, done)
     assert [e.outcome for e in runs] == [r.Outcome.ERROR, r.Outcome.FAILED]
@@ -239,9 +241,9 @@ async def test_the_documented_receiver_aborts_snoozes_and_succeeds(store: Store,
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        kind = await make_type(store, f"http://127.0.0.1:{port}/songs/{{SongId}}", retries=4)
+        activity_type = await make_type(store, f"http://127.0.0.1:{port}/songs/{{SongId}}", retries=4)
         now = SystemClock().now()
-        [gone] = await make_activities(store, kind, now, parameter={"SongId": "zz"})
+        [gone] = await make_activities(store, activity_type, now, parameter={"SongId": "zz"})
         dead = await settled(store, gone)
         assert dead.state == r.ActivityState.DEAD and dead.attempts == 1 and dead.retries == 4
         assert [e.error for e in await executions_of(store, dead)] == [
@@ -249,7 +251,7 @@ async def test_the_documented_receiver_aborts_snoozes_and_succeeds(store: Store,
         ]
 
         scope["busy"] = True
-        [busy] = await make_activities(store, kind, now, parameter={"SongId": "a1"})
+        [busy] = await make_activities(store, activity_type, now, parameter={"SongId": "a1"})
 
         async def snoozed() -> bool:
             return (await reload(store, busy)).snoozes == 1

@@ -10,8 +10,8 @@ FIFO = {"scope": "type", "order": "fifo", "max_concurrency": None, "on_new": "ke
 
 async def test_per_object_is_stored_shown_and_patched(api: Api) -> None:
     tenant = await api.tenant(object_id_ref=["SongId"], per_object={"order": "fifo"})
-    kind = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
-    assert kind["per_object"] == FIFO
+    activity_type = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
+    assert activity_type["per_object"] == FIFO
     debounce = {"on_new": "debounce", "max_wait": "PT30M", "scope": "solution"}
     patched = await api.patch(f"{tenant.types}/{tenant.activity_type}", {"per_object": debounce}, expect=200)
     assert patched.json()["per_object"] == {

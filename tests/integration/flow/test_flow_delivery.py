@@ -225,8 +225,10 @@ async def burst(api: Api, receiver: Receiver, hold: float) -> tuple[Tenant, Burs
 
     receiver.behaviour = slow_for_one
     tenant = await flow_tenant(api, receiver, order="fifo")
-    kind = f"{tenant.types}/{tenant.activity_type}"
-    await api.patch(kind, {"paused": True}, expect=200)  # all in place first: the run is the delivery alone
+    activity_type = f"{tenant.types}/{tenant.activity_type}"
+    await api.patch(
+        activity_type, {"paused": True}, expect=200
+    )  # all in place first: the run is the delivery alone
     rng, base, began = random.Random(34), datetime.now(UTC), time.monotonic()
     for n in range(EACH):
         songs = rng.sample(range(OBJECTS), OBJECTS)
@@ -235,7 +237,7 @@ async def burst(api: Api, receiver: Receiver, hold: float) -> tuple[Tenant, Burs
         )
     run.inserted = time.monotonic() - began
     start = time.monotonic()
-    await api.patch(kind, {"paused": False}, expect=200)
+    await api.patch(activity_type, {"paused": False}, expect=200)
     await asyncio.wait_for(others_done.wait(), 300)
     run.elapsed = time.monotonic() - start
     run.held = list(watch.arrivals[0])

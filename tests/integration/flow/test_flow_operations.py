@@ -115,8 +115,8 @@ async def test_a_bulk_update_of_scheduled_for_reorders_an_object(engine_api: Api
 async def test_pausing_and_resuming_a_fifo_type_keeps_the_order(engine_api: Api, receiver: Receiver) -> None:
     api, watch = engine_api, Watch()
     tenant, made, _ = await held_behind_a_retrying_head(api, receiver, watch, 4)
-    kind = f"{tenant.types}/{tenant.activity_type}"
-    await api.patch(kind, {"paused": True}, expect=200)
+    activity_type = f"{tenant.types}/{tenant.activity_type}"
+    await api.patch(activity_type, {"paused": True}, expect=200)
     await api.delete(f"{tenant.activities}/{made[0]['id']}", expect=200)  # the head goes; the type is paused
     probe_type = await api.activity_type(tenant.path, uri_pattern=receiver.url + "/song/{SongId}")
     probe = {"activity_type": probe_type["name"], "parameter": {"SongId": 99, "n": 0}}
@@ -128,7 +128,7 @@ async def test_pausing_and_resuming_a_fifo_type_keeps_the_order(engine_api: Api,
 
     await eventually(probe_delivered, 30, what="another type's activity delivered meanwhile")
     assert watch.arrivals[1] == [0]  # nothing of the paused type went out
-    await api.patch(kind, {"paused": False}, expect=200)
+    await api.patch(activity_type, {"paused": False}, expect=200)
     await all_ended(api, tenant, 4)  # the probe and the three held ones
     assert watch.arrivals[1] == [0, 1, 2, 3]
     assert max(watch.most.values()) == 1

@@ -96,8 +96,8 @@ async def test_higher_priority_objects_go_first(qos_api: Api, receiver: Receiver
 
     receiver.behaviour = in_order
     tenant = await fifo_type(api, receiver, max_concurrency=1, breaker_failures=0)
-    kind = f"{tenant.types}/{tenant.activity_type}"
-    await api.patch(kind, {"paused": True}, expect=200)  # everything is due before the first is sent
+    activity_type = f"{tenant.types}/{tenant.activity_type}"
+    await api.patch(activity_type, {"paused": True}, expect=200)  # everything is due before the first is sent
     now = datetime.now(UTC) - timedelta(seconds=1)
     bodies = [
         {**body(tenant, song, n, now + timedelta(milliseconds=n)), "priority": 9 if song >= 5 else 0}
@@ -105,7 +105,7 @@ async def test_higher_priority_objects_go_first(qos_api: Api, receiver: Receiver
         for n in range(2)
     ]
     await created(api, tenant, bodies)
-    await api.patch(kind, {"paused": False}, expect=200)
+    await api.patch(activity_type, {"paused": False}, expect=200)
     await all_ended(api, tenant, 20, within=60)
     assert sorted(order[:5]) == [5, 6, 7, 8, 9], order  # the priority-9 objects' heads before any other
     assert all(watch.arrivals[song] == [0, 1] for song in range(10))
@@ -173,8 +173,8 @@ async def tenant_with(api: Api, company: str, uri_pattern: str, **fields: Any) -
     key = await api.api_key(company)
     solution = await api.solution(company)
     path = f"/v1/companies/{company}/solutions/{solution['name']}"
-    kind = await api.activity_type(path, uri_pattern=uri_pattern, **fields)
-    return Tenant(company, solution["name"], kind["name"], key, path)
+    activity_type = await api.activity_type(path, uri_pattern=uri_pattern, **fields)
+    return Tenant(company, solution["name"], activity_type["name"], key, path)
 
 
 async def create_objects(api: Api, tenant: Tenant, objects: int, each: int) -> None:

@@ -45,18 +45,18 @@ async def parts(store: Store) -> tuple[Any, ...]:
     ops = Operations(OperationContext(storage, quota_defaults=QuotaDefaults()))
     company = await make_company(storage.store)
     solution = await make_solution(storage.store, company)
-    kind = await make_activity_type(storage.store, solution)
+    activity_type = await make_activity_type(storage.store, solution)
     await subscribe(solution.id, storage.store.clock.now())  # streamed: each create records an event
     forget_subscriptions()
-    return ops, storage.store, company, solution, kind
+    return ops, storage.store, company, solution, activity_type
 
 
 async def test_a_conflict_on_the_last_item_stores_nothing(parts: tuple[Any, ...]) -> None:
-    ops, store, company, solution, kind = parts
-    (first,) = await store.create_activities([new_activity(kind, idempotency_key="taken")])
+    ops, store, company, solution, activity_type = parts
+    (first,) = await store.create_activities([new_activity(activity_type, idempotency_key="taken")])
     before = await _stored(solution.id)
-    batch = [new_activity(kind, T0 + timedelta(minutes=i)) for i in range(BATCH - 1)]
-    batch.append(new_activity(kind, idempotency_key="taken"))  # the unique key fails last
+    batch = [new_activity(activity_type, T0 + timedelta(minutes=i)) for i in range(BATCH - 1)]
+    batch.append(new_activity(activity_type, idempotency_key="taken"))  # the unique key fails last
     with pytest.raises(Conflict):
         await ops.activities.create_many(SYSTEM, company, solution, batch)
     assert await _stored(solution.id) == before
@@ -69,10 +69,10 @@ async def test_a_conflict_on_the_last_item_stores_nothing(parts: tuple[Any, ...]
 
 
 async def test_a_quota_refused_after_the_rows_are_written_stores_nothing(parts: tuple[Any, ...]) -> None:
-    ops, store, company, solution, kind = parts
+    ops, store, company, solution, activity_type = parts
     company = await store.update_company(company, {"quotas": {"max_scheduled_activities": BATCH - 1}})
     before = await _stored(solution.id)
-    batch = [new_activity(kind, T0 + timedelta(minutes=i)) for i in range(BATCH)]
+    batch = [new_activity(activity_type, T0 + timedelta(minutes=i)) for i in range(BATCH)]
     with pytest.raises(TooMany):
         await ops.activities.create_many(SYSTEM, company, solution, batch)
     assert await _stored(solution.id) == before

@@ -226,8 +226,8 @@ async def test_requeue_cancel_pause_and_qos_change_what_the_api_reports(
     await admin.post(f"{base}/settings", {"qos_level": "3"})
     assert (await api.get(tenant.path, expect=200)).json()["qos_level"] == 3
     await admin.post(f"{base}/types/{tenant.activity_type}/settings", {"paused": "true"})
-    kind = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
-    assert kind["paused"] is True
+    activity_type = (await api.get(f"{tenant.types}/{tenant.activity_type}", expect=200)).json()
+    assert activity_type["paused"] is True
     await admin.post(f"{base}/recurring/{ids['recurring']}/pause", {"paused": "true"})
     assert (await api.get(f"{tenant.recurring}/{ids['recurring']}", expect=200)).json()["paused"] is True
     await admin.post(f"{base}/recurring/{ids['recurring']}/pause", {"paused": "false"})

@@ -78,10 +78,10 @@ def test_solutions_within_a_company_are_weighted_too() -> None:
 
 def test_within_a_solution_higher_priority_goes_first_then_the_earliest_due() -> None:
     company, solution = uuid.uuid4(), uuid.uuid4()
-    kind = a_type(company, solution)
+    activity_type = a_type(company, solution)
     queue = FairQueue()
-    low = claims_of(kind, 3, priority=0)
-    high = claims_of(kind, 2, priority=5, offset=10.0)
+    low = claims_of(activity_type, 3, priority=0)
+    high = claims_of(activity_type, 2, priority=5, offset=10.0)
     fill(queue, list(reversed(low)) + high)
     order = [queue.pop(0.0) for _ in range(5)]
     assert order == [*high, *low]
@@ -105,9 +105,9 @@ def test_max_concurrency_holds_a_type_back_without_blocking_others() -> None:
 
 
 def test_rate_limit_starts_a_burst_of_one_second_then_paces() -> None:
-    kind = a_type(rate_limit=4.0)
+    activity_type = a_type(rate_limit=4.0)
     queue = FairQueue()
-    fill(queue, claims_of(kind, 10))
+    fill(queue, claims_of(activity_type, 10))
     burst = [queue.pop(0.0) for _ in range(4)]
     assert all(burst) and queue.pop(0.0) is None
     assert queue.ready_in(0.0) == 0.25
@@ -117,9 +117,9 @@ def test_rate_limit_starts_a_burst_of_one_second_then_paces() -> None:
 
 
 def test_a_type_at_its_cap_is_waiting_on_a_slot_not_on_time() -> None:
-    kind = a_type(max_concurrency=1)
+    activity_type = a_type(max_concurrency=1)
     queue = FairQueue()
-    fill(queue, claims_of(kind, 3))
+    fill(queue, claims_of(activity_type, 3))
     first = queue.pop(0.0)
     assert first is not None and queue.pop(0.0) is None and queue.ready_in(0.0) is None
     queue.done(first)
@@ -139,25 +139,25 @@ def test_take_all_returns_what_waits_and_crowded_names_big_queues() -> None:
 
 def test_limits_set_while_claims_wait_apply_to_those_already_queued() -> None:
     company, solution = uuid.uuid4(), uuid.uuid4()
-    kind, other = a_type(company, solution), a_type(company, solution)
+    activity_type, other = a_type(company, solution), a_type(company, solution)
     queue = FairQueue()
-    fill(queue, claims_of(kind, 6) + claims_of(other, 6, offset=30.0))
-    capped = dataclasses.replace(kind, max_concurrency=1)
+    fill(queue, claims_of(activity_type, 6) + claims_of(other, 6, offset=30.0))
+    capped = dataclasses.replace(activity_type, max_concurrency=1)
     fill(queue, claims_of(capped, 1, offset=60.0))  # the type's new settings arrive with a new claim
     started = [queue.pop(0.0) for _ in range(8)]
     per_type = Counter(c.target.activity_type_id for c in started if c)
-    assert per_type == {kind.activity_type_id: 1, other.activity_type_id: 6}
-    uncapped = dataclasses.replace(kind, max_concurrency=None)
+    assert per_type == {activity_type.activity_type_id: 1, other.activity_type_id: 6}
+    uncapped = dataclasses.replace(activity_type, max_concurrency=None)
     fill(queue, claims_of(uncapped, 1, offset=90.0))  # and lifting the cap frees the rest at once
     rest = [queue.pop(0.0) for _ in range(7)]
-    assert all(c is not None and c.target.activity_type_id == kind.activity_type_id for c in rest)
+    assert all(c is not None and c.target.activity_type_id == activity_type.activity_type_id for c in rest)
     assert queue.pop(0.0) is None and len(queue) == 0
 
 
 def test_a_finished_type_leaves_nothing_behind() -> None:
-    kind = a_type()
+    activity_type = a_type()
     queue = FairQueue()
-    fill(queue, claims_of(kind, 2))
+    fill(queue, claims_of(activity_type, 2))
     first, second = queue.pop(0.0), queue.pop(0.0)
     assert first is not None and second is not None
     queue.done(first)
