@@ -68,7 +68,7 @@ def quota_defaults_of(settings: Settings) -> QuotaDefaults:
 def engine_config_of(settings: Settings, **changes: Any) -> EngineConfig:
     """The engine's frozen config from the settings (the engine reads no ``Settings``): the node's
     name, in-flight cap, SSRF allowances, timings, breakers, log shipping and retention."""
-    retry_base, retry_max = settings.roller_retry
+    retry_base, retry_max = settings.log_shipping_retry
     ca_file = str(settings.ca_file) if settings.ca_file else None
     base = EngineConfig(
         node_name=settings.node_name or DEFAULT_NODE_NAME,
@@ -91,9 +91,9 @@ def engine_config_of(settings: Settings, **changes: Any) -> EngineConfig:
         ),
         destination_max_in_flight=settings.destination_max_in_flight,
         log_shipping=LogShippingConfig(
-            interval=settings.roller_interval,
-            max_records=settings.roller_batch_records,
-            max_bytes=settings.roller_batch_bytes,
+            interval=settings.log_shipping_interval,
+            max_records=settings.log_shipping_batch_records,
+            max_bytes=settings.log_shipping_batch_bytes,
             retry_base=retry_base,
             retry_max=retry_max,
             allowed_targets=settings.allowed_targets,

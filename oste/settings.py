@@ -22,20 +22,39 @@ from oste.domain.records import MAX_SIGNING_SECRET_GRACE
 from oste.errors import ConfigurationError
 from oste.storage import database_file_url, dialect_for_url
 
-ROLLER_RETRY_BASE = 60.0
+LOG_SHIPPING_RETRY_BASE = 60.0
 """Seconds a failed log shipment waits at most before its first retry (by default)."""
-ROLLER_RETRY_MAX = 6 * 3600.0
+LOG_SHIPPING_RETRY_MAX = 6 * 3600.0
 """Seconds between two tries of a failed log shipment at most (by default)."""
 
 
 @dataclass(frozen=True)
 class SettingSpec:
-    """One documented setting: its field name, environment variable, default and meaning."""
+    """One documented setting: its field name, environment variable, default and meaning; ``alias``: an
+    earlier name of its variable, still read (``OSTE_ROLLER_*``, as PRODUCT.md names them)."""
 
     field: str
     env: str
     default: str
     help: str
+    alias: str | None = None
+
+    def given(self, env: Mapping[str, str]) -> str | None:
+        """The value the environment gives this setting (its variable, else its alias), stripped; None
+        when neither is set to anything but blanks. Raises ConfigurationError when both are set to
+        different values."""
+        value = _non_blank(env.get(self.env))
+        earlier = _non_blank(env.get(self.alias)) if self.alias else None
+        if value is not None and earlier is not None and value != earlier:
+            raise ConfigurationError(
+                f"{self.env}={value!r} and its earlier name {self.alias}={earlier!r} disagree: "
+                "set one of them"
+            )
+        return value if value is not None else earlier
+
+
+def _non_blank(value: str | None) -> str | None:
+    return value.strip() if value is not None and value.strip() != "" else None
 
 
 SETTINGS: tuple[SettingSpec, ...] = (
@@ -90,36 +109,46 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "address: the UI's cookie is `Secure` behind a TLS proxy); unset, those headers are ignored.",
     ),
     SettingSpec(
-        "roller_interval",
-        "OSTE_ROLLER_INTERVAL",
+        "log_shipping_interval",
+        "OSTE_LOG_SHIPPING_INTERVAL",
         "PT1H",
-        "How often the log rollers look for records to ship (seconds or ISO 8601 duration).",
+        "How often the log shippers look for records to ship (seconds or ISO 8601 duration). Its earlier "
+        "name OSTE_ROLLER_INTERVAL is still read.",
+        alias="OSTE_ROLLER_INTERVAL",
     ),
     SettingSpec(
-        "roller_batch_records",
-        "OSTE_ROLLER_BATCH_RECORDS",
+        "log_shipping_batch_records",
+        "OSTE_LOG_SHIPPING_BATCH_RECORDS",
         "1000",
-        "Most records in one batch the log rollers ship (1-100000).",
+        "Most records in one batch the log shippers ship (1-100000). Its earlier name "
+        "OSTE_ROLLER_BATCH_RECORDS is still read.",
+        alias="OSTE_ROLLER_BATCH_RECORDS",
     ),
     SettingSpec(
-        "roller_batch_bytes",
-        "OSTE_ROLLER_BATCH_BYTES",
+        "log_shipping_batch_bytes",
+        "OSTE_LOG_SHIPPING_BATCH_BYTES",
         "5242880",
-        "Most bytes of uncompressed JSON in one shipped batch (a single larger record goes alone).",
+        "Most bytes of uncompressed JSON in one shipped batch (a single larger record goes alone). Its "
+        "earlier name OSTE_ROLLER_BATCH_BYTES is still read.",
+        alias="OSTE_ROLLER_BATCH_BYTES",
     ),
     SettingSpec(
-        "roller_retry_base",
-        "OSTE_ROLLER_RETRY_BASE",
-        "(OSTE_ROLLER_INTERVAL, at most PT1M)",
+        "log_shipping_retry_base",
+        "OSTE_LOG_SHIPPING_RETRY_BASE",
+        "(OSTE_LOG_SHIPPING_INTERVAL, at most PT1M)",
         "How long a log shipment the receiver refused (or did not answer) waits before its first retry; "
-        "doubled after each further failure up to OSTE_ROLLER_RETRY_MAX, each wait jittered to half to "
-        "all of it (seconds or ISO 8601 duration). Retries happen on the rollers' next look after it.",
+        "doubled after each further failure up to OSTE_LOG_SHIPPING_RETRY_MAX, each wait jittered to half to "
+        "all of it (seconds or ISO 8601 duration). Retries happen on the shippers' next look after it. "
+        "Its earlier name OSTE_ROLLER_RETRY_BASE is still read.",
+        alias="OSTE_ROLLER_RETRY_BASE",
     ),
     SettingSpec(
-        "roller_retry_max",
-        "OSTE_ROLLER_RETRY_MAX",
-        "(360 times OSTE_ROLLER_INTERVAL, at most PT6H)",
-        "Longest wait between two tries of a failed log shipment (at least OSTE_ROLLER_RETRY_BASE).",
+        "log_shipping_retry_max",
+        "OSTE_LOG_SHIPPING_RETRY_MAX",
+        "(360 times OSTE_LOG_SHIPPING_INTERVAL, at most PT6H)",
+        "Longest wait between two tries of a failed log shipment (at least OSTE_LOG_SHIPPING_RETRY_BASE)."
+        " Its earlier name OSTE_ROLLER_RETRY_MAX is still read.",
+        alias="OSTE_ROLLER_RETRY_MAX",
     ),
     SettingSpec(
         "max_in_flight", "OSTE_MAX_IN_FLIGHT", "64", "Outbound requests one node may have open at once."
@@ -380,12 +409,12 @@ class Settings:
     allowed_targets: tuple[str, ...] = ()
     ca_file: Path | None = None
     forwarded_allow_ips: tuple[str, ...] = ()
-    roller_interval: float = 3600.0
-    roller_batch_records: int = 1000
-    roller_batch_bytes: int = 5 * 1024 * 1024
-    roller_retry_base: float | None = None
-    """None: derived from ``roller_interval`` (see ``roller_retry``)."""
-    roller_retry_max: float | None = None
+    log_shipping_interval: float = 3600.0
+    log_shipping_batch_records: int = 1000
+    log_shipping_batch_bytes: int = 5 * 1024 * 1024
+    log_shipping_retry_base: float | None = None
+    """None: derived from ``log_shipping_interval`` (see ``log_shipping_retry``)."""
+    log_shipping_retry_max: float | None = None
     max_in_flight: int = 64
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout: float = 30.0
@@ -423,15 +452,15 @@ class Settings:
     node_timeout: float = 10.0
 
     @property
-    def roller_retry(self) -> tuple[float, float]:
+    def log_shipping_retry(self) -> tuple[float, float]:
         """(base, cap) of the waits before a failed log shipment is tried again: as set, or derived
-        from ``roller_interval`` (a minute and six hours at most; a short interval retries soon)."""
-        base = self.roller_retry_base
+        from ``log_shipping_interval`` (a minute and six hours at most; a short interval retries soon)."""
+        base = self.log_shipping_retry_base
         if base is None:
-            base = min(ROLLER_RETRY_BASE, self.roller_interval)
-        cap = self.roller_retry_max
+            base = min(LOG_SHIPPING_RETRY_BASE, self.log_shipping_interval)
+        cap = self.log_shipping_retry_max
         if cap is None:
-            cap = max(base, min(ROLLER_RETRY_MAX, 360 * self.roller_interval))
+            cap = max(base, min(LOG_SHIPPING_RETRY_MAX, 360 * self.log_shipping_interval))
         return base, cap
 
     @property
@@ -451,9 +480,9 @@ class Settings:
         env = os.environ if environ is None else environ
         raw: dict[str, Any] = {}
         for spec in SETTINGS:
-            value = env.get(spec.env)
-            if value is not None and value.strip() != "":
-                raw[spec.field] = value.strip()
+            value = spec.given(env)
+            if value is not None:
+                raw[spec.field] = value
         for key, value in (overrides or {}).items():
             if value is not None:
                 raw[key] = value
@@ -469,10 +498,9 @@ class Settings:
         given = {key for key, value in (overrides or {}).items() if value is not None}
         found: dict[str, str] = {}
         for spec in SETTINGS:
-            value = env.get(spec.env)
             if spec.field in given:
                 found[spec.field] = "flag"
-            elif value is not None and value.strip() != "":
+            elif spec.given(env) is not None:
                 found[spec.field] = "environment"
             else:
                 found[spec.field] = "default"
@@ -487,9 +515,9 @@ class Settings:
         env = os.environ if environ is None else environ
         found: dict[str, str] = {}
         for spec in SETTINGS:
-            value = env.get(spec.env)
-            if value is not None and value.strip() != "":
-                found[spec.field] = value.strip()
+            value = spec.given(env)
+            if value is not None:
+                found[spec.field] = value
         for key, value in (overrides or {}).items():
             if value is not None:
                 found[key] = str(value).strip()
@@ -501,9 +529,10 @@ class Settings:
         ignored), naming the closest setting when one is close."""
         env = os.environ if environ is None else environ
         known = [spec.env for spec in SETTINGS]
+        earlier = {spec.alias for spec in SETTINGS if spec.alias}
         warnings = []
         for name in sorted(env):
-            if not name.startswith("OSTE_") or name in known or name in OTHER_VARIABLES:
+            if not name.startswith("OSTE_") or name in known or name in earlier or name in OTHER_VARIABLES:
                 continue
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "`oste settings` lists every setting"
@@ -541,17 +570,17 @@ class Settings:
         if not settings.node_name:
             settings = dataclasses.replace(settings, node_name=os.uname().nodename)
         _check_timings(settings)
-        _check_roller_retry(settings)
+        _check_log_shipping_retry(settings)
         _check_metrics_token(settings)
         return settings
 
 
-def _check_roller_retry(settings: Settings) -> None:
-    base, cap = settings.roller_retry
+def _check_log_shipping_retry(settings: Settings) -> None:
+    base, cap = settings.log_shipping_retry
     if cap < base:
         raise ConfigurationError(
-            f"OSTE_ROLLER_RETRY_MAX must not be shorter than OSTE_ROLLER_RETRY_BASE ({base:g} s), "
-            f"got {cap:g} s"
+            "OSTE_LOG_SHIPPING_RETRY_MAX must not be shorter than OSTE_LOG_SHIPPING_RETRY_BASE "
+            f"({base:g} s), got {cap:g} s"
         )
 
 
@@ -743,11 +772,11 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "data_dir": lambda value: Path(value),
     "allowed_targets": _targets,
     "forwarded_allow_ips": _networks,
-    "roller_interval": _interval,
-    "roller_batch_records": _int_in(1, 100_000),
-    "roller_batch_bytes": _int_in(1024, 1024**3),
-    "roller_retry_base": _interval,
-    "roller_retry_max": _interval,
+    "log_shipping_interval": _interval,
+    "log_shipping_batch_records": _int_in(1, 100_000),
+    "log_shipping_batch_bytes": _int_in(1024, 1024**3),
+    "log_shipping_retry_base": _interval,
+    "log_shipping_retry_max": _interval,
     "max_in_flight": _int_in(1, 100_000),
     "max_body_bytes": _int_in(1024, 1024**3),
     "body_timeout": _interval,

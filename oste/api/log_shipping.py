@@ -1,7 +1,7 @@
 """A solution's log shipping, as an operator sees it: records waiting, batches shipped and failed, the
 last successful shipment and the last error, per kind (``success`` and ``dead_letter``).
 
-Also the OpenAPI description of what a log roller sends (the ``LogBatch`` webhook).
+Also the OpenAPI description of what a log shipper sends (the ``LogBatch`` webhook).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from oste.api.context import ctx
 from oste.api.requests import iso
 from oste.domain import schemas
 from oste.domain.durations import format_duration
-from oste.domain.log_shipping import RollerKind, ShippingStatus
+from oste.domain.log_shipping import ShippingKind, ShippingStatus
 
 PATH = "/v1/companies/{company}/solutions/{solution}/log-shipping"
 
@@ -54,8 +54,8 @@ async def get_log_shipping(request: Request) -> Response:
     _, solution = await solution_in_path(request)
     store = ctx(request).storage.log_shipping
     body: dict[str, Any] = {"solution": solution.name}
-    for kind in RollerKind:
-        body[str(kind)] = render_kind(await store.status(store.roll_target(solution, kind)))
+    for kind in ShippingKind:
+        body[str(kind)] = render_kind(await store.status(store.shipping_target(solution, kind)))
     return Response(orjson.dumps(body), media_type="application/json")
 
 
@@ -160,6 +160,7 @@ LOG_BATCH = {
 }
 
 LOG_BATCH_DESCRIPTION = (
+    # the feature and its settings by their earlier names (still read): the published document keeps them
     "What the log rollers POST to a solution's `success_uri` (kind `success`) or `dead_letter_uri` "
     "(kind `dead_letter`) once activities have been succeeded or dead for longer than the solution's "
     "period: gzip-encoded JSON (`Content-Encoding: gzip`), at most OSTE_ROLLER_BATCH_RECORDS records "

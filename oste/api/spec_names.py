@@ -49,7 +49,7 @@ LIFTED: dict[str, tuple[str, ...]] = {
     "StatsNode": ("Stats", "nodes", "items"),
     "StatsMinute": ("Stats", "series", "items"),
     "OutcomeCounts": ("Stats", "series", "items", "outcomes"),
-    "RollerBacklog": ("Stats", "rollers", "additionalProperties"),
+    "RollerBacklog": ("Stats", "rollers", "additionalProperties"),  # the published name (the API keeps it)
     "CompanyBreaker": ("Destination", "companies", "items"),
     "DestinationLastHour": ("Destination", "last_hour"),
     "RequestLatency": ("Destination", "last_hour", "latency"),

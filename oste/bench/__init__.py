@@ -23,7 +23,7 @@ from oste.bench.report import ratio
 from oste.bench.workloads import WORKLOADS
 
 __all__ = ["RESULT_FIELDS", "WORKLOADS", "BenchOptions", "MissingDependency", "run"]
-IN_PROCESS = ("stats", "ui", "rollers")
+IN_PROCESS = ("stats", "ui", "log-shipping")
 """The workloads that run OSTE's app in the bench's process, through httpx (a dev dependency)."""
 
 RESULT_FIELDS = (
@@ -51,7 +51,8 @@ RESULT_FIELDS = (
 
 async def run(options: BenchOptions, app_factory: Callable[..., Any] | None = None) -> dict[str, Any]:
     """Run one workload and return its result (see ``RESULT_FIELDS``). ``app_factory``
-    (``oste.server.create_app``) is what the in-process workloads (``stats``, ``ui``, ``rollers``) run."""
+    (``oste.server.create_app``) is what the in-process workloads (``stats``, ``ui``,
+    ``log-shipping``) run."""
     if options.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {options.workload!r}; choose one of {', '.join(WORKLOADS)}")
     if options.workload in IN_PROCESS:

@@ -1,5 +1,5 @@
 """OSTE's app in the bench's own process, for the workloads that time server-side work (``stats``,
-``ui``) or run engine services directly (``rollers``).
+``ui``) or run engine services directly (``log-shipping``).
 
 ``served_app`` opens the ASGI app (its lifespan opens and migrates the database) and yields an
 ``httpx.AsyncClient`` over ``httpx.ASGITransport``: a request is timed from the client's call to the
@@ -41,8 +41,8 @@ COMPANY = "bench"
 SOLUTION = "bench"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 HTTPX_MISSING = (
-    "the stats, ui and rollers workloads run OSTE's app in process through httpx, which the plain install "
-    "lacks: pip install 'httpx>=0.28,<0.29' (or install OSTE with its dev extras)"
+    "the stats, ui and log-shipping workloads run OSTE's app in process through httpx, which the plain "
+    "install lacks: pip install 'httpx>=0.28,<0.29' (or install OSTE with its dev extras)"
 )
 
 

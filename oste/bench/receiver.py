@@ -7,7 +7,7 @@ listens. Every request to ``/fire/{n}`` is answered 200 at once and recorded as
 - ``GET /_stats``: ``{"hits": …, "distinct": …}`` (distinct = different (n, scheduled-for) pairs);
 - ``GET /_records``: every arrival as ``[n, scheduled_for, arrival_epoch]``; ``GET /_records/<i>``:
   those from the i-th on (a long run reads what is new);
-- ``GET /_logs``: ``{"batches": …, "bytes": …}`` of the log-roller batches POSTed to ``/logs/…``
+- ``GET /_logs``: ``{"batches": …, "bytes": …}`` of the log-shipping batches POSTed to ``/logs/…``
   (answered 200 at once, the body counted and dropped);
 - ``POST /_reset``: forget everything (between the limit and OSTE).
 
@@ -76,7 +76,7 @@ class Arrivals:
     records: list[tuple[str, str, float]] = field(default_factory=list)
     keys: set[tuple[str, str]] = field(default_factory=set)
     logs: dict[str, int] = field(default_factory=lambda: {"batches": 0, "bytes": 0})
-    """Log-roller batches POSTed to ``/logs/…`` and their (compressed) body bytes."""
+    """Log-shipper batches POSTed to ``/logs/…`` and their (compressed) body bytes."""
     held: dict[str, int] = field(default_factory=lambda: {"arrived": 0, "open": 0, "peak_open": 0})
     """Requests to ``/sleep/…``: arrived, open now (not yet answered), the most open at once."""
     history: list[tuple[str, str, str, float, int]] = field(default_factory=list)
@@ -324,7 +324,7 @@ class ReceiverProcess:
         return [tuple(item) for item in await self._call("GET", path)]
 
     async def logs(self) -> dict[str, int]:
-        """Log-roller batches received at ``/logs/…`` and their body bytes."""
+        """Log-shipper batches received at ``/logs/…`` and their body bytes."""
         return await self._call("GET", "/_logs")
 
     async def held(self) -> dict[str, int]:

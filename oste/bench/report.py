@@ -204,7 +204,7 @@ def _flat(facts: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any
 
 
 def rows_table(title: str, rows: Sequence[Mapping[str, Any]]) -> Table:
-    """Rows of named figures (a route's or page's latencies, a roller's rates) as one table."""
+    """Rows of named figures (a route's or page's latencies, a shipper's rates) as one table."""
     table = Table(title=title, title_justify="left")
     columns = list(dict.fromkeys(key for row in rows for key in row))
     for column in columns:

@@ -1,5 +1,5 @@
 """Filling a fresh, migrated database fast, in SQL, for the in-process workloads (``stats``, ``ui``,
-``rollers``): a million activities in seconds rather than the minutes the API would take.
+``log-shipping``): a million activities in seconds rather than the minutes the API would take.
 
 The tenant (company, solution, activity types) is created through the API first; this module adds
 what a busy deployment accumulates under it, written directly:

@@ -1,10 +1,10 @@
-"""The in-process workloads of ``oste bench``: the stats routes, the UI pages, and the log rollers, on a
+"""The in-process workloads of ``oste bench``: the stats routes, the UI pages, and the log shippers, on a
 fresh database seeded in SQL (``oste.bench.seed``) under a tenant made through the API.
 
 - ``stats``: every stats route timed ``--requests`` times, with 2 % of the activities due (a backlog)
   and again once they have been moved into the future;
 - ``ui``: every page of ``/ui`` timed ``--requests`` times, signed in with the admin token;
-- ``rollers``: the success and dead-letter rollers ship every ended activity to the bench receiver
+- ``log-shipping``: the success and dead-letter shippers ship every ended activity to the bench receiver
   and purge it; records/s, purge rate, batches, peak memory of the process.
 
 Each returns a result whose ``timings`` (tables of latency rows) or own facts ``print_report`` shows.
@@ -29,7 +29,7 @@ from oste.bench.harness import Harness
 from oste.bench.inprocess import COMPANY, SOLUTION, App, call, make_tenant, served_app, signed_in, timed
 from oste.bench.processes import fresh_database
 from oste.domain.clock import SystemClock
-from oste.domain.log_shipping import RollerKind
+from oste.domain.log_shipping import ShippingKind
 from oste.engine.log_shipping import (
     DeadLetterShipper,
     LogShipper,
@@ -37,7 +37,7 @@ from oste.engine.log_shipping import (
     ShipResult,
     SuccessShipper,
 )
-from oste.storage import RollerStore
+from oste.storage import LogShippingStore
 
 Result = dict[str, Any]
 TYPES = 10
@@ -237,8 +237,8 @@ _NEXT = re.compile(r'href="[^"]*/activities\?([^"]*cursor=[^"]*)"')
 _ROW = re.compile(r'name="id" value="([0-9a-f-]{36})"')
 
 
-class _TimedStore(RollerStore):
-    """The roller store with the seconds spent in each kind of call added up."""
+class _TimedStore(LogShippingStore):
+    """The shipper store with the seconds spent in each kind of call added up."""
 
     def __init__(self, clock: SystemClock) -> None:
         super().__init__(clock)
@@ -269,7 +269,7 @@ class _TimedStore(RollerStore):
         return purged
 
 
-async def rollers(harness: Harness) -> Result:
+async def shippers(harness: Harness) -> Result:
     opts = harness.options
     count = opts.count or (1_000_000 if opts.postgres else 100_000)
     mix = seed.Mix(
@@ -287,50 +287,50 @@ async def rollers(harness: Harness) -> Result:
     async with _seeded(harness, count, 10 * count, mix, facts, target=target, **solution) as (app, db, *_):
         await harness.receiver.reset()
         settings = app.settings
-        retry_base, retry_max = settings.roller_retry
+        retry_base, retry_max = settings.log_shipping_retry
         config = LogShippingConfig(  # as the engine's (``oste.server.engine_config_of``), unbounded batches
-            interval=settings.roller_interval,
-            max_records=settings.roller_batch_records,
-            max_bytes=settings.roller_batch_bytes,
+            interval=settings.log_shipping_interval,
+            max_records=settings.log_shipping_batch_records,
+            max_bytes=settings.log_shipping_batch_bytes,
             retry_base=retry_base,
             retry_max=retry_max,
             allowed_targets=settings.allowed_targets,
             max_batches=count,
         )
-        facts["rss_mb before the rollers"] = round(psutil.Process().memory_info().rss / 2**20, 1)
+        facts["rss_mb before the shippers"] = round(psutil.Process().memory_info().rss / 2**20, 1)
         clear_peak_rss()
-        for roller_class in (SuccessShipper, DeadLetterShipper):
-            rows.append(await _roll(harness, roller_class, config, mix.counts(count)))
-        facts["peak_rss_mb (during the rollers)"] = peak_rss_mb()
+        for shipper_class in (SuccessShipper, DeadLetterShipper):
+            rows.append(await _roll(harness, shipper_class, config, mix.counts(count)))
+        facts["peak_rss_mb (during the shippers)"] = peak_rss_mb()
         facts["left: activities"] = await db.count("activity")
         facts["left: executions"] = await db.count("execution")
         facts["receiver: batches"] = (await harness.receiver.logs())["batches"]
         facts["receiver: MiB"] = round((await harness.receiver.logs())["bytes"] / 2**20, 1)
-    result = _result({"count": count}, facts, {"log rollers (records/s end to end; seconds per step)": rows})
+    result = _result({"count": count}, facts, {"log shippers (records/s end to end; seconds per step)": rows})
     result["oste"] = {"missing": facts["left: activities"]}
     return result
 
 
 async def _roll(
-    harness: Harness, roller_class: type[LogShipper], config: LogShippingConfig, counts: dict[str, int]
+    harness: Harness, shipper_class: type[LogShipper], config: LogShippingConfig, counts: dict[str, int]
 ) -> dict[str, Any]:
     clock = SystemClock()
     store = _TimedStore(clock)
-    roller = roller_class(config, clock, "bench-roller", store=store)
-    expected = counts["succeeded" if roller.kind == RollerKind.SUCCESS else "dead"]
-    bar = harness.view.phase(f"{roller.name}: records shipped", expected)
+    shipper = shipper_class(config, clock, "bench-shipper", store=store)
+    expected = counts["succeeded" if shipper.kind == ShippingKind.SUCCESS else "dead"]
+    bar = harness.view.phase(f"{shipper.name}: records shipped", expected)
     total = ShipResult()
     began = time.perf_counter()
     store.on_purged = bar.advance
     while True:
-        done = await roller.run_once()
+        done = await shipper.run_once()
         total += done
         if done.records_shipped == 0 and done.records_purged == 0:
             break
     seconds = time.perf_counter() - began
     shipped = total.records_shipped
     return {
-        "name": roller.name,
+        "name": shipper.name,
         "records": shipped,
         "batches": total.batches_shipped,
         "failed batches": total.batches_failed,

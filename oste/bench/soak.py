@@ -4,9 +4,9 @@ Activities are created **through the API** at ``--rate`` R a second for ``--minu
 ``DUE_AFTER`` seconds after it is created: most in small batches (``POST …/activities`` with a list),
 one in ``SINGLE_EVERY`` of them one by one, over ``TENANTS`` companies of different QoS levels, each with a
 solution whose success and dead-letter logs ship to the receiver after ``LOG_PERIOD``, and whose log
-rollers look every ``ROLLER_INTERVAL`` (``OSTE_ROLLER_INTERVAL``, unless the environment sets it). One
-activity in ten is of a type the receiver answers 503 the first time (retried once, then 200), one in a
-hundred of a type it answers 400 (a dead letter at once); the rest are answered 200.
+shippers look every ``LOG_SHIPPING_INTERVAL`` (``OSTE_LOG_SHIPPING_INTERVAL``, unless the environment
+sets it). One activity in ten is of a type the receiver answers 503 the first time (retried once, then
+200), one in a hundred of a type it answers 400 (a dead letter at once); the rest are answered 200.
 
 Every ``period`` (a minute; shorter for runs under two minutes) one row: lag p50/p99/max of the
 activities' first attempts that arrived in it, create latency p99 (single creates, batch requests),
@@ -17,7 +17,7 @@ processes and the local database server, in µs). The rows go to standard error 
 the result (``minutes``), and to ``--output`` (CSV when it ends in ``.csv``, else JSON).
 
 At the end: every activity arrived (the flaky ones exactly twice, the others once), and what is left
-in the database once the rollers have shipped and purged it.
+in the database once the shippers have shipped and purged it.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ TENANTS = (("soak-gold", 10), ("soak-silver", 3), ("soak-bronze", 1))
 ACTIVITY_TYPES = ("fire", "flaky", "dead")
 LOG_PERIOD = "PT2S"
 """How long after an activity ends its record is shipped (the solutions' success and dead-letter period)."""
-ROLLER_INTERVAL = "2"
+LOG_SHIPPING_INTERVAL = "2"
 AUDIT_RETENTION = "PT2M"
 """``OSTE_AUDIT_RETENTION`` unless the environment sets it: the audit trail (a row per create request)
 is the one table whose rows outlive the lifecycle, kept 90 days by default; a short retention shows
@@ -68,7 +68,7 @@ within the soak that it levels off too (the pruner runs every five minutes)."""
 SETTLE = 0.5
 """Seconds the receiver is watched after the last expected arrival, for requests fired twice."""
 PURGED_WITHIN = 120.0
-"""Seconds waited after the last arrival for the rollers to ship and purge everything."""
+"""Seconds waited after the last arrival for the shippers to ship and purge everything."""
 
 
 def due_after(now: float) -> float:
@@ -362,7 +362,7 @@ class Sizes:
     async def vacuum(self) -> None:
         """What autovacuum would have done: ``VACUUM (ANALYZE)`` of the database, the tables the
         lifecycle churns (activities, executions, the audit trail) and the small ones written all the
-        time (the log rollers' cursors, partition leases, nodes)."""
+        time (the log shippers' cursors, partition leases, nodes)."""
         conn = await self._connection()
         await conn.execute("VACUUM (ANALYZE)")
         self.vacuums += 1
@@ -546,7 +546,7 @@ async def soak(harness: Harness) -> Result:
     minutes = opts.minutes or DEFAULT_MINUTES
     rate = opts.rate
     period = period_of(minutes)
-    os.environ.setdefault("OSTE_ROLLER_INTERVAL", ROLLER_INTERVAL)
+    os.environ.setdefault("OSTE_LOG_SHIPPING_INTERVAL", LOG_SHIPPING_INTERVAL)
     os.environ.setdefault("OSTE_AUDIT_RETENTION", AUDIT_RETENTION)
     ledger = Ledger()
     rows: list[dict[str, Any]] = []
@@ -656,7 +656,7 @@ async def soak(harness: Harness) -> Result:
 
 
 async def _purged(sizes: Sizes, deployment: Deployment, within: float) -> int | None:
-    """Wait until the rollers have shipped and purged every activity; how many are left."""
+    """Wait until the shippers have shipped and purged every activity; how many are left."""
     deadline = time.monotonic() + within
     left: int | None = None
     while time.monotonic() < deadline:

@@ -6,8 +6,8 @@
   how long the claim query takes with M stored.
 - ``cron``: K recurring activities on one schedule for D seconds; every occurrence must arrive.
 - ``api``: creation rate through the batch endpoint and single-create latency.
-- ``stats``, ``ui``, ``rollers``: OSTE's app in the bench's process on a database seeded in SQL
-  (``oste.bench.served``): stats route and UI page latencies, log roller throughput.
+- ``stats``, ``ui``, ``log-shipping``: OSTE's app in the bench's process on a database seeded in SQL
+  (``oste.bench.served``): stats route and UI page latencies, log shipper throughput.
 - ``crash``: the burst with worker 1 SIGKILLed part-way (``oste.bench.crash``): duplicates against
   their bound.
 - ``hog``: one tenant's 300 requests held 30 s by a slow receiver beside another tenant's steady
@@ -15,7 +15,7 @@
 - ``schema``: the worst create a hostile tenant can craft (``oste.bench.hostile``), and ``/healthz``
   and another tenant's creates while it sends it ``--rate`` times a second.
 - ``soak``: the whole life of activities for minutes (``oste.bench.soak``): created through the API,
-  fired, shipped by the log rollers, purged; per-minute figures.
+  fired, shipped by the log shippers, purged; per-minute figures.
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ WORKLOADS: dict[str, Callable[[Harness], Awaitable[Result]]] = {
     "api": api,
     "stats": served.stats,
     "ui": served.ui,
-    "rollers": served.rollers,
+    "log-shipping": served.shippers,
     "crash": _crash,
     "soak": _soak,
     "nemesis": _nemesis,

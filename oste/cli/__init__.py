@@ -170,12 +170,12 @@ def add_bench_parser(commands: Any) -> None:
         "  stats   stats routes' p50/p99 over --count activities and --executions seeded in SQL, with and\n"
         "          without a due backlog (1,000,000 on PostgreSQL, 100,000 on SQLite)\n"
         "  ui      every /ui page's server time over --count activities seeded in SQL (100,000)\n"
-        "  rollers the log rollers shipping and purging --count ended activities to the receiver\n"
+        "  shippers the log shippers shipping and purging --count ended activities to the receiver\n"
         "          (1,000,000 on PostgreSQL, 100,000 on SQLite)\n"
         "  crash   the burst with worker 1 SIGKILLed once --kill-at of it arrived (PostgreSQL,\n"
         "          --workers 2 or more): duplicates against their bound\n"
         "  soak    --rate R activities a second created through the API for --minutes M, fired, shipped\n"
-        "          by the log rollers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)\n"
+        "          by the log shippers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)\n"
         "  nemesis faults at random and overlapping (SIGKILL, SIGSTOP, database restart and failover,\n"
         "          partition, clock skew, a hanging receiver) for --minutes under a mixed workload at\n"
         "          --rate activities/s (20), then a checker over the whole history; --seed replays it\n"
@@ -197,7 +197,7 @@ def add_bench_parser(commands: Any) -> None:
             "api",
             "stats",
             "ui",
-            "rollers",
+            "log-shipping",
             "crash",
             "soak",
             "nemesis",
@@ -216,7 +216,7 @@ def add_bench_parser(commands: Any) -> None:
     add(
         "--count",
         type=int,
-        help="activities of a burst, scale burst or api batch create; seeded (stats, ui, rollers)",
+        help="activities of a burst, scale burst or api batch create; seeded (stats, ui, log-shipping)",
     )
     add("--executions", type=int, help="stats/ui: executions seeded (default: as many as activities)")
     add("--requests", type=int, default=200, help="stats/ui: requests timed per route or page (default 200)")

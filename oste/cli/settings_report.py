@@ -16,8 +16,9 @@ from oste.settings import SETTINGS, Settings, SettingSpec
 
 SECRETS = frozenset({"admin_token", "metrics_token"})
 URLS = frozenset({"database_url", "listen_database_url"})
-DERIVED_RETRY = ("roller_retry_base", "roller_retry_max")
-"""Derived from OSTE_ROLLER_INTERVAL unless set: shown as what they come to (``Settings.roller_retry``)."""
+DERIVED_RETRY = ("log_shipping_retry_base", "log_shipping_retry_max")
+"""Derived from OSTE_LOG_SHIPPING_INTERVAL unless set: shown as what they come to
+(``Settings.log_shipping_retry``)."""
 
 
 def settings_rows(
@@ -59,7 +60,7 @@ def shown_value(
         if not default.startswith("("):  # a plain default: as the README writes it
             return default
         if field in DERIVED_RETRY:
-            return format_duration(settings.roller_retry[DERIVED_RETRY.index(field)])
+            return format_duration(settings.log_shipping_retry[DERIVED_RETRY.index(field)])
     return formatted(value, default)
 
 

@@ -145,12 +145,12 @@ def print_status(stats: dict[str, Any], console: Console, node_timeout: float = 
         )
     console.print(windows)
 
-    rollers = stats.get("rollers")
-    if rollers:
+    shippers = stats.get("rollers")
+    if shippers:
         table = Table(title="Log shipping", title_justify="left")
         for column in ("kind", "waiting", "batches retried", "failed attempts"):
             table.add_column(column, justify="left" if column == "kind" else "right")
-        for kind, backlog in rollers.items():
+        for kind, backlog in shippers.items():
             waiting = f"≥{backlog['waiting']:,}" if backlog["waiting_at_least"] else f"{backlog['waiting']:,}"
             table.add_row(kind, waiting, str(backlog["pending_batches"]), str(backlog["failed_attempts"]))
         console.print(table)

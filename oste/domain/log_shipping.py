@@ -1,4 +1,4 @@
-"""Log shipping: what a log roller ships, as values and pure rules. No I/O.
+"""Log shipping: what a log shipper ships, as values and pure rules. No I/O.
 
 A solution's succeeded activities are shipped to its ``success_uri`` once they have been succeeded for
 longer than its ``success_period``, its dead letters to its ``dead_letter_uri`` after its
@@ -30,24 +30,24 @@ GZIP_LEVEL = 6
 """zlib's default: about a sixth of the JSON's size at ~50 MB/s of one core."""
 
 
-class RollerKind(StrEnum):
-    """Which log a roller ships: the success log or the dead letters."""
+class ShippingKind(StrEnum):
+    """Which log a shipper ships: the success log or the dead letters."""
 
     SUCCESS = "success"
     DEAD_LETTER = "dead_letter"
 
 
-SHIPPED_STATES: dict[RollerKind, tuple[r.ActivityState, ...]] = {
-    RollerKind.SUCCESS: (r.ActivityState.SUCCEEDED,),
-    RollerKind.DEAD_LETTER: (r.ActivityState.DEAD,),
+SHIPPED_STATES: dict[ShippingKind, tuple[r.ActivityState, ...]] = {
+    ShippingKind.SUCCESS: (r.ActivityState.SUCCEEDED,),
+    ShippingKind.DEAD_LETTER: (r.ActivityState.DEAD,),
 }
-"""The final states whose activities a roller ships (then purges)."""
+"""The final states whose activities a shipper ships (then purges)."""
 
-PURGED_STATES: dict[RollerKind, tuple[r.ActivityState, ...]] = {
-    RollerKind.SUCCESS: (r.ActivityState.CANCELLED,),
-    RollerKind.DEAD_LETTER: (),
+PURGED_STATES: dict[ShippingKind, tuple[r.ActivityState, ...]] = {
+    ShippingKind.SUCCESS: (r.ActivityState.CANCELLED,),
+    ShippingKind.DEAD_LETTER: (),
 }
-"""The final states a roller purges after its period without shipping: cancelled activities go after
+"""The final states a shipper purges after its period without shipping: cancelled activities go after
 the success period (nobody asked for them to be made, so there is no outcome to log)."""
 
 
@@ -57,7 +57,7 @@ class RollTarget:
 
     solution_id: uuid.UUID
     solution: str
-    kind: RollerKind
+    kind: ShippingKind
     uri: str | None
     """None: the records are purged after the period without being shipped."""
     period: float
@@ -69,11 +69,11 @@ class RollTarget:
 
 
 @dataclass(frozen=True)
-class RollerState:
-    """A roller's state for one solution and kind: its lease, the batch it is sending, its counters."""
+class ShippingState:
+    """A shipper's state for one solution and kind: its lease, the batch it is sending, its counters."""
 
     solution_id: uuid.UUID
-    kind: RollerKind
+    kind: ShippingKind
     owner: str | None = None
     lease_expires_at: datetime | None = None
     batch_id: uuid.UUID | None = None
@@ -104,7 +104,7 @@ class ShippingStatus:
     """What an operator sees of one solution's log shipping of one kind."""
 
     target: RollTarget
-    state: RollerState
+    state: ShippingState
     waiting: int
     """Ended activities older than the period: due to be shipped (or purged) on the next run."""
     retained: int
@@ -165,13 +165,13 @@ def encode_record(record: LogRecord, secrets: Sequence[str] = ()) -> bytes:
     return orjson.dumps(record_json(record, secrets))
 
 
-def batch_json(batch_id: uuid.UUID, solution: str, kind: RollerKind, encoded: Iterable[bytes]) -> bytes:
+def batch_json(batch_id: uuid.UUID, solution: str, kind: ShippingKind, encoded: Iterable[bytes]) -> bytes:
     """The batch document from records already encoded (``encode_record``)."""
     head = orjson.dumps({"batch_id": str(batch_id), "solution": solution, "kind": str(kind)})
     return head[:-1] + b',"records":[' + b",".join(encoded) + b"]}"
 
 
-def batch_overhead(batch_id: uuid.UUID, solution: str, kind: RollerKind) -> int:
+def batch_overhead(batch_id: uuid.UUID, solution: str, kind: ShippingKind) -> int:
     """Bytes of a batch document beyond its records and the commas between them."""
     return len(batch_json(batch_id, solution, kind, ()))
 

@@ -221,7 +221,7 @@ class NodeStats:
 
 
 @dataclass(frozen=True)
-class RollerBacklog:
+class ShippingBacklog:
     """One kind of log shipping over the deployment: records past their period not shipped yet,
     batches being retried, failed attempts so far."""
 
@@ -248,7 +248,7 @@ class StatsReport:
     throttled: Throttled
     series: list[MinutePoint]
     nodes: list[NodeStats] | None = None
-    rollers: dict[str, RollerBacklog] | None = None
+    shipping_backlogs: dict[str, ShippingBacklog] | None = None
 
 
 def windows_of(
@@ -324,7 +324,7 @@ def render_report(report: StatsReport) -> dict[str, Any]:
             }
             for node in report.nodes
         ]
-    if report.rollers is not None:
+    if report.shipping_backlogs is not None:
         body["rollers"] = {
             kind: {
                 "waiting": backlog.waiting.value,
@@ -332,6 +332,6 @@ def render_report(report: StatsReport) -> dict[str, Any]:
                 "pending_batches": backlog.pending_batches,
                 "failed_attempts": backlog.failed_attempts,
             }
-            for kind, backlog in report.rollers.items()
+            for kind, backlog in report.shipping_backlogs.items()
         }
     return body

@@ -119,7 +119,7 @@ class EngineConfig:
     """Requests in flight per destination across every node (None: no cap unless a destination has one)."""
     expander: ExpanderConfig = field(default_factory=ExpanderConfig)
     log_shipping: LogShippingConfig = field(default_factory=LogShippingConfig)
-    """The log shippers (``OSTE_ROLLER_*``)."""
+    """The log shippers (``OSTE_LOG_SHIPPING_*``)."""
     audit_retention: float = DEFAULT_AUDIT_RETENTION
     """``OSTE_AUDIT_RETENTION``: the audit pruner deletes older entries (0: never)."""
     quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)

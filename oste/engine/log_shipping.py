@@ -1,6 +1,6 @@
 """SuccessShipper and DeadLetterShipper: ship each solution's old records in batches, then purge them.
 
-Every ``OSTE_ROLLER_INTERVAL`` each shipper goes through the solutions. For each, under a lease in the
+Every ``OSTE_LOG_SHIPPING_INTERVAL`` each shipper goes through the solutions. For each, under a lease in the
 store (one node at a time per solution and kind), it
 
 1. purges without shipping what has no receiver: cancelled activities after the success period (the
@@ -34,7 +34,7 @@ from oste.domain.ids import new_id
 from oste.domain.targets import TargetPolicy
 from oste.engine.guard import TARGET_HOST, GuardedResolver, guarded_socket_factory, refusal_in, trusting
 from oste.engine.metrics import shipped
-from oste.storage import DEFAULT_PURGE_CHUNK, RollerStore
+from oste.storage import DEFAULT_PURGE_CHUNK, LogShippingStore
 
 log = logging.getLogger("oste.engine.log_shipping")
 
@@ -45,7 +45,8 @@ DEFAULT_LEASE_SECONDS = 300.0
 DEFAULT_REQUEST_TIMEOUT = 60.0
 DEFAULT_RETRY_BASE = 60.0
 """Seconds before the first retry of a failed batch; doubled per failure up to ``DEFAULT_RETRY_MAX``
-(the engine's come from ``Settings.roller_retry``: OSTE_ROLLER_RETRY_BASE and OSTE_ROLLER_RETRY_MAX)."""
+(the engine's come from ``Settings.log_shipping_retry``: OSTE_LOG_SHIPPING_RETRY_BASE and
+OSTE_LOG_SHIPPING_RETRY_MAX)."""
 DEFAULT_RETRY_MAX = 6 * 3600.0
 DEFAULT_LOAD_CHUNK = 100
 """Records read per query while a batch is built (memory holds one chunk beyond the batch)."""
@@ -56,7 +57,7 @@ ERROR_EXCERPT = 300
 
 @dataclass(frozen=True)
 class LogShippingConfig:
-    """What a log shipper is tuned by (the engine's come from ``OSTE_ROLLER_*``, through
+    """What a log shipper is tuned by (the engine's come from ``OSTE_LOG_SHIPPING_*``, through
     ``oste.server.engine_config_of``)."""
 
     interval: float = 3600.0
@@ -118,40 +119,40 @@ class LogShipper:
     """Ships and purges one kind of record (see the module docstring). Use ``SuccessShipper`` or
     ``DeadLetterShipper``; ``owner`` is the node id the leases are taken in the name of."""
 
-    kind: ClassVar[ls.RollerKind]
+    kind: ClassVar[ls.ShippingKind]
 
     def __init__(
         self,
         config: LogShippingConfig,
         clock: Clock,
         owner: str,
-        store: RollerStore | None = None,
+        store: LogShippingStore | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
         self.owner = owner
-        self.store = store or RollerStore(clock)
+        self.store = store or LogShippingStore(clock)
         self.rng = rng or random.Random()
         self.policy = TargetPolicy.allowing(config.allowed_targets)
         self._session: aiohttp.ClientSession | None = None
 
     @property
     def name(self) -> str:
-        """As the logs name it (``success roller``, ``dead-letter roller``: the log lines keep the words
+        """As the logs name it (``success shipper``, ``dead-letter shipper``: the log lines keep the words
         operators already search for)."""
-        return f"{self.kind.replace('_', '-')} roller"
+        return f"{self.kind.replace('_', '-')} shipper"
 
     @property
     def interval(self) -> float:
-        """Seconds between two runs (``OSTE_ROLLER_INTERVAL``)."""
+        """Seconds between two runs (``OSTE_LOG_SHIPPING_INTERVAL``)."""
         return self.config.interval
 
     async def run_once(self) -> ShipResult:
         """Roll every solution once; a solution whose receiver fails does not stop the others."""
         total = ShipResult()
         try:
-            for target in await self.store.roll_targets(self.kind):
+            for target in await self.store.shipping_targets(self.kind):
                 total += await self.roll(target)
         finally:
             await self._close()
@@ -189,7 +190,7 @@ class LogShipper:
                 break
         return purged
 
-    async def _ship_all(self, target: ls.RollTarget, state: ls.RollerState) -> ShipResult:
+    async def _ship_all(self, target: ls.RollTarget, state: ls.ShippingState) -> ShipResult:
         result = ShipResult()
         states = ls.SHIPPED_STATES[self.kind]
         after = None  # within a run, each batch starts after the last one (ids only grow)
@@ -237,7 +238,7 @@ class LogShipper:
             state = renewed
         return result
 
-    async def _rebuild(self, target: ls.RollTarget, state: ls.RollerState) -> _Batch | None:
+    async def _rebuild(self, target: ls.RollTarget, state: ls.ShippingState) -> _Batch | None:
         """The pending batch again: the same id, the same records (those still there)."""
         assert state.batch_id is not None
         secrets = await self.store.secret_values(target.solution_id)
@@ -339,16 +340,18 @@ class SuccessShipper(LogShipper):
     """Ships succeeded activities to each solution's ``success_uri`` after its ``success_period``, then
     purges them; purges cancelled ones after that period too."""
 
-    kind = ls.RollerKind.SUCCESS
+    kind = ls.ShippingKind.SUCCESS
 
 
 class DeadLetterShipper(LogShipper):
     """Ships dead letters to each solution's ``dead_letter_uri`` after its ``dead_letter_period``, then
     purges them."""
 
-    kind = ls.RollerKind.DEAD_LETTER
+    kind = ls.ShippingKind.DEAD_LETTER
 
 
-def shippers_for(config: LogShippingConfig, clock: Clock, owner: str, store: RollerStore) -> list[LogShipper]:
+def shippers_for(
+    config: LogShippingConfig, clock: Clock, owner: str, store: LogShippingStore
+) -> list[LogShipper]:
     """The two log shippers of a node, on its storage's log-shipping part."""
     return [SuccessShipper(config, clock, owner, store), DeadLetterShipper(config, clock, owner, store)]

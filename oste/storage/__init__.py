@@ -16,7 +16,7 @@ the composition root and handed down; each attribute is one part, its promises w
 ``storage.listing``           ``ActivityListing`` (``listing.py``): pages newest or oldest first,
                               capped totals, the bounded parameter search
 ``storage.type_change()``     a new ``TypeRulesChange`` (``type_changes.py``): re-check what a type holds
-``storage.log_shipping``      ``RollerStore`` (``log_shipping.py``): leases, batches, purging
+``storage.log_shipping``      ``LogShippingStore`` (``log_shipping.py``): leases, batches, purging
 ``storage.dispatch``          ``DispatchStore`` (``dispatch.py``): the engine's nodes, partition
                               leases, claims and completions (built on first use, once the database
                               is open)
@@ -73,7 +73,7 @@ from oste.storage.dialects import Dialect, database_file_url, dialect_for_url, d
 from oste.storage.dispatch import DispatchStore
 from oste.storage.events import EVENT_RETENTION, Change, Event, EventLog
 from oste.storage.listing import ActivityListing
-from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, RollerStore
+from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, LogShippingStore
 from oste.storage.notices import ChangeHub, hub_for, listen_through
 from oste.storage.occurrences import DEFAULT_LOOKAHEAD, ExpandResult, RecurrenceStore, recurrence_of
 from oste.storage.overview import Overview, OverviewStore
@@ -110,13 +110,13 @@ __all__ = [
     "ExpandResult",
     "Granted",
     "HostObservation",
+    "LogShippingStore",
     "Misfits",
     "Observation",
     "Overview",
     "OverviewStore",
     "QuotaRoom",
     "RecurrenceStore",
-    "RollerStore",
     "SessionRecord",
     "StatsService",
     "StatsStore",
@@ -152,7 +152,7 @@ class Storage:
         self.occurrences: RecurrenceStore = RecurrenceStore(clock, quotas=self.quotas)
         self.bulk: BulkChange = BulkChange(clock)
         self.calendars: CalendarStore = CalendarStore(clock)
-        self.log_shipping: RollerStore = RollerStore(clock)
+        self.log_shipping: LogShippingStore = LogShippingStore(clock)
         self.stats: StatsService = StatsService(clock)
         self.overview: OverviewStore = OverviewStore(clock)
         self.audit: AuditLog = AuditLog(clock)

@@ -49,10 +49,10 @@ if TYPE_CHECKING:
         NodeInfo,
     )
     from oste.domain.destinations import BreakerPolicy, Destination, ProbeResult
-    from oste.domain.log_shipping import LogRecord, RollerKind, RollerState, RollTarget, ShippingStatus
+    from oste.domain.log_shipping import LogRecord, RollTarget, ShippingKind, ShippingState, ShippingStatus
     from oste.domain.parameters import ParameterRules
     from oste.domain.recurrence import Overlap
-    from oste.domain.stats import Count, NodeStats, QueueDepth, RollerBacklog, StatsReport, Throttled
+    from oste.domain.stats import Count, NodeStats, QueueDepth, ShippingBacklog, StatsReport, Throttled
     from oste.storage.activity_inserts import PreparedActivities
     from oste.storage.circuits import Breaker, HostObservation, Observation
     from oste.storage.dialects import Dialect
@@ -770,17 +770,17 @@ class Dispatch(Protocol):
 
 @runtime_checkable
 class LogShipping(Protocol):
-    """Log shipping's part (``storage.log_shipping``): a roller's lease per solution and kind, the
+    """Log shipping's part (``storage.log_shipping``): a shipper's lease per solution and kind, the
     batch being shipped, and purging what was shipped. A batch is recorded before it is sent
     (``begin_batch``) and marked shipped or failed after; purging deletes only rows in the given ended
     states. Each method runs in its own transaction; raises ``Unavailable`` on an outage."""
 
-    async def roll_targets(self, kind: RollerKind) -> list[RollTarget]:
+    async def shipping_targets(self, kind: ShippingKind) -> list[RollTarget]:
         """Every solution's target of this kind (its URI, or None, and its period)."""
         ...
 
     @staticmethod
-    def roll_target(solution: r.Solution, kind: RollerKind) -> RollTarget:
+    def shipping_target(solution: r.Solution, kind: ShippingKind) -> RollTarget:
         """The target of one solution (from its record, no query)."""
         ...
 
@@ -790,8 +790,8 @@ class LogShipping(Protocol):
         credentials they make, private keys)."""
         ...
 
-    async def take_lease(self, target: RollTarget, owner: str, seconds: float) -> RollerState | None:
-        """Take (or renew) the roller's lease until ``seconds`` from now: the state, or None while
+    async def take_lease(self, target: RollTarget, owner: str, seconds: float) -> ShippingState | None:
+        """Take (or renew) the shipper's lease until ``seconds`` from now: the state, or None while
         another owner's lease has not expired. Creates the row on first use."""
         ...
 
@@ -799,8 +799,8 @@ class LogShipping(Protocol):
         """Give the lease back (if this owner still holds it)."""
         ...
 
-    async def state(self, target: RollTarget) -> RollerState:
-        """The roller's state (an empty one if it never ran for this solution)."""
+    async def state(self, target: RollTarget) -> ShippingState:
+        """The shipper's state (an empty one if it never ran for this solution)."""
         ...
 
     async def eligible_ids(
@@ -812,7 +812,7 @@ class LogShipping(Protocol):
     ) -> list[uuid.UUID]:
         """Up to ``limit`` ids of the solution's activities that ended in ``states`` more than the
         target's period ago, in id order (ids are time-sortable and never change); only ids greater
-        than ``after`` when given (a roller going on from its last batch does not walk again over the
+        than ``after`` when given (a shipper going on from its last batch does not walk again over the
         index entries of the rows it has just purged)."""
         ...
 
@@ -864,7 +864,7 @@ class LogShipping(Protocol):
 @runtime_checkable
 class Stats(Protocol):
     """Reports for the deployment, a company, a solution or an activity type (``storage.stats``):
-    outcomes and lag from the minute rollups, queue depth, throttled work, nodes and roller backlogs.
+    outcomes and lag from the minute rollups, queue depth, throttled work, nodes and shipper backlogs.
     Reads only; every count is bounded (``COUNT_CAP``) and says when it stopped. Raises
     ``Unavailable`` on an outage."""
 
@@ -874,7 +874,7 @@ class Stats(Protocol):
         ...
 
     async def deployment(self, history: tuple[int, int] = ...) -> StatsReport:
-        """The whole deployment's report (with nodes and roller backlogs); ``history``: (minutes,
+        """The whole deployment's report (with nodes and shipper backlogs); ``history``: (minutes,
         minutes per point) of its series (default the last hour by minute)."""
         ...
 
@@ -914,7 +914,7 @@ class Stats(Protocol):
         waiting for a slot)."""
         ...
 
-    async def rollers(self) -> dict[str, RollerBacklog]:
+    async def shipping_backlogs(self) -> dict[str, ShippingBacklog]:
         """Per kind: ended activities past their solution's period and not shipped yet (counted per
         distinct period over the ended-activities index), batches being retried, failed attempts."""
         ...
@@ -1235,7 +1235,7 @@ class Storage(Protocol):
 
     @property
     def log_shipping(self) -> LogShipping:
-        """The log rollers' leases, batches and purges."""
+        """The log shippers' leases, batches and purges."""
         ...
 
     @property

@@ -1,8 +1,8 @@
-"""The log rollers' Store contract: leases, batches of ended activities, and purging.
+"""The log shippers' Store contract: leases, batches of ended activities, and purging.
 
-``RollerStore`` guarantees:
+``LogShippingStore`` guarantees:
 
-- ``take_lease`` gives one owner at a time a solution's roller of one kind (a row per solution and
+- ``take_lease`` gives one owner at a time a solution's shipper of one kind (a row per solution and
   kind, taken with one conditional update: two nodes never both hold it while it has not expired);
 - a pending batch is written (``begin_batch``: its id and its activity ids) *before* it is sent, so a
   retry, by this node or the next holder of the lease, sends the same id with the same records;
@@ -35,9 +35,9 @@ from oste.domain.log_shipping import (
     PURGED_STATES,
     SHIPPED_STATES,
     LogRecord,
-    RollerKind,
-    RollerState,
     RollTarget,
+    ShippingKind,
+    ShippingState,
     ShippingStatus,
 )
 from oste.domain.receiver_auth import auth_from_document
@@ -64,24 +64,24 @@ def _utc(instant: datetime) -> datetime:
     return instant.astimezone(UTC)
 
 
-def _state(row: m.LogRoller) -> RollerState:
+def _state(row: m.ShippingState) -> ShippingState:
     ids = tuple(uuid.UUID(value) for value in (row.batch_ids or ()))
-    return to_record(RollerState, row, kind=RollerKind(row.kind), batch_ids=ids)
+    return to_record(ShippingState, row, kind=ShippingKind(row.kind), batch_ids=ids)
 
 
 @raises_unavailable
-class RollerStore:
-    """Storage of the log rollers (see the module docstring for what each method guarantees)."""
+class LogShippingStore:
+    """Storage of the log shippers (see the module docstring for what each method guarantees)."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
     # --- what to roll ---------------------------------------------------------------------------
 
-    async def roll_targets(self, kind: RollerKind) -> list[RollTarget]:
+    async def shipping_targets(self, kind: ShippingKind) -> list[RollTarget]:
         """Every solution's target of this kind (its URI, or None, and its period)."""
         uri, period = ("success_uri", "success_period")
-        if kind == RollerKind.DEAD_LETTER:
+        if kind == ShippingKind.DEAD_LETTER:
             uri, period = ("dead_letter_uri", "dead_letter_period")
         columns = ("signing_secret", "previous_signing_secret", "previous_signing_secret_expires_at")
         rows = await self._guarded(
@@ -102,9 +102,9 @@ class RollerStore:
         ]
 
     @staticmethod
-    def roll_target(solution: r.Solution, kind: RollerKind) -> RollTarget:
+    def shipping_target(solution: r.Solution, kind: ShippingKind) -> RollTarget:
         """The target of one solution (from its record, no query)."""
-        if kind == RollerKind.SUCCESS:
+        if kind == ShippingKind.SUCCESS:
             uri, period = solution.success_uri, solution.success_period
         else:
             uri, period = solution.dead_letter_uri, solution.dead_letter_period
@@ -131,14 +131,16 @@ class RollerStore:
 
     # --- the lease ------------------------------------------------------------------------------
 
-    async def take_lease(self, target: RollTarget, owner: str, seconds: float) -> RollerState | None:
-        """Take (or renew) the roller's lease until ``seconds`` from now: the state, or None while
+    async def take_lease(self, target: RollTarget, owner: str, seconds: float) -> ShippingState | None:
+        """Take (or renew) the shipper's lease until ``seconds`` from now: the state, or None while
         another owner's lease has not expired. Creates the row on first use."""
         now = _utc(self.clock.now())
-        rows = m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind))
+        rows = m.ShippingState.filter(solution_id=target.solution_id, kind=str(target.kind))
         if not await self._guarded(rows.exists()):
             with contextlib.suppress(IntegrityError):  # another node created it at the same moment
-                await m.LogRoller.create(id=new_id(), solution_id=target.solution_id, kind=str(target.kind))
+                await m.ShippingState.create(
+                    id=new_id(), solution_id=target.solution_id, kind=str(target.kind)
+                )
         free = Q(owner__isnull=True) | Q(owner=owner) | Q(lease_expires_at__lt=now)
         taken = await self._guarded(
             rows.filter(free).update(owner=owner, lease_expires_at=now + timedelta(seconds=seconds))
@@ -151,12 +153,12 @@ class RollerStore:
         """Give the lease back (if this owner still holds it)."""
         await self._guarded(self._held(target, owner).update(owner=None, lease_expires_at=None))
 
-    async def state(self, target: RollTarget) -> RollerState:
-        """The roller's state (an empty one if it never ran for this solution)."""
+    async def state(self, target: RollTarget) -> ShippingState:
+        """The shipper's state (an empty one if it never ran for this solution)."""
         row = await self._guarded(
-            m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind)).first()
+            m.ShippingState.filter(solution_id=target.solution_id, kind=str(target.kind)).first()
         )
-        return _state(row) if row is not None else RollerState(target.solution_id, target.kind)
+        return _state(row) if row is not None else ShippingState(target.solution_id, target.kind)
 
     # --- batches --------------------------------------------------------------------------------
 
@@ -169,7 +171,7 @@ class RollerStore:
     ) -> list[uuid.UUID]:
         """Up to ``limit`` ids of the solution's activities that ended in ``states`` more than the
         target's period ago, in id order (ids are time-sortable and never change); only ids greater
-        than ``after`` when given (a roller going on from its last batch does not walk again over the
+        than ``after`` when given (a shipper going on from its last batch does not walk again over the
         index entries of the rows it has just purged)."""
         if not states or limit <= 0:
             return []
@@ -272,7 +274,7 @@ class RollerStore:
         """Count records purged without being shipped."""
         if count:
             await self._guarded(
-                m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind)).update(
+                m.ShippingState.filter(solution_id=target.solution_id, kind=str(target.kind)).update(
                     records_purged=F("records_purged") + count
                 )
             )
@@ -333,11 +335,13 @@ class RollerStore:
 
     @staticmethod
     def _held(target: RollTarget, owner: str) -> Any:
-        return m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind), owner=owner)
+        return m.ShippingState.filter(solution_id=target.solution_id, kind=str(target.kind), owner=owner)
 
     @staticmethod
     def _pending(target: RollTarget, batch_id: uuid.UUID) -> Any:
-        return m.LogRoller.filter(solution_id=target.solution_id, kind=str(target.kind), batch_id=batch_id)
+        return m.ShippingState.filter(
+            solution_id=target.solution_id, kind=str(target.kind), batch_id=batch_id
+        )
 
     @staticmethod
     async def _guarded(awaitable: Any) -> Any:

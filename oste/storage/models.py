@@ -458,8 +458,10 @@ class PartitionLease(Model):
         table = "partition_lease"
 
 
-class LogRoller(Model):
-    """One log roller's state for one solution and kind (``success`` or ``dead_letter``).
+class ShippingState(Model):
+    """One log shipper's state for one solution and kind (``success`` or ``dead_letter``).
+
+    Its table keeps its first name (``log_roller``).
 
     The lease (``owner`` until ``lease_expires_at``) lets one node at a time ship the solution's records;
     the pending batch (``batch_id`` and its ``batch_ids``) is written before it is sent, so a retry

@@ -13,7 +13,7 @@ writer), so whatever the interleaving of concurrent creates exactly one pending 
 A debounced create's ``Idempotency-Key`` is remembered (``debounced_key``) so that a replay answers
 the activity it went into. The table stays bounded by the activities themselves: an activity keeps the
 newest ``DEBOUNCED_KEYS_KEPT`` keys debounced into it (``keep_newest_keys``, in the debounce's
-transaction), and every path that deletes activities (a purge by the log rollers, a bulk delete, the
+transaction), and every path that deletes activities (a purge by the log shippers, a bulk delete, the
 deletion of a type, solution or company, a recurring activity's re-plan or resume) deletes their keys
 in the same transaction, through the ``debounced_key_activity_idx`` index.
 """

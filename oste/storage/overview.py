@@ -1,6 +1,6 @@
 """What the management UI's dashboard shows beside the stats service's rollups (outcomes and lag per
 minute come from ``oste.storage.stats.StatsService``): queue depth per company, the busiest types, dead
-letters per solution, live nodes with the partitions each holds, and the log rollers whose last attempt
+letters per solution, live nodes with the partitions each holds, and the log shippers whose last attempt
 failed.
 
 Every count is bounded, whatever the number of activities stored (no count over a whole table):
@@ -198,7 +198,7 @@ class OverviewStore:
         ]
 
     async def _shipping(self, scope: dict[str, Any]) -> list[dict[str, Any]]:
-        query = m.LogRoller.filter(last_error_at__not_isnull=True)
+        query = m.ShippingState.filter(last_error_at__not_isnull=True)
         if scope:
             ids = await m.Solution.filter(**scope).values_list("id", flat=True)
             query = query.filter(solution_id__in=list(ids))

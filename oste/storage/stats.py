@@ -27,7 +27,7 @@ from tortoise import connections
 
 from oste.domain import records as r
 from oste.domain.clock import Clock
-from oste.domain.log_shipping import PURGED_STATES, SHIPPED_STATES, RollerKind
+from oste.domain.log_shipping import PURGED_STATES, SHIPPED_STATES, ShippingKind
 from oste.domain.stats import (
     BUCKET_COUNT,
     OUTCOMES,
@@ -37,8 +37,8 @@ from oste.domain.stats import (
     DestinationRollup,
     NodeStats,
     QueueDepth,
-    RollerBacklog,
     Rollup,
+    ShippingBacklog,
     StatsReport,
     Throttled,
     health_of,
@@ -279,7 +279,7 @@ class StatsService:
         depth = await self.queue(Scope({}), now)
         for state in ("due", "future", "running", "dead"):
             QUEUE_DEPTH.labels(state=state).set(getattr(depth, state).value)
-        for kind, backlog in (await self.rollers()).items():
+        for kind, backlog in (await self.shipping_backlogs()).items():
             SHIPPING_WAITING.labels(kind=kind).set(backlog.waiting.value)
         rows = await _Sql().rows("SELECT id, heartbeat_at FROM node")
         HEARTBEAT_AGE.clear()
@@ -290,10 +290,10 @@ class StatsService:
 
     async def deployment(self, history: tuple[int, int] = (SERIES_MINUTES, 1)) -> StatsReport:
         """The deployment's report; ``history``: (minutes, minutes per point) of its series."""
-        report, nodes, rollers = await _together(
-            self._report(Scope({}), history), self.nodes(), self.rollers()
+        report, nodes, shipping_backlogs = await _together(
+            self._report(Scope({}), history), self.nodes(), self.shipping_backlogs()
         )
-        return dataclasses.replace(report, nodes=nodes, rollers=rollers)
+        return dataclasses.replace(report, nodes=nodes, shipping_backlogs=shipping_backlogs)
 
     async def company(
         self, company: r.Company, history: tuple[int, int] = (SERIES_MINUTES, 1)
@@ -470,7 +470,7 @@ class StatsService:
             for row in rows
         ]
 
-    async def rollers(self) -> dict[str, RollerBacklog]:
+    async def shipping_backlogs(self) -> dict[str, ShippingBacklog]:
         """Per kind: ended activities past their solution's period and not shipped yet (counted per
         distinct period over the ended-activities index), batches being retried, failed attempts."""
         now = self.clock.now()
@@ -483,8 +483,8 @@ class StatsService:
         per_kind = {row["kind"]: (int(row["pending"] or 0), int(row["failed"] or 0)) for row in states}
         result = {}
         for kind, period_column in (
-            (RollerKind.SUCCESS, "success_period"),
-            (RollerKind.DEAD_LETTER, "dead_letter_period"),
+            (ShippingKind.SUCCESS, "success_period"),
+            (ShippingKind.DEAD_LETTER, "dead_letter_period"),
         ):
             by_period: dict[float, list[uuid.UUID]] = {}
             for row in solutions:
@@ -502,7 +502,7 @@ class StatsService:
                 count = await sql.count(where)
                 waiting, capped = waiting + count.value, capped or count.at_least
             pending, failed = per_kind.get(str(kind), (0, 0))
-            result[str(kind)] = RollerBacklog(Count(waiting, capped), pending, failed)
+            result[str(kind)] = ShippingBacklog(Count(waiting, capped), pending, failed)
         return result
 
 

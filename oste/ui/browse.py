@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from oste.domain import records as r
-from oste.domain.log_shipping import RollerKind
+from oste.domain.log_shipping import ShippingKind
 from oste.domain.request_preview import preview_request
 from oste.domain.search import VIEWS
 from oste.errors import OsteError
@@ -76,8 +76,8 @@ async def solution(request: Request, viewer: Viewer) -> Response:
     types = await store.list_activity_types(found, TYPES_SHOWN)
     cursor = request.query_params.get("cursor") or None
     recurring = await store.list_recurring(found, PAGE_SIZE, cursor)
-    rollers = ui(request).storage.log_shipping
-    shipping = {kind: await rollers.status(rollers.roll_target(found, kind)) for kind in RollerKind}
+    shippers = ui(request).storage.log_shipping
+    shipping = {kind: await shippers.status(shippers.shipping_target(found, kind)) for kind in ShippingKind}
     return await render(
         request,
         "solution.html",

@@ -32,7 +32,7 @@ SMALL = {
 }
 SOAK = ["--minutes", "0.1", "--rate", "50"]
 """Six seconds of creation at 50/s: the whole lifecycle (API, firing, retries, dead letters, both log
-rollers, purge) in about 20 s."""
+shippers, purge) in about 20 s."""
 CRASH = ["--count", "2000", "--types", "1", "--kill-at", "0.3"]
 CRASH_TIMINGS = {
     "OSTE_CLAIM_LEASE": "2",
@@ -133,7 +133,7 @@ def test_soak_runs_the_whole_lifecycle_on_sqlite(tmp_path: Path) -> None:
     facts = result["soak"]
     assert result["ok"] and facts["created"] == result["oste"]["expected"] == 300
     assert facts["missing"] == facts["doubled"] == facts["unexpected"] == 0
-    assert facts["left_in_database"] == 0  # shipped by both rollers, then purged
+    assert facts["left_in_database"] == 0  # shipped by both shippers, then purged
     assert facts["log_batches"] >= 2 and facts["log_bytes"] > 0
     rows = result["minutes"]
     assert len(rows) >= 3 and rows[-1]["final"] is True

@@ -1,5 +1,5 @@
-"""`oste bench stats | ui | rollers` at a tiny size, on SQLite and PostgreSQL: the tables hold a row per
-route, page or roller with its figures, and the rollers leave nothing behind. Never a timing assertion."""
+"""`oste bench stats | ui | log-shipping` at a tiny size, on SQLite and PostgreSQL: the tables hold a row per
+route, page or shipper with its figures, and the shippers leave nothing behind. Never a timing assertion."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ OSTE = [str(Path(sys.executable).parent / "oste")]
 TINY = {
     "stats": ["--count", "2000", "--requests", "3"],
     "ui": ["--count", "2000", "--requests", "2"],
-    "rollers": ["--count", "3000"],
+    "log-shipping": ["--count", "3000"],
 }
 STATS_ROUTES = {
     "GET /v1/stats",
@@ -102,16 +102,16 @@ def test_ui_times_every_page_signed_in(database: tuple[str, ...], tmp_path: Path
 def test_rollers_ship_and_purge_everything(database: tuple[str, ...], tmp_path: Path) -> None:
     if database:
         require_postgres()
-    result = bench("rollers", tmp_path, *database)
+    result = bench("log-shipping", tmp_path, *database)
     facts = result["facts"]
     assert facts["succeeded"] == 2700 and facts["dead"] == 300 and facts["executions"] == 3300
     assert facts["left: activities"] == 0 and facts["left: executions"] == 0
     assert facts["receiver: batches"] == 4  # 3 of 1,000 succeeded records and one of 300 dead letters
     (rows,) = result["timings"].values()
     assert [(row["name"], row["records"], row["batches"]) for row in rows] == [
-        ("success roller", 2700, 3),
-        ("dead-letter roller", 300, 1),
+        ("success shipper", 2700, 3),
+        ("dead-letter shipper", 300, 1),
     ]
     for row in rows:
         assert row["records/s"] > 0 and row["purge/s"] > 0 and row["failed batches"] == 0
-    assert facts["peak_rss_mb (during the rollers)"] > 0
+    assert facts["peak_rss_mb (during the shippers)"] > 0

@@ -304,7 +304,9 @@ def test_a_second_engine_on_one_sqlite_file_refuses_naming_the_running_one(tmp_p
 
 def test_settings_shows_values_as_written_and_its_help_is_true(tmp_path: Path) -> None:
     # Issue 39, O9: `none` was shown as the default 100, P90D as 7.776e+06; --help promised /metrics.
-    env = clean_env(OSTE_DATA_DIR=str(tmp_path), OSTE_QUOTA_MAX_SOLUTIONS="none", OSTE_ROLLER_INTERVAL="PT2H")
+    env = clean_env(
+        OSTE_DATA_DIR=str(tmp_path), OSTE_QUOTA_MAX_SOLUTIONS="none", OSTE_LOG_SHIPPING_INTERVAL="PT2H"
+    )
     listed = subprocess.run(
         [*OSTE, "settings", "--json"], capture_output=True, text=True, env=env, check=True
     )
@@ -314,8 +316,8 @@ def test_settings_shows_values_as_written_and_its_help_is_true(tmp_path: Path) -
         "environment",
     )
     assert rows["OSTE_AUDIT_RETENTION"]["value"] == "P90D"  # the default, as the README writes it
-    assert rows["OSTE_ROLLER_INTERVAL"]["value"] == "PT2H"
-    assert rows["OSTE_ROLLER_RETRY_BASE"]["value"] == "PT1M"  # derived: what it comes to
+    assert rows["OSTE_LOG_SHIPPING_INTERVAL"]["value"] == "PT2H"
+    assert rows["OSTE_LOG_SHIPPING_RETRY_BASE"]["value"] == "PT1M"  # derived: what it comes to
     assert rows["OSTE_DESTINATION_MAX_IN_FLIGHT"]["value"] == "none"
     helped = subprocess.run([*OSTE, "settings", "--help"], capture_output=True, text=True, check=True).stdout
     assert "serves /metrics" not in helped.replace("\n", " ") and "serves nothing" in helped.replace(

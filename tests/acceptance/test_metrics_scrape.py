@@ -21,7 +21,7 @@ OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 
 @pytest.fixture(scope="module")
 def oste(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    with live(tmp_path_factory.mktemp("scrape"), OSTE_ROLLER_INTERVAL="1") as running:
+    with live(tmp_path_factory.mktemp("scrape"), OSTE_LOG_SHIPPING_INTERVAL="1") as running:
         yield running
 
 

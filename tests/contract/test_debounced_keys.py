@@ -1,6 +1,6 @@
 """The keys of debounced creates stay bounded (issue 34), on SQLite and PostgreSQL: an activity keeps
 the newest ``DEBOUNCED_KEYS_KEPT`` keys debounced into it, and every path that deletes activities (the
-log rollers' purge, a bulk delete, the deletion of a type, solution or company, a recurring activity's
+log shippers' purge, a bulk delete, the deletion of a type, solution or company, a recurring activity's
 re-plan and resume) deletes the keys debounced into them, and no one else's."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from oste.domain.partitions import ALL_PARTITIONS
 from oste.storage import models as m
 from oste.storage.bulk import BulkChange
 from oste.storage.dispatch import DispatchStore
-from oste.storage.log_shipping import RollerStore
+from oste.storage.log_shipping import LogShippingStore
 from oste.storage.occurrences import RecurrenceStore
 from oste.storage.on_new import DEBOUNCED_KEYS_KEPT
 from oste.storage.store import Store
@@ -81,10 +81,10 @@ async def test_a_tenant_that_keeps_debouncing_and_firing_stays_bounded(
     store: Store, dispatch: DispatchStore, clock: ManualClock
 ) -> None:
     """Round after round an object's activity takes more debounced creates than it keeps, fires, and
-    is purged by the log rollers: the table never holds more than one activity's worth, and nothing
+    is purged by the log shippers: the table never holds more than one activity's worth, and nothing
     once the last is purged."""
     activity_type = await debounce_type(store)
-    rollers = RollerStore(clock)
+    shippers = LogShippingStore(clock)
     for round_ in range(3):
         at = round_ * 1000.0
         pending = (await store.create_activity(create(activity_type, 1, at=at))).activity
@@ -95,7 +95,7 @@ async def test_a_tenant_that_keeps_debouncing_and_firing_stays_bounded(
         [claim] = await dispatch.claim_due("n1", ALL_PARTITIONS, 10, 30, T0 + timedelta(seconds=at + 999))
         assert (await dispatch.complete([ok(claim, T0 + timedelta(seconds=at + 999))])).applied == 1
         assert await keys_of() == DEBOUNCED_KEYS_KEPT  # a replay still answers the activity that fired
-        assert await rollers.purge([pending.id], [r.ActivityState.SUCCEEDED]) == 1
+        assert await shippers.purge([pending.id], [r.ActivityState.SUCCEEDED]) == 1
         assert await keys_of() == 0
 
 

@@ -27,7 +27,7 @@ from oste.settings import Settings
 from tests.conftest import _template
 from tests.engine_support import Receiver, fast_config
 from tests.integration.api.conftest import Api, Tenant, api_client, rejected
-from tests.rollers_support import LogReceiver, later_clock, roller_config
+from tests.log_shipping_support import LogReceiver, later_clock, shipping_config
 from tests.served import OSTE, serve
 
 pytestmark = pytest.mark.timeout(120)
@@ -36,7 +36,7 @@ CLIENT_ID = "oste-client"
 CLIENT_SECRET = "s3cr3t:with/odd+chars&more"  # URL-encoding changes it: each form is a different text
 HEADER_SECRET = "hdr-Secret-9f3k/+="
 BEARER = "tok-7Yq2.Zm9v_bar~"
-PERIOD = 60  # seconds of a log-shipping period: the rollers run on a clock past it
+PERIOD = 60  # seconds of a log-shipping period: the shippers run on a clock past it
 
 
 def b64(text: str) -> str:
@@ -197,7 +197,7 @@ async def test_echoed_credentials_are_redacted_in_every_form_wherever_recorded(
         await api.patch(
             tenant.path, {"dead_letter_uri": log_receiver.url, "dead_letter_period": f"PT{PERIOD}S"}
         )
-        shipped = await DeadLetterShipper(roller_config(), later_clock(PERIOD + 1), "n").run_once()
+        shipped = await DeadLetterShipper(shipping_config(), later_clock(PERIOD + 1), "n").run_once()
         assert shipped.records_shipped == 3
     finally:
         await log_receiver.stop()
@@ -246,7 +246,7 @@ async def test_redaction_replaces_whole_secrets_only_and_short_secrets_are_refus
     try:
         await api.patch(tenant.path, {"success_uri": log_receiver.url, "success_period": f"PT{PERIOD}S"})
         assert (
-            await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "n").run_once()
+            await SuccessShipper(shipping_config(), later_clock(PERIOD + 1), "n").run_once()
         ).records_shipped == 1
     finally:
         await log_receiver.stop()

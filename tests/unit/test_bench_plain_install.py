@@ -1,6 +1,6 @@
 """`oste bench` on the plain install (`make run`'s `pip install -e .`, no dev extras): httpx is a dev
 dependency, so every `oste.bench` module imports without it, and the workloads that need it (stats, ui,
-rollers) say in one line what to install instead of a traceback.
+shippers) say in one line what to install instead of a traceback.
 
 Each check runs in a fresh interpreter where importing httpx fails, as it does on the plain install."""
 

@@ -21,7 +21,7 @@ def test_defaults() -> None:
     assert not settings.scales_out
     assert settings.admin_token is None
     assert settings.allowed_targets == ()
-    assert settings.roller_interval == 3600.0
+    assert settings.log_shipping_interval == 3600.0
     assert settings.max_in_flight == 64
     assert settings.max_body_bytes == 4 * 1024 * 1024
     assert settings.log_level == "INFO"
@@ -76,7 +76,7 @@ def test_port_limits(value: str) -> None:
         ("OSTE_MAX_IN_FLIGHT", "many"),
         ("OSTE_MAX_BODY_BYTES", "100"),
         ("OSTE_LOG_LEVEL", "verbose"),
-        ("OSTE_ROLLER_INTERVAL", "soon"),
+        ("OSTE_LOG_SHIPPING_INTERVAL", "soon"),
         ("OSTE_ALLOWED_TARGETS", "10.0.0.0/33"),
         ("OSTE_DATABASE_URL", "mysql://db/oste"),
     ],
@@ -120,14 +120,14 @@ def test_an_invalid_cidr_is_named(cidr: str) -> None:
     [("30", 30.0), ("1.5", 1.5), ("PT5M", 300.0), ("PT1H", 3600.0), ("P1D", 86_400.0), ("PT0.5S", 0.5)],
 )
 def test_roller_interval_is_seconds_or_an_iso_duration(value: str, seconds: float) -> None:
-    assert Settings.from_env({"OSTE_ROLLER_INTERVAL": value}).roller_interval == seconds
+    assert Settings.from_env({"OSTE_LOG_SHIPPING_INTERVAL": value}).log_shipping_interval == seconds
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "PT0S", "nan", "inf", "-inf", "P1M", "5 minutes"])
 def test_roller_interval_must_be_a_positive_finite_duration(value: str) -> None:
     with pytest.raises(ConfigurationError) as exc:
-        Settings.from_env({"OSTE_ROLLER_INTERVAL": value})
-    assert str(exc.value).startswith("OSTE_ROLLER_INTERVAL ")
+        Settings.from_env({"OSTE_LOG_SHIPPING_INTERVAL": value})
+    assert str(exc.value).startswith("OSTE_LOG_SHIPPING_INTERVAL ")
     assert str(exc.value).endswith(f"got {value!r}")
 
 
@@ -213,3 +213,31 @@ def test_a_signing_secret_grace_out_of_range_is_refused_naming_the_setting(value
     with pytest.raises(ConfigurationError) as caught:
         Settings.from_env({"OSTE_SIGNING_SECRET_GRACE": value})
     assert "OSTE_SIGNING_SECRET_GRACE" in caught.value.detail
+
+
+def test_the_earlier_roller_names_are_still_read() -> None:
+    # PRODUCT.md names OSTE_ROLLER_INTERVAL: the feature's one name is log shipping, the old one an alias
+    earlier = {"OSTE_ROLLER_INTERVAL": "PT10M", "OSTE_ROLLER_BATCH_RECORDS": "50"}
+    settings = Settings.from_env(earlier)
+    assert settings.log_shipping_interval == 600.0
+    assert settings.log_shipping_batch_records == 50
+    assert Settings.sources(earlier)["log_shipping_interval"] == "environment"
+    assert Settings.written(earlier)["log_shipping_interval"] == "PT10M"
+    assert Settings.unknown_variables(earlier) == []
+    both = {"OSTE_LOG_SHIPPING_INTERVAL": "600", "OSTE_ROLLER_INTERVAL": "600"}
+    assert Settings.from_env(both).log_shipping_interval == 600.0
+
+
+def test_an_earlier_name_that_disagrees_with_the_new_one_is_refused() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        Settings.from_env({"OSTE_LOG_SHIPPING_INTERVAL": "PT1M", "OSTE_ROLLER_INTERVAL": "PT2M"})
+    assert "OSTE_LOG_SHIPPING_INTERVAL='PT1M'" in str(refused.value)
+    assert "OSTE_ROLLER_INTERVAL='PT2M'" in str(refused.value)
+
+
+def test_every_alias_names_an_earlier_variable_of_the_same_setting() -> None:
+    aliased = [spec for spec in SETTINGS if spec.alias]
+    assert {spec.alias for spec in aliased} == {
+        "OSTE_ROLLER_" + spec.field.removeprefix("log_shipping_").upper() for spec in aliased
+    }
+    assert all(spec.alias in spec.help for spec in aliased)

@@ -10,7 +10,7 @@ from oste.engine import Engine
 from oste.engine.log_shipping import SuccessShipper
 from tests.engine_support import Receiver, fast_config, free_port
 from tests.integration.api.conftest import Api, assert_problem, db_rows
-from tests.rollers_support import LogReceiver, later_clock, roller_config
+from tests.log_shipping_support import LogReceiver, later_clock, shipping_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,8 +33,8 @@ async def test_an_operator_sees_a_failing_receiver_then_the_shipment(api: Api, r
     assert status["dead_letter"]["uri"] is None and status["dead_letter"]["retained"] == 0
 
     clock = later_clock(121)
-    roller = SuccessShipper(roller_config(), clock, "node-a")
-    assert (await roller.run_once()).batches_failed == 1  # nobody listens on the port
+    shipper = SuccessShipper(shipping_config(), clock, "node-a")
+    assert (await shipper.run_once()).batches_failed == 1  # nobody listens on the port
     failing = (await api.get(tenant.path + "/log-shipping", expect=200)).json()["success"]
     assert failing["failed_attempts"] == 1 and failing["last_error"] and failing["last_error_at"]
     assert failing["pending_batch"]["records"] == 3 and failing["pending_batch"]["attempts"] == 1
@@ -44,7 +44,7 @@ async def test_an_operator_sees_a_failing_receiver_then_the_shipment(api: Api, r
     log_receiver = await LogReceiver(port=port).start()
     try:
         clock.advance(3600)
-        assert (await roller.run_once()).records_shipped == 3
+        assert (await shipper.run_once()).records_shipped == 3
     finally:
         await log_receiver.stop()
     [batch] = log_receiver.batches

@@ -1,5 +1,5 @@
-"""A failed log shipment is tried again soon when the rollers look often: the retry's base and cap
-follow a short ``OSTE_ROLLER_INTERVAL`` (issue 25, item 5). A real server with its engine, a real log
+"""A failed log shipment is tried again soon when the shippers look often: the retry's base and cap
+follow a short ``OSTE_LOG_SHIPPING_INTERVAL`` (issue 25, item 5). A real server with its engine, a real log
 receiver answering 500 twice, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 from oste.settings import Settings
 from tests.engine_support import Receiver, eventually
 from tests.integration.api.conftest import api_client
-from tests.rollers_support import LogReceiver
+from tests.log_shipping_support import LogReceiver
 
 pytestmark = pytest.mark.timeout(120)
 
 DEADLINE = 30.0
-"""Seconds the three tries may take: 1 + 2 seconds of backoff at most, with the roller looking every
+"""Seconds the three tries may take: 1 + 2 seconds of backoff at most, with the shipper looking every
 second (the former fixed base waited 30-60 s before the second try alone)."""
 
 
@@ -28,7 +28,7 @@ async def test_a_receiver_that_failed_twice_gets_its_third_try_within_seconds(
         "OSTE_DATABASE_URL": database_url,
         "OSTE_DATA_DIR": str(tmp_path),
         "OSTE_ALLOWED_TARGETS": "127.0.0.1",
-        "OSTE_ROLLER_INTERVAL": "1",
+        "OSTE_LOG_SHIPPING_INTERVAL": "1",
     }
     settings = Settings.from_env(environ)
     log_receiver = await LogReceiver(statuses=[500, 500, 200]).start()
@@ -50,7 +50,7 @@ async def test_a_receiver_that_failed_twice_gets_its_third_try_within_seconds(
         assert len({batch.document["batch_id"] for batch in tries}) == 1  # the same batch each time
         assert tries[0].ids == [created["id"]]
         waits = [later.at - earlier.at for earlier, later in itertools.pairwise(tries)]
-        # base 1 s, then doubled (jittered down, never up); a roller tick (1 s) late at most
+        # base 1 s, then doubled (jittered down, never up); a shipper tick (1 s) late at most
         assert waits[0] < 1 + 1.5 and waits[1] < 2 + 1.5, waits
     finally:
         await log_receiver.stop()

@@ -1,7 +1,7 @@
 """The engine's log lines say what happened and what to do: a delivery line names the company, solution
 and type and, when there was no HTTP answer, why (refused, DNS, timeout, the SSRF guard); a dead letter is
 a WARNING saying how to requeue it; successes are summed into one line per written batch (counts by
-outcome and type) while every failure, retry and dead letter keeps its own line; the log rollers' lines
+outcome and type) while every failure, retry and dead letter keeps its own line; the log shippers' lines
 are sentences, a failed shipment a WARNING."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from tests.engine_support import (
     stall,
 )
 from tests.factories import make_activities, make_type
-from tests.integration.engine.test_log_rollers import PERIOD, set_uris
-from tests.rollers_support import LogReceiver, ended_activities, later_clock, roller_config
+from tests.integration.engine.test_log_shipping import PERIOD, set_uris
+from tests.log_shipping_support import LogReceiver, ended_activities, later_clock, shipping_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -195,12 +195,12 @@ async def test_log_shipping_lines_are_sentences_and_a_failed_shipment_is_a_warni
     port = free_port()
     solution = await set_uris(store, success=f"http://127.0.0.1:{port}/logs")
     clock = later_clock(PERIOD + 1)
-    roller = SuccessShipper(roller_config(retry_base=10.0), clock, "node-a")
+    shipper = SuccessShipper(shipping_config(retry_base=10.0), clock, "node-a")
 
-    assert (await roller.run_once()).batches_failed == 1  # nobody listens on the port
+    assert (await shipper.run_once()).batches_failed == 1  # nobody listens on the port
     [failed] = [record for record in caplog.records if record.levelno == logging.WARNING]
     message = failed.getMessage()
-    assert message.startswith("success roller: could not ship batch"), message
+    assert message.startswith("success shipper: could not ship batch"), message
     assert f"of solution songs ({solution.id})" in message and "retrying at" in message, message
     assert "check the receiver at the solution's success_uri" in message, message
 
@@ -208,9 +208,9 @@ async def test_log_shipping_lines_are_sentences_and_a_failed_shipment_is_a_warni
     log_receiver = await LogReceiver(statuses=[200], port=port).start()
     try:
         clock.advance(3600.0)
-        assert (await roller.run_once()).records_shipped == 3
+        assert (await shipper.run_once()).records_shipped == 3
     finally:
         await log_receiver.stop()
     [summary] = [record.getMessage() for record in caplog.records]
-    assert summary == "success roller: shipped 1 batches (3 records)"
+    assert summary == "success shipper: shipped 1 batches (3 records)"
     assert "ShipResult" not in summary

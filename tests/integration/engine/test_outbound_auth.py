@@ -25,7 +25,7 @@ from oste.domain.records import Outcome
 from oste.domain.redaction import forms_of
 from oste.engine.config import ExecutorConfig
 from oste.engine.executor import Executor
-from oste.storage.log_shipping import RollerStore
+from oste.storage.log_shipping import LogShippingStore
 from oste.storage.store import Store
 from tests.auth_support import CLIENT_ID, CLIENT_SECRET, TestPki, TlsReceiver, TokenServer, checking, make_pki
 from tests.engine_support import LOOPBACK, Receiver
@@ -405,7 +405,7 @@ async def test_the_store_keeps_each_kind_whole_and_log_shipping_redacts_its_secr
         assert (await store.get_activity_type(solution, activity_type.name)).auth == auth
     other = await make_type(store, "https://receiver.example/x", name="other")
     await store.update_activity_type(other, {"auth": BearerAuth("tok-other")})
-    redacted = await RollerStore(SystemClock()).secret_values(solution.id)
+    redacted = await LogShippingStore(SystemClock()).secret_values(solution.id)
     # every form of each secret (the raw values among them); a value too short to redact safely, none
     assert set(redacted) == forms_of(
         ["hdr-secret", "tok-other"], [MutualTls(pki.client.certificate, pki.client.private_key)]

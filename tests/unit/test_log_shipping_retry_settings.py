@@ -1,4 +1,4 @@
-"""The log shipment retry's base and cap are settings, defaulted from the roller interval when that is
+"""The log shipment retry's base and cap are settings, defaulted from the shipper interval when that is
 short (issue 25, item 5)."""
 
 from __future__ import annotations
@@ -21,25 +21,29 @@ from oste.settings import Settings
     ],
 )
 def test_the_retry_follows_a_short_roller_interval(interval: str, base: float, cap: float) -> None:
-    settings = Settings.from_env({"OSTE_ROLLER_INTERVAL": interval})
-    assert settings.roller_retry == (base, cap)
+    settings = Settings.from_env({"OSTE_LOG_SHIPPING_INTERVAL": interval})
+    assert settings.log_shipping_retry == (base, cap)
     config = engine_config_of(settings).log_shipping
     assert (config.retry_base, config.retry_max) == (base, cap)
 
 
 def test_the_retry_base_and_cap_can_be_set() -> None:
-    env = {"OSTE_ROLLER_INTERVAL": "1", "OSTE_ROLLER_RETRY_BASE": "PT5S", "OSTE_ROLLER_RETRY_MAX": "PT2M"}
+    env = {
+        "OSTE_LOG_SHIPPING_INTERVAL": "1",
+        "OSTE_LOG_SHIPPING_RETRY_BASE": "PT5S",
+        "OSTE_LOG_SHIPPING_RETRY_MAX": "PT2M",
+    }
     settings = Settings.from_env(env)
-    assert (settings.roller_retry_base, settings.roller_retry_max) == (5.0, 120.0)
+    assert (settings.log_shipping_retry_base, settings.log_shipping_retry_max) == (5.0, 120.0)
     assert engine_config_of(settings).log_shipping.retry_base == 5.0
 
 
 def test_a_base_alone_raises_the_derived_cap_to_it() -> None:
-    env = {"OSTE_ROLLER_INTERVAL": "1", "OSTE_ROLLER_RETRY_BASE": "PT1H"}
-    assert Settings.from_env(env).roller_retry == (3600.0, 3600.0)
+    env = {"OSTE_LOG_SHIPPING_INTERVAL": "1", "OSTE_LOG_SHIPPING_RETRY_BASE": "PT1H"}
+    assert Settings.from_env(env).log_shipping_retry == (3600.0, 3600.0)
 
 
-@pytest.mark.parametrize("variable", ["OSTE_ROLLER_RETRY_BASE", "OSTE_ROLLER_RETRY_MAX"])
+@pytest.mark.parametrize("variable", ["OSTE_LOG_SHIPPING_RETRY_BASE", "OSTE_LOG_SHIPPING_RETRY_MAX"])
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
 def test_a_bad_retry_value_names_the_variable(variable: str, value: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
@@ -49,7 +53,7 @@ def test_a_bad_retry_value_names_the_variable(variable: str, value: str) -> None
 
 def test_a_cap_below_the_base_is_refused_naming_both() -> None:
     with pytest.raises(ConfigurationError) as caught:
-        Settings.from_env({"OSTE_ROLLER_RETRY_BASE": "PT10M", "OSTE_ROLLER_RETRY_MAX": "PT1M"})
+        Settings.from_env({"OSTE_LOG_SHIPPING_RETRY_BASE": "PT10M", "OSTE_LOG_SHIPPING_RETRY_MAX": "PT1M"})
     assert str(caught.value) == (
-        "OSTE_ROLLER_RETRY_MAX must not be shorter than OSTE_ROLLER_RETRY_BASE (600 s), got 60 s"
+        "OSTE_LOG_SHIPPING_RETRY_MAX must not be shorter than OSTE_LOG_SHIPPING_RETRY_BASE (600 s), got 60 s"
     )

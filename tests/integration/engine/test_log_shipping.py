@@ -1,4 +1,4 @@
-"""The log rollers against real receivers on loopback, on SQLite and PostgreSQL: records ship once
+"""The log shippers against real receivers on loopback, on SQLite and PostgreSQL: records ship once
 their period has passed, in batches bounded by count and bytes, signed, gzip-encoded; they are purged
 only after a 2xx; a solution without URIs purges after its period."""
 
@@ -17,12 +17,12 @@ from aiohttp import web
 
 from oste.domain import records as r
 from oste.domain.clock import SystemClock
-from oste.domain.log_shipping import RollerKind
+from oste.domain.log_shipping import ShippingKind
 from oste.engine import Engine
 from oste.engine.log_shipping import DeadLetterShipper, SuccessShipper
 from oste.server import engine_config_of
 from oste.storage.database import close_database, open_database
-from oste.storage.log_shipping import RollerStore
+from oste.storage.log_shipping import LogShippingStore
 from oste.storage.store import Store
 from tests.conftest import migrated
 from tests.engine_support import (
@@ -35,12 +35,12 @@ from tests.engine_support import (
     verify_standard_webhook,
 )
 from tests.factories import make_activities, make_type, solution_values
-from tests.rollers_support import LogReceiver, ended_activities, later_clock, remaining, roller_config
+from tests.log_shipping_support import LogReceiver, ended_activities, later_clock, remaining, shipping_config
 
 pytestmark = pytest.mark.timeout(180)
 
 PERIOD = 120.0
-"""Seconds a record stays queryable before it ships: the rollers' injected clock stands past it (long
+"""Seconds a record stays queryable before it ships: the shippers' injected clock stands past it (long
 enough that a slow drain of thousands of activities does not pass it on the wall clock already)."""
 
 
@@ -67,9 +67,9 @@ async def set_uris(store: Store, success: str | None = None, dead: str | None = 
     return await store.update_solution(await songs(store), changes)
 
 
-async def status(store: Store, kind: RollerKind) -> Any:
-    rollers = RollerStore(SystemClock())
-    return await rollers.status(rollers.roll_target(await songs(store), kind))
+async def status(store: Store, kind: ShippingKind) -> Any:
+    shippers = LogShippingStore(SystemClock())
+    return await shippers.status(shippers.shipping_target(await songs(store), kind))
 
 
 async def test_2500_succeeded_activities_ship_in_3_batches_once_each_then_are_gone(
@@ -80,10 +80,10 @@ async def test_2500_succeeded_activities_ship_in_3_batches_once_each_then_are_go
     await set_uris(store, success=log_receiver.url)
     assert {a.state for a in await remaining(store)} == {r.ActivityState.SUCCEEDED}
 
-    early = await SuccessShipper(roller_config(), SystemClock(), "node-a").run_once()
+    early = await SuccessShipper(shipping_config(), SystemClock(), "node-a").run_once()
     assert (early.batches_shipped, log_receiver.batches) == (0, []), "shipped before the period passed"
 
-    result = await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "node-a").run_once()
+    result = await SuccessShipper(shipping_config(), later_clock(PERIOD + 1), "node-a").run_once()
 
     assert (result.batches_shipped, result.records_shipped, result.batches_failed) == (3, 2500, 0)
     assert [len(b.ids) for b in log_receiver.batches] == [1000, 1000, 500]
@@ -95,7 +95,7 @@ async def test_2500_succeeded_activities_ship_in_3_batches_once_each_then_are_go
     assert first["node"] and first["executions"][0]["node"] == first["node"]
     assert [b.document["kind"] for b in log_receiver.batches] == ["success"] * 3
     assert await remaining(store) == []
-    seen = await status(store, RollerKind.SUCCESS)
+    seen = await status(store, ShippingKind.SUCCESS)
     assert (seen.state.batches_shipped, seen.state.records_shipped, seen.waiting) == (3, 2500, 0)
     assert seen.state.last_success_at is not None and seen.state.batch_id is None
 
@@ -110,8 +110,8 @@ async def test_2500_dead_letters_ship_to_the_dead_letter_uri_in_3_batches(
     try:
         await set_uris(store, success=other.url, dead=log_receiver.url)
         clock = later_clock(PERIOD + 1)
-        assert (await SuccessShipper(roller_config(), clock, "n").run_once()).batches_shipped == 0
-        result = await DeadLetterShipper(roller_config(), clock, "n").run_once()
+        assert (await SuccessShipper(shipping_config(), clock, "n").run_once()).batches_shipped == 0
+        result = await DeadLetterShipper(shipping_config(), clock, "n").run_once()
     finally:
         await other.stop()
     assert other.batches == []
@@ -132,26 +132,26 @@ async def test_refused_then_500_then_200_same_batch_id_and_nothing_purged_before
     port = free_port()
     await set_uris(store, success=f"http://127.0.0.1:{port}/logs")
     clock = later_clock(PERIOD + 1)
-    roller = SuccessShipper(roller_config(retry_base=10.0), clock, "node-a")
+    shipper = SuccessShipper(shipping_config(retry_base=10.0), clock, "node-a")
 
-    refused = await roller.run_once()  # nobody listens on the port
+    refused = await shipper.run_once()  # nobody listens on the port
     assert (refused.batches_failed, refused.batches_shipped) == (1, 0)
     assert len(await remaining(store)) == 30, "purged although nothing was delivered"
-    after_refusal = await status(store, RollerKind.SUCCESS)
+    after_refusal = await status(store, ShippingKind.SUCCESS)
     assert after_refusal.state.failed_attempts == 1 and after_refusal.state.last_error
     assert after_refusal.state.batch_id is not None
 
     log_receiver = await LogReceiver(statuses=[500, 200], port=port).start()
     try:
-        backing_off = await roller.run_once()  # the retry is not due yet
+        backing_off = await shipper.run_once()  # the retry is not due yet
         assert (backing_off.batches_failed, log_receiver.batches) == (0, [])
         clock.advance(10.0)
-        assert (await roller.run_once()).batches_failed == 1  # answered 500
+        assert (await shipper.run_once()).batches_failed == 1  # answered 500
         assert len(await remaining(store)) == 30, "purged after a 500"
-        after_500 = await status(store, RollerKind.SUCCESS)
+        after_500 = await status(store, ShippingKind.SUCCESS)
         assert after_500.state.failed_attempts == 2 and "500" in (after_500.state.last_error or "")
         clock.advance(60.0)
-        delivered = await roller.run_once()
+        delivered = await shipper.run_once()
     finally:
         await log_receiver.stop()
 
@@ -164,7 +164,7 @@ async def test_refused_then_500_then_200_same_batch_id_and_nothing_purged_before
     assert first.ids == second.ids and sorted(second.ids) == sorted(str(a.id) for a in made)
     assert first.document["batch_id"] == second.document["batch_id"] == first.headers["Idempotency-Key"]
     assert await remaining(store) == []
-    done = await status(store, RollerKind.SUCCESS)
+    done = await status(store, ShippingKind.SUCCESS)
     assert (done.state.batches_shipped, done.state.failed_attempts, done.state.batch_id) == (1, 2, None)
 
 
@@ -182,7 +182,7 @@ async def test_the_signature_verifies_after_gzip_decoding_and_no_secret_is_shipp
     await ended_activities(store, database_url, activity_type, 5)
     solution = await set_uris(store, success=log_receiver.url)
     assert (
-        await SuccessShipper(roller_config(), later_clock(PERIOD + 1), "n").run_once()
+        await SuccessShipper(shipping_config(), later_clock(PERIOD + 1), "n").run_once()
     ).records_shipped == 5
 
     [batch] = log_receiver.batches
@@ -207,7 +207,7 @@ async def test_the_byte_cap_holds_with_large_parameters(
         store, database_url, activity_type, 24, parameter=lambda n: {"n": n, "blob": f"{n:04d}" * 10_000}
     )
     await set_uris(store, success=log_receiver.url)
-    config = roller_config(max_bytes=cap)
+    config = shipping_config(max_bytes=cap)
     result = await SuccessShipper(config, later_clock(PERIOD + 1), "n").run_once()
 
     sizes = [len(b.json_bytes) for b in log_receiver.batches]
@@ -233,19 +233,19 @@ async def test_a_solution_without_uris_purges_after_its_period_without_shipping(
     hits_before = len(receiver.hits)
 
     early = SystemClock()
-    assert (await SuccessShipper(roller_config(), early, "n").run_once()).records_purged == 0
+    assert (await SuccessShipper(shipping_config(), early, "n").run_once()).records_purged == 0
     assert len(await remaining(store)) == 52
 
     clock = later_clock(PERIOD + 1)
-    success = await SuccessShipper(roller_config(), clock, "n").run_once()
-    dead = await DeadLetterShipper(roller_config(), clock, "n").run_once()
+    success = await SuccessShipper(shipping_config(), clock, "n").run_once()
+    dead = await DeadLetterShipper(shipping_config(), clock, "n").run_once()
 
     assert (success.records_purged, dead.records_purged) == (40 + 1, 10)  # succeeded + cancelled; dead
     assert success.batches_shipped == dead.batches_shipped == 0
     assert [a.id for a in await remaining(store)] == [pending[1].id]  # the scheduled one stays
     assert len(receiver.hits) == hits_before
-    assert (await status(store, RollerKind.SUCCESS)).state.records_purged == 41
-    assert (await status(store, RollerKind.DEAD_LETTER)).state.records_purged == 10
+    assert (await status(store, ShippingKind.SUCCESS)).state.records_purged == 41
+    assert (await status(store, ShippingKind.DEAD_LETTER)).state.records_purged == 10
 
 
 async def test_the_ssrf_guard_and_no_redirects_apply_to_log_uris(
@@ -256,15 +256,15 @@ async def test_the_ssrf_guard_and_no_redirects_apply_to_log_uris(
     await set_uris(store, success=log_receiver.url)
     clock = later_clock(PERIOD + 1)
 
-    guarded = await SuccessShipper(roller_config(allowed_targets=()), clock, "n").run_once()
+    guarded = await SuccessShipper(shipping_config(allowed_targets=()), clock, "n").run_once()
     assert guarded.batches_failed == 1 and log_receiver.batches == []
-    assert "SSRF guard" in ((await status(store, RollerKind.SUCCESS)).state.last_error or "")
+    assert "SSRF guard" in ((await status(store, ShippingKind.SUCCESS)).state.last_error or "")
 
     redirect = await Receiver(behaviour=respond(307, headers={"Location": log_receiver.url})).start()
     try:
         await set_uris(store, success=redirect.url + "/logs")
         clock.advance(3600)
-        result = await SuccessShipper(roller_config(), clock, "n").run_once()
+        result = await SuccessShipper(shipping_config(), clock, "n").run_once()
     finally:
         await redirect.stop()
     assert result.batches_failed == 1 and len(redirect.hits) == 1 and log_receiver.batches == []
@@ -278,15 +278,15 @@ async def test_a_solution_leased_by_another_node_is_left_alone(
     await ended_activities(store, database_url, activity_type, 3)
     solution = await set_uris(store, success=log_receiver.url)
     clock = later_clock(PERIOD + 1)
-    rollers = RollerStore(clock)
-    target = rollers.roll_target(solution, RollerKind.SUCCESS)
-    assert await rollers.take_lease(target, "node-b", 30.0) is not None
+    shippers = LogShippingStore(clock)
+    target = shippers.shipping_target(solution, ShippingKind.SUCCESS)
+    assert await shippers.take_lease(target, "node-b", 30.0) is not None
 
-    busy = await SuccessShipper(roller_config(), clock, "node-a").run_once()
+    busy = await SuccessShipper(shipping_config(), clock, "node-a").run_once()
     assert (busy.solutions_busy, log_receiver.batches) == (1, [])
 
     clock.advance(31.0)  # node-b's lease expired: node-a takes over
-    assert (await SuccessShipper(roller_config(), clock, "node-a").run_once()).records_shipped == 3
+    assert (await SuccessShipper(shipping_config(), clock, "node-a").run_once()).records_shipped == 3
 
 
 async def test_two_postgres_workers_never_ship_the_same_record_twice(
@@ -305,7 +305,7 @@ async def test_two_postgres_workers_never_ship_the_same_record_twice(
             changes = {"success_uri": log_receiver.url, "success_period": PERIOD}
             await store.update_solution(solution, changes)
         clock = later_clock(PERIOD + 1)
-        config = roller_config(max_records=50)
+        config = shipping_config(max_records=50)
         workers = [SuccessShipper(config, clock, f"worker-{n}") for n in (1, 2)]
         totals = [0, 0]
         for _ in range(10):
@@ -327,7 +327,8 @@ async def test_two_postgres_workers_never_ship_the_same_record_twice(
 async def test_a_running_engine_rolls_every_roller_interval(
     store: Store, database_url: str, receiver: Receiver, log_receiver: LogReceiver
 ) -> None:
-    """What `oste serve` and `oste worker` run: the engine starts both rollers on OSTE_ROLLER_INTERVAL."""
+    """What `oste serve` and `oste worker` run: the engine starts both shippers every
+    OSTE_LOG_SHIPPING_INTERVAL."""
     activity_type = await make_type(store, receiver.url + "/song/{n}")
     solution = await store.update_solution(
         await store.create_solution(await store.get_company("acme"), solution_values(name="tiny")),
@@ -339,15 +340,15 @@ async def test_a_running_engine_rolls_every_roller_interval(
     tiny = await make_type(store, receiver.url + "/tiny/{n}", solution="tiny")
     made = await make_activities(store, tiny, SystemClock().now(), count=20)
     kept = await make_activities(store, activity_type, SystemClock().now(), count=5)
-    settings = dataclasses.replace(test_settings(database_url), roller_interval=0.3)
+    settings = dataclasses.replace(test_settings(database_url), log_shipping_interval=0.3)
     engine = Engine(fast_config(log_shipping=engine_config_of(settings).log_shipping))
     await engine.start()
     try:
         await eventually(
-            lambda: _shipped(log_receiver, 20), within=30, what="the engine's success roller shipped"
+            lambda: _shipped(log_receiver, 20), within=30, what="the engine's success shipper shipped"
         )
 
-        async def purged() -> bool:  # after the batch's 2xx, in the roller's next step
+        async def purged() -> bool:  # after the batch's 2xx, in the shipper's next step
             return await remaining(store, "tiny") == []
 
         await eventually(purged, within=30, what="the shipped activities purged")

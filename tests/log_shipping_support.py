@@ -1,4 +1,4 @@
-"""Helpers of the log roller tests: a log receiver that keeps the raw (gzip) bodies, and ended activities
+"""Helpers of the log shipper tests: a log receiver that keeps the raw (gzip) bodies, and ended activities
 made by a real engine firing at a real receiver."""
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def later_clock(seconds: float) -> ManualClock:
     return ManualClock(SystemClock().now() + timedelta(seconds=seconds))
 
 
-def roller_config(**changes: Any) -> LogShippingConfig:
-    """Roller settings for tests: loopback allowed, short timeouts and backoff."""
+def shipping_config(**changes: Any) -> LogShippingConfig:
+    """Shipper settings for tests: loopback allowed, short timeouts and backoff."""
     values: dict[str, Any] = {
         "interval": 1.0,
         "allowed_targets": LOOPBACK,
