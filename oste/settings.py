@@ -20,7 +20,14 @@ from typing import Any
 from oste.domain.durations import parse_duration_seconds
 from oste.domain.records import MAX_SIGNING_SECRET_GRACE
 from oste.errors import ConfigurationError
-from oste.storage import database_file_url, dialect_for_url
+from oste.storage import (
+    ACCEPTED_SCHEMES,
+    DEFAULT_DATABASE_URL_FORM,
+    EMBEDDED,
+    SCALE_OUT,
+    database_file_url,
+    dialect_for_url,
+)
 
 LOG_SHIPPING_RETRY_BASE = 60.0
 """Seconds a failed log shipment waits at most before its first retry (by default)."""
@@ -61,20 +68,23 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("host", "OSTE_HOST", "127.0.0.1", "Address the API listens on."),
     SettingSpec("port", "OSTE_PORT", "8080", "Port the API listens on (1-65535)."),
     SettingSpec(
-        "data_dir", "OSTE_DATA_DIR", "./oste-data", "Directory for the SQLite file and the admin token."
+        "data_dir",
+        "OSTE_DATA_DIR",
+        "./oste-data",
+        f"Directory for the {EMBEDDED.title} file and the admin token.",
     ),
     SettingSpec(
         "database_url",
         "OSTE_DATABASE_URL",
-        "sqlite://<data dir>/oste.sqlite3",
-        "Database: a `sqlite://PATH` file or `postgres://user@host:port/db` (scale-out).",
+        DEFAULT_DATABASE_URL_FORM,
+        f"Database: a `{EMBEDDED.url_form}` file or `{SCALE_OUT.url_form}` (scale-out).",
     ),
     SettingSpec(
         "listen_database_url",
         "OSTE_LISTEN_DATABASE_URL",
         "(OSTE_DATABASE_URL)",
-        "PostgreSQL only: the URL of the one connection an API process holds to `LISTEN` for activity "
-        "changes (long-poll wake-ups). Point it at the server itself when OSTE_DATABASE_URL goes "
+        f"{SCALE_OUT.title} only: the URL of the one connection an API process holds to `LISTEN` for "
+        "activity changes (long-poll wake-ups). Point it at the server itself when OSTE_DATABASE_URL goes "
         "through PgBouncer in transaction mode, where `LISTEN` does not work.",
     ),
     SettingSpec(
@@ -556,7 +566,7 @@ class Settings:
             dialect_for_url(settings.database_url)
         except ValueError:
             raise ConfigurationError(
-                f"OSTE_DATABASE_URL must start with sqlite:// or postgres://, got {settings.database_url!r}"
+                f"OSTE_DATABASE_URL must start with {ACCEPTED_SCHEMES}, got {settings.database_url!r}"
             ) from None
         settings = _with_listen_url(settings)
         if not settings.public_url:
@@ -594,12 +604,13 @@ def _with_listen_url(settings: Settings) -> Settings:
         listened = False
     if not listened:
         raise ConfigurationError(
-            f"OSTE_LISTEN_DATABASE_URL must start with postgres://, got {settings.listen_database_url!r}"
+            f"OSTE_LISTEN_DATABASE_URL must start with {SCALE_OUT.schemes[0]}, got "
+            f"{settings.listen_database_url!r}"
         )
     if not settings.scales_out:
         raise ConfigurationError(
-            "OSTE_LISTEN_DATABASE_URL is for PostgreSQL only (a direct connection beside a PgBouncer), "
-            f"but OSTE_DATABASE_URL is {settings.database_url!r}"
+            f"OSTE_LISTEN_DATABASE_URL is for {SCALE_OUT.title} only (a direct connection beside a "
+            f"PgBouncer), but OSTE_DATABASE_URL is {settings.database_url!r}"
         )
     return settings
 

@@ -18,6 +18,7 @@ from oste.api import audit, completions, log_shipping, stats
 from oste.api.spec_links import links_of
 from oste.api.spec_names import name_shared_schemas
 from oste.domain import schemas
+from oste.storage import SCALE_OUT
 
 SCHEMA_REF = "#/components/schemas/"
 PROBLEM_JSON = "application/problem+json"
@@ -474,7 +475,7 @@ TABLE: dict[str, tuple[Op, ...]] = {
             description="With `wait`, the answer comes as soon as the activity's state differs from "
             "the state it had when the request came (or from `state`), at the latest after `wait`. "
             "Waiting costs no database query: the node that changes the state wakes the request "
-            "(PostgreSQL LISTEN/NOTIFY across processes, an in-process signal within `oste serve`).",
+            f"({SCALE_OUT.title} LISTEN/NOTIFY across processes, an in-process signal within `oste serve`).",
         ),
         Op(
             "PATCH",

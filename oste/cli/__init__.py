@@ -17,7 +17,7 @@ from oste.errors import ConfigurationError, OsteError
 from oste.logs import configure_logging
 from oste.server import create_app, prepare_data_dir, run_worker
 from oste.settings import Settings
-from oste.storage import describe, hold_writer_lock, migrate
+from oste.storage import EMBEDDED, SCALE_OUT, describe, hold_writer_lock, migrate
 
 log = logging.getLogger("oste")
 
@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         description = f"{help_text} {METRICS_HELP}" if metrics and serves else help_text
         sub = commands.add_parser(name, help=help_text, description=description, epilog=EPILOG)
         sub.add_argument("--data-dir", help="data directory (OSTE_DATA_DIR, default ./oste-data)")
-        sub.add_argument("--database-url", help="sqlite://PATH or postgres://… (OSTE_DATABASE_URL)")
+        sub.add_argument(
+            "--database-url", help=f"{EMBEDDED.url_form} or {SCALE_OUT.schemes[0]}… (OSTE_DATABASE_URL)"
+        )
         if network:
             sub.add_argument("--host", help="listen address (OSTE_HOST, default 127.0.0.1)")
             sub.add_argument("--port", help="listen port (OSTE_PORT, default 8080)")
@@ -60,19 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     add(
         "serve",
-        "Run the API, the UI and the engine in one process (the embedded SQLite default).",
+        f"Run the API, the UI and the engine in one process (the embedded {EMBEDDED.title} default).",
         network=True,
         metrics=True,
     )
     add(
         "api",
-        "Run the API and UI only (scale-out with PostgreSQL; run `oste worker` beside it).",
+        f"Run the API and UI only (scale-out with {SCALE_OUT.title}; run `oste worker` beside it).",
         network=True,
         metrics=True,
     )
     add(
         "worker",
-        "Run the dispatch engine only (scale-out with PostgreSQL; run as many as the load needs).",
+        f"Run the dispatch engine only (scale-out with {SCALE_OUT.title}; run as many as the load needs).",
         metrics=True,
     )
     add("migrate", "Apply pending database migrations and exit (serve, api and worker migrate on start too).")
@@ -132,14 +134,16 @@ def add_backup_parsers(add: Any) -> None:
     """`oste backup PATH [--force]` and `oste restore BACKUP` (SQLite; PostgreSQL has pg_dump)."""
     backup = add(
         "backup",
-        "Copy the SQLite database to PATH, also while `oste serve` runs (a consistent snapshot, checked "
-        "before it is renamed to PATH). PostgreSQL: use pg_dump (deploy/README.md, Backups and restore).",
+        f"Copy the {EMBEDDED.title} database to PATH, also while `oste serve` runs (a consistent snapshot, "
+        f"checked before it is renamed to PATH). {SCALE_OUT.title}: use pg_dump (deploy/README.md, Backups "
+        "and restore).",
     )
     backup.add_argument("path", help="the backup file to write (refused if it exists, unless --force)")
     backup.add_argument("--force", action="store_true", help="replace PATH if it exists")
     restore = add(
         "restore",
-        "Put a backup made by `oste backup` in place of the SQLite database: stop `oste serve` first. The "
+        f"Put a backup made by `oste backup` in place of the {EMBEDDED.title} database: stop `oste serve` "
+        "first. The "
         "backup is checked first; the replaced file is kept beside it as <name>.replaced-<time>.",
     )
     restore.add_argument("backup", help="the backup file (it is copied, not moved)")
@@ -168,11 +172,11 @@ def add_bench_parser(commands: Any) -> None:
         "          (100, every minute, 150 s)\n"
         "  api     batch creation rate (--count) and single-create latency (--singles)\n"
         "  stats   stats routes' p50/p99 over --count activities and --executions seeded in SQL, with and\n"
-        "          without a due backlog (1,000,000 on PostgreSQL, 100,000 on SQLite)\n"
+        f"          without a due backlog (1,000,000 on {SCALE_OUT.title}, 100,000 on {EMBEDDED.title})\n"
         "  ui      every /ui page's server time over --count activities seeded in SQL (100,000)\n"
         "  shippers the log shippers shipping and purging --count ended activities to the receiver\n"
-        "          (1,000,000 on PostgreSQL, 100,000 on SQLite)\n"
-        "  crash   the burst with worker 1 SIGKILLed once --kill-at of it arrived (PostgreSQL,\n"
+        f"          (1,000,000 on {SCALE_OUT.title}, 100,000 on {EMBEDDED.title})\n"
+        f"  crash   the burst with worker 1 SIGKILLed once --kill-at of it arrived ({SCALE_OUT.title},\n"
         "          --workers 2 or more): duplicates against their bound\n"
         "  soak    --rate R activities a second created through the API for --minutes M, fired, shipped\n"
         "          by the log shippers and purged: per-minute lag, creates, sizes, RSS, CPU (300/s, 10)\n"
@@ -209,10 +213,15 @@ def add_bench_parser(commands: Any) -> None:
     )
     add(
         "--database-url",
-        help="a PostgreSQL server URL (a fresh database is created and dropped per run); "
-        "default: a fresh SQLite file in a temporary directory",
+        help=f"a {SCALE_OUT.title} server URL (a fresh database is created and dropped per run); "
+        f"default: a fresh {EMBEDDED.title} file in a temporary directory",
     )
-    add("--workers", type=int, default=1, help="PostgreSQL: how many `oste worker` processes (default 1)")
+    add(
+        "--workers",
+        type=int,
+        default=1,
+        help=f"{SCALE_OUT.title}: how many `oste worker` processes (default 1)",
+    )
     add(
         "--count",
         type=int,
@@ -248,7 +257,7 @@ def add_bench_parser(commands: Any) -> None:
         "--limit-processes",
         type=int,
         help="processes the limit fires from (default: as many as OSTE's sender processes, the workers "
-        "on PostgreSQL, 1 on SQLite); with more than 1, the one-process limit runs too",
+        f"on {SCALE_OUT.title}, 1 on {EMBEDDED.title}); with more than 1, the one-process limit runs too",
     )
     add("--batch-concurrency", type=int, default=4, help="batch create requests at once (default 4)")
     add("--lead", type=float, help="seconds ahead the workload is scheduled (default: from its size)")
@@ -258,7 +267,7 @@ def add_bench_parser(commands: Any) -> None:
     add("--no-limit", action="store_true", help="skip the bare-loop limit run")
     add("--json", action="store_true", help="print the result as JSON instead of tables")
     add("--no-progress", action="store_true", help="no progress bar on standard error")
-    add("--work-dir", help="where the scratch directory (SQLite files, process logs) is made")
+    add("--work-dir", help=f"where the scratch directory ({EMBEDDED.title} files, process logs) is made")
 
 
 def overrides_of(args: argparse.Namespace) -> dict[str, Any]:

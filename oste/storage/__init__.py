@@ -54,9 +54,6 @@ from oste.domain.clock import Clock
 from oste.domain.tenancy import QuotaDefaults
 from oste.storage import changes as _changes
 from oste.storage.audit import AuditLog
-from oste.storage.backup import BackupRefused
-from oste.storage.backup import backup as take_backup
-from oste.storage.backup import restore as restore_backup
 from oste.storage.bulk import QUOTA_FULL, BulkChange
 from oste.storage.calendars import CalendarStore
 from oste.storage.database import (
@@ -69,7 +66,21 @@ from oste.storage.database import (
     settle_after_bulk_load,
 )
 from oste.storage.destinations import Breaker, DestinationStore, HostObservation, Observation
-from oste.storage.dialects import Dialect, database_file_url, dialect_for_url, dialect_of
+from oste.storage.dialects import (
+    ACCEPTED_SCHEMES,
+    DEFAULT_DATABASE_URL_FORM,
+    EMBEDDED,
+    SCALE_OUT,
+    BackupRefused,
+    Dialect,
+    WriterLocked,
+    database_file_url,
+    dialect_for_url,
+    dialect_of,
+    hold_writer_lock,
+)
+from oste.storage.dialects import backup as take_backup
+from oste.storage.dialects import restore as restore_backup
 from oste.storage.dispatch import DispatchStore
 from oste.storage.events import EVENT_RETENTION, Change, Event, EventLog
 from oste.storage.listing import ActivityListing
@@ -82,17 +93,20 @@ from oste.storage.stats import COUNT_CAP, RETENTION_MINUTES, StatsService, Stats
 from oste.storage.store import MAX_PAGE, Store
 from oste.storage.type_changes import RULE_FIELDS, Misfits, TypeRulesChange, changes_rules
 from oste.storage.ui_sessions import SessionRecord, UiSessionStore
-from oste.storage.writer_lock import WriterLocked, hold_writer_lock
 
 __all__ = [
+    "ACCEPTED_SCHEMES",
     "COUNT_CAP",
+    "DEFAULT_DATABASE_URL_FORM",
     "DEFAULT_LOOKAHEAD",
     "DEFAULT_PURGE_CHUNK",
+    "EMBEDDED",
     "EVENT_RETENTION",
     "MAX_PAGE",
     "QUOTA_FULL",
     "RETENTION_MINUTES",
     "RULE_FIELDS",
+    "SCALE_OUT",
     "STORAGE_EXCEPTIONS",
     "ActivityListing",
     "AuditLog",
@@ -162,7 +176,9 @@ class Storage:
 
     @property
     def dialect(self) -> Dialect:
-        """The open database's ``Dialect``, the one ``open_database`` built."""
+        """The open database's ``Dialect``, the one ``open_database`` built and recorded (the parts are
+        built before the database opens, so each finds it through ``dialect_of`` when it runs a
+        statement)."""
         return dialect_of(connections.get("default"))
 
     @functools.cached_property

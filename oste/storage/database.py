@@ -3,33 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import logging
-import os
-import sqlite3
-import stat
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-import asyncpg
 from tortoise import Tortoise
 from tortoise.backends.base import executor
 from tortoise.exceptions import BaseORMException, DBConnectionError
 from tortoise.migrations.api import migrate as run_migrations
 
 from oste.errors import OsteError, Unavailable
-from oste.storage.checkpoints import start_checkpointer, stop_checkpointer
 from oste.storage.config import COMMAND_TIMEOUT, normalise_url, tortoise_config
-from oste.storage.dialects import DRIVER_LOGGERS, Dialect, dialect_for_url, dialect_of
+from oste.storage.dialects import (
+    DRIVER_ERRORS,
+    DRIVER_LOGGERS,
+    RECONNECT,
+    Dialect,
+    dialect_for_url,
+    dialect_of,
+    driver_outage,
+    forget_open,
+    record_open,
+)
 from oste.storage.schema import SchemaVersion, migration_lock, read_version
-from oste.storage.session_check import warn_without_session_settings
-from oste.storage.transactions import guard_transaction_entry
 
 log = logging.getLogger("oste.storage")
 
@@ -45,37 +45,6 @@ def describe(url: str) -> str:
     return dialect_for_url(url).describe(url)
 
 
-PRIVATE_FILE = 0o600
-"""The mode of the SQLite database and the files beside it: they hold every tenant's secrets."""
-SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
-
-
-def keep_sqlite_private(url: str) -> None:
-    """For a SQLite URL: create the database file readable by this user only (SQLite gives its ``-wal``,
-    ``-shm`` and ``-journal`` files the database file's mode), or take the group's and others' access
-    away from existing ones (a file an older OSTE created 0644), saying so once. No-op for PostgreSQL
-    and an in-memory database."""
-    path = dialect_for_url(url).file_of(url)
-    if path is None or not str(path) or str(path) == ":memory:" or not path.parent.is_dir():
-        return  # nothing to protect, or a missing directory that opening reports better
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))  # an empty database
-    for name in (path, *(Path(f"{path}{suffix}") for suffix in SQLITE_SIDE_FILES)):
-        try:
-            mode = name.stat().st_mode
-        except FileNotFoundError:
-            continue
-        if mode & 0o077:
-            os.chmod(name, stat.S_IMODE(mode) & ~0o077)
-            log.warning(
-                "%s was readable by other users (mode %o): made private (mode %o); it holds every "
-                "tenant's secrets",
-                name,
-                stat.S_IMODE(mode),
-                stat.S_IMODE(mode) & ~0o077,
-            )
-
-
 async def migrate(url: str) -> SchemaVersion:
     """Apply every pending migration to the database at ``url`` under the migration lock (any number of
     processes may call this at once: one migrates, the others wait and find nothing left). Returns the
@@ -84,7 +53,7 @@ async def migrate(url: str) -> SchemaVersion:
     and why."""
     where = describe(url)
     applying: list[str] = []
-    keep_sqlite_private(url)
+    dialect_for_url(url).keep_private(url)
 
     def progress(event: str, app: str, name: str) -> None:
         if event == "apply_start":
@@ -105,7 +74,7 @@ async def migrate(url: str) -> SchemaVersion:
     except OsteError:
         raise
     except Exception as exc:
-        if isinstance(exc, OSError | DBConnectionError | asyncpg.PostgresConnectionError) or outage(exc):
+        if isinstance(exc, OSError | DBConnectionError) or outage(exc):
             raise Unavailable(
                 f"cannot migrate the {where}: {exc}. Is the database running and reachable?"
             ) from None
@@ -129,9 +98,10 @@ async def check_schema(url: str, require_current: bool = False) -> SchemaVersion
     ``SchemaMismatch`` when this code cannot run on it: a newer OSTE migrated it, or (``require_current``:
     for commands that must not migrate) it is unmigrated or older."""
     where = describe(url)
+    unreadable: tuple[type[BaseException], ...] = (OSError, *dialect_for_url(url).server_errors)
     try:
         version = await read_version(url)
-    except (OSError, asyncpg.PostgresError, sqlite3.Error) as exc:
+    except unreadable as exc:
         raise Unavailable(
             f"cannot read the schema of the {where}: {exc}. Is the database running and reachable?"
         ) from None
@@ -144,18 +114,18 @@ async def check_schema(url: str, require_current: bool = False) -> SchemaVersion
 
 async def open_database(url: str, apply_migrations: bool = True, require_current: bool = False) -> Dialect:
     """Migrate (unless told not to) and connect the ORM for this process; returns the database's
-    ``Dialect``, built here once (every part then finds it through ``dialect_of``). Without migrating,
-    the schema is checked: never one a newer OSTE wrote, and with ``require_current`` (``oste status``,
-    ``oste export``, ``oste import``: commands that never migrate) exactly this code's
-    (``check_schema``)."""
+    ``Dialect``, built here once and recorded (every part then finds it through ``dialect_of``).
+    Without migrating, the schema is checked: never one a newer OSTE wrote, and with ``require_current``
+    (``oste status``, ``oste export``, ``oste import``: commands that never migrate) exactly this
+    code's (``check_schema``)."""
     dialect = dialect_for_url(url)
     if apply_migrations and not require_current:
         await migrate(url)
     else:
         await check_schema(url, require_current)
-        keep_sqlite_private(url)
+        dialect.keep_private(url)
     executor.EXECUTOR_CACHE.clear()
-    guard_transaction_entry()
+    dialect.guard_transactions()
     try:
         await Tortoise.init(config=tortoise_config(url, COMMAND_TIMEOUT), _enable_global_fallback=True)
     except (OSError, DBConnectionError) as exc:
@@ -163,18 +133,19 @@ async def open_database(url: str, apply_migrations: bool = True, require_current
             f"cannot open the {describe(url)}: {exc}. Is the database running and reachable?"
         ) from None
     _quiet_driver_outages()
-    await warn_without_session_settings(urlsplit(url).username)
-    path = dialect.file_of(url) if dialect.local_file else None
-    if path is not None and str(path) not in ("", ":memory:"):
-        await start_checkpointer(path)  # the log is copied back off the request path
+    record_open(dialect)
+    await dialect.opened(url)  # the session check, the log's checkpointer: what the dialect runs beside
     FULL.where = describe(normalise_url(url))
     log.info("database ready: %s", FULL.where)
     return dialect
 
 
 async def close_database() -> None:
-    """Close every connection (an unclosed aiosqlite thread would hang process exit)."""
-    await stop_checkpointer()
+    """Close every connection (an unclosed aiosqlite thread would hang process exit), after what the
+    open database's dialect runs beside them; the Dialect is forgotten."""
+    dialect = forget_open()
+    if dialect is not None:
+        await dialect.closing()
     await Tortoise.close_connections()
     await asyncio.sleep(0)
 
@@ -198,45 +169,12 @@ async def settle_after_bulk_load() -> str:
 
 RETRY_AFTER_SECONDS = 5
 """How long a client is told to wait (``Retry-After``) when the database cannot be reached."""
-LOCKED_RETRY_AFTER_SECONDS = 2
-"""``Retry-After`` when SQLite is locked by another writer past its busy timeout."""
 OUTAGE_ADVICE = (
     "Retry after the Retry-After delay; a create repeated with the same Idempotency-Key is applied once "
     "even if this attempt was. Operator: {action}"
 )
-STORAGE_EXCEPTIONS: tuple[type[BaseException], ...] = (
-    OSError,
-    BaseORMException,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    sqlite3.Error,
-)
+STORAGE_EXCEPTIONS: tuple[type[BaseException], ...] = (OSError, BaseORMException, *DRIVER_ERRORS)
 """Every exception type a database failure can surface as (the API maps these through ``outage``)."""
-
-_SQLITE_OUTAGES = {
-    sqlite3.SQLITE_BUSY: ("the SQLite database is locked by another writer", "locked"),
-    sqlite3.SQLITE_LOCKED: ("a SQLite table is locked by another connection", "locked"),
-    sqlite3.SQLITE_FULL: ("the SQLite volume is full", "full"),
-    sqlite3.SQLITE_IOERR: ("SQLite cannot read or write its file (disk I/O error)", "io"),
-    sqlite3.SQLITE_CANTOPEN: ("SQLite cannot open its database file", "io"),
-    sqlite3.SQLITE_READONLY: ("the SQLite database file is read-only", "io"),
-}
-_ACTIONS = {
-    "connection": "check that the database server is running and reachable from this node; OSTE "
-    "reconnects by itself once it is.",
-    "locked": "another process holds a write lock on the SQLite file longer than its busy_timeout; "
-    "find and end it (only one `oste serve` may use a SQLite file).",
-    "full": "free space on the volume of the SQLite file; OSTE resumes by itself once there is room.",
-    "io": "check the SQLite file and its volume (permissions, mount, disk health).",
-    "disk-full": "free space on the database server's data volume (the tablespace named above); OSTE "
-    "resumes by itself once there is room.",
-    "resources": "the database server is out of connections, memory or disk; raise its limits or "
-    "lower OSTE's pool size (maxsize in OSTE_DATABASE_URL).",
-    "read-only": "the database refuses writes (a standby after a failover?); point OSTE_DATABASE_URL "
-    "at the primary.",
-}
-
 
 FULL_FOR = 10.0
 """Seconds after the last write refused for lack of space that the storage still counts as full."""
@@ -341,44 +279,23 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         queue.extend(w for w in wrapped if isinstance(w, BaseException))
 
 
-def _unavailable(
-    what: str, kind: str, exc: BaseException, retry_after: int = RETRY_AFTER_SECONDS
-) -> Unavailable:
+def _unavailable(what: str, action: str, exc: BaseException, retry_after: int | None = None) -> Unavailable:
     reason = str(exc).strip() or type(exc).__name__
-    detail = f"{what} ({type(exc).__name__}: {reason}). " + OUTAGE_ADVICE.format(action=_ACTIONS[kind])
-    return Unavailable(detail, retry_after=retry_after)
+    detail = f"{what} ({type(exc).__name__}: {reason}). " + OUTAGE_ADVICE.format(action=action)
+    return Unavailable(detail, retry_after=retry_after or RETRY_AFTER_SECONDS)
 
 
 def _classify(exc: BaseException) -> Unavailable | None:
     if isinstance(exc, Unavailable):
         return exc
     if isinstance(exc, OSError):
-        return _unavailable("the database is unreachable", "connection", exc)
-    if isinstance(exc, asyncpg.PostgresConnectionError) or (
-        isinstance(exc, asyncpg.OperatorInterventionError) and not isinstance(exc, asyncpg.QueryCanceledError)
-    ):
-        return _unavailable("the database closed or refused the connection", "connection", exc)
-    if isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc):
-        return _unavailable("the database connection was lost", "connection", exc)
-    if isinstance(exc, asyncpg.InternalClientError) and "another operation" in str(exc):
-        # a connection whose server died mid-statement, still marked busy by the statement it lost
-        return _unavailable("the database connection was lost", "connection", exc)
-    if isinstance(exc, asyncpg.DiskFullError):
-        FULL.refused(str(exc).strip())
-        return _unavailable("the database server's disk is full", "disk-full", exc)
-    if isinstance(exc, asyncpg.InsufficientResourcesError):
-        return _unavailable("the database server is out of resources", "resources", exc)
-    if isinstance(exc, asyncpg.ReadOnlySQLTransactionError):
-        return _unavailable("the database is read-only", "read-only", exc)
-    if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) is not None:
-        known = _SQLITE_OUTAGES.get(exc.sqlite_errorcode & 0xFF)
-        if known is not None:
-            what, kind = known
-            if kind == "full":
-                FULL.refused(f"{exc} ({FULL.where})")
-            wait = LOCKED_RETRY_AFTER_SECONDS if kind == "locked" else RETRY_AFTER_SECONDS
-            return _unavailable(what, kind, exc, wait)
-    return None
+        return _unavailable("the database is unreachable", RECONNECT, exc)
+    found = driver_outage(exc, FULL.where)  # a driver's own error: its dialect knows which are outages
+    if found is None:
+        return None
+    if found.full_disk is not None:
+        FULL.refused(found.full_disk)
+    return _unavailable(found.what, found.action, exc, found.retry_after)
 
 
 class _OneLineOutages(logging.Filter):

@@ -15,6 +15,9 @@ until the deadline, never a wrong answer.
   (``OSTE_LISTEN_DATABASE_URL``) gives that one connection a URL of its own, the server itself,
   while every ``NOTIFY`` goes through the pool as usual (it is an ordinary statement).
 - **SQLite** (``oste serve``: API and engine in one process): the hub is woken in-process.
+
+The ``NOTIFY`` statement and the ``LISTEN`` connection are members of the open database's dialect
+(``notify``, ``listening``); this module decides when they are used and fans notices out.
 """
 
 from __future__ import annotations
@@ -26,10 +29,8 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import asyncpg
 from tortoise import connections
 
-from oste.storage.config import POSTGRES_SESSION, direct_connection_arguments
 from oste.storage.dialects import dialect_of
 
 log = logging.getLogger("oste.storage.notices")
@@ -95,10 +96,7 @@ async def publish(connection: str, ids: Iterable[uuid.UUID]) -> None:
         return
     try:
         client = connections.get(connection)
-        await client.execute_query(
-            f"SELECT pg_notify('{CHANNEL}', payload) FROM unnest($1::text[]) AS payload",
-            [chunk_payloads(changed)],
-        )
+        await dialect_of(client).notify(client, CHANNEL, chunk_payloads(changed))
     except Exception as exc:  # an outage: the change is committed; waiters fall back to their deadline
         log.debug("could not publish %d activity changes: %s", len(changed), exc)
 
@@ -169,61 +167,24 @@ class ChangeHub:
             log.warning("no LISTEN connection within %.0f s: long-polls wait until their deadline", within)
 
     async def _listen(self, listening: asyncio.Event) -> None:
-        """Hold a dedicated LISTEN connection until cancelled, reconnecting after it is lost."""
+        """Hold a dedicated LISTEN connection (the dialect's ``listening``) until cancelled,
+        reconnecting after it is lost."""
         while True:
-            conn = None
             try:
-                conn = await self._connect()
-                lost = asyncio.Event()
-                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-                if self.listen_url is not None:
-                    await self._check_same_database(conn)
-                await conn.add_listener(CHANNEL, self._notified)
-                listening.set()
-                self.wake_all()  # whatever changed while no connection listened is re-read
-                await lost.wait()
+                dialect = dialect_of(connections.get(self.connection))
+                async with dialect.listening(
+                    self.connection, self.listen_url, CHANNEL, self._notified
+                ) as lost:
+                    listening.set()
+                    self.wake_all()  # whatever changed while no connection listened is re-read
+                    await lost.wait()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.debug("LISTEN connection failed: %s; retrying", exc)
-            finally:
-                if conn is not None and not conn.is_closed():
-                    conn.terminate()
             await asyncio.sleep(RECONNECT_PAUSE)
 
-    async def _connect(self) -> asyncpg.Connection:
-        """The dedicated LISTEN connection: at ``listen_url`` when given, else where the pool connects."""
-        if self.listen_url is not None:
-            arguments = direct_connection_arguments(self.listen_url)
-            return await asyncpg.connect(**arguments, server_settings=dict(POSTGRES_SESSION))
-        client: Any = connections.get(self.connection)
-        return await asyncpg.connect(
-            host=client.host,
-            port=client.port,
-            user=client.user,
-            password=client.password,
-            database=client.database,
-            server_settings=dict(client.server_settings or {}),
-            **getattr(client, "connect_options", {}),  # a host list: only the primary LISTENs
-        )
-
-    async def _check_same_database(self, conn: asyncpg.Connection) -> None:
-        """Warn when the LISTEN connection reaches another database than the pool's."""
-        query = (
-            "SELECT current_database() || ' on the server started at epoch '"
-            " || extract(epoch FROM pg_postmaster_start_time())::text AS here"
-        )
-        listened = await conn.fetchval(query)
-        pooled = (await connections.get(self.connection).execute_query_dict(query))[0]["here"]
-        if listened != pooled:
-            log.warning(
-                "OSTE_LISTEN_DATABASE_URL reaches %s but OSTE_DATABASE_URL reaches %s: long-polls "
-                "are not woken by changes and wait until their deadline",
-                listened,
-                pooled,
-            )
-
-    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+    def _notified(self, payload: str) -> None:
         ids = []
         for text in payload.split(","):
             try:

@@ -34,7 +34,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from oste.storage.config import POSTGRES_SESSION
+from oste.storage.dialects.postgres_sessions import POSTGRES_SESSION
 from oste.storage.schema import MIGRATIONS
 from tests.acceptance.test_engine_workers import LOAD_TIMINGS, Workers
 from tests.acceptance.test_long_poll_processes import listening

@@ -1,6 +1,7 @@
 """SQLite's write-ahead log is copied back by the process's checkpointer, never inside a commit
-(``oste.storage.checkpoints``): OSTE's connection has autocheckpoint off, a PASSIVE checkpoint runs
-while commits come, a TRUNCATE empties the log once they stop, and the files stay private."""
+(``oste.storage.dialects.sqlite_checkpoints``): OSTE's connection has autocheckpoint off, a PASSIVE
+checkpoint runs while commits come, a TRUNCATE empties the log once they stop, and the files stay
+private."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pathlib import Path
 
 from tortoise import Tortoise
 
-from oste.storage import checkpoints
-from oste.storage.checkpoints import Checkpointer, wal_size
 from oste.storage.database import close_database, open_database
+from oste.storage.dialects import sqlite_checkpoints as checkpoints
+from oste.storage.dialects.sqlite_checkpoints import Checkpointer, wal_size
 from tests.conftest import migrated
 
 PAGES = 1200

@@ -18,8 +18,8 @@ from tortoise import Tortoise
 from tortoise.transactions import in_transaction
 
 from oste.domain.clock import SystemClock
-from oste.storage.config import POSTGRES_SESSION
 from oste.storage.database import close_database, open_database
+from oste.storage.dialects.postgres_sessions import POSTGRES_SESSION
 from oste.storage.store import Store
 from tests.conftest import migrated
 from tests.factories import make_type

@@ -1,5 +1,6 @@
-"""docs/architecture.md tells the truth about the storage room: it names every module there is (and
-none that is gone), and the import contract it describes is in pyproject.toml."""
+"""docs/architecture.md tells the truth about the storage room: it names every module there is, those
+of its dialects package too (and none that is gone), and the import contract it describes is in
+pyproject.toml."""
 
 from __future__ import annotations
 
@@ -16,8 +17,14 @@ def _storage_row() -> str:
 
 
 def test_the_storage_row_names_every_module_of_the_room() -> None:
-    named = set(re.findall(r"`([a-z_]+\.py|migrations/)`", _storage_row()))
-    present = {path.name for path in (ROOT / "oste" / "storage").glob("*.py")} | {"migrations/"}
+    named = set(re.findall(r"`([a-z_]+\.py|migrations/|dialects/)`", _storage_row()))
+    present = {path.name for path in (ROOT / "oste" / "storage").glob("*.py")} | {"migrations/", "dialects/"}
+    assert named == present
+
+
+def test_the_storage_row_names_every_module_of_the_dialects() -> None:
+    named = set(re.findall(r"`dialects/([a-z_]+\.py)`", _storage_row()))
+    present = {path.name for path in (ROOT / "oste" / "storage" / "dialects").glob("*.py")} - {"__init__.py"}
     assert named == present
 
 

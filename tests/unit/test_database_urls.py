@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from oste.storage.config import connection_config, direct_connection_arguments
+from oste.storage.config import connection_config
 from oste.storage.database import describe
-from oste.storage.pgclient import parse_hosts
+from oste.storage.dialects import PostgresDialect
+from oste.storage.dialects.postgres_client import parse_hosts
 
 FAILOVER = "postgres://oste:pw@db1:5433,db2,[::1]:6000/oste?target_session_attrs=read-write"
 
@@ -21,10 +22,10 @@ def test_a_host_list_keeps_every_host_and_port() -> None:
 def test_a_host_list_goes_to_oste_s_client_and_to_dedicated_connections() -> None:
     config = connection_config(FAILOVER)
     assert isinstance(config, dict)
-    assert config["engine"] == "oste.storage.pgclient"
+    assert config["engine"] == "oste.storage.dialects.postgres_client"
     assert config["credentials"]["host"] == "db1:5433,db2,[::1]:6000"
     assert config["credentials"]["target_session_attrs"] == "read-write"
-    direct = direct_connection_arguments(FAILOVER)
+    direct = PostgresDialect().direct_arguments(FAILOVER)
     assert (direct["host"], direct["port"]) == (["db1", "db2", "::1"], [5433, 5432, 6000])
     assert (direct["user"], direct["password"], direct["database"]) == ("oste", "pw", "oste")
     assert direct["target_session_attrs"] == "read-write"

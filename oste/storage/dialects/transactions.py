@@ -5,8 +5,9 @@ SQLite context takes the connection's lock, the pooled PostgreSQL context takes 
 pool. When ``BEGIN`` fails or the task is cancelled while it runs (an engine stopping, a client that
 hung up), ``__aexit__`` is never called and the resource is never given back: on SQLite every later
 database call of the process waits on the lock forever; on PostgreSQL the pool loses a connection
-each time, until it has none. ``guard_transaction_entry`` wraps both ``__aenter__`` methods so that a
-failed entry rolls back, gives the resource back and re-raises.
+each time, until it has none. Each dialect's ``guard_transactions`` wraps its context's ``__aenter__``
+(``guard_sqlite_entry``, ``guard_pooled_entry``) so that a failed entry rolls back, gives the resource
+back and re-raises.
 
 A SQLite transaction begins ``IMMEDIATE``: it takes the database's write lock at once, waiting up to
 the busy timeout for another writer (another process, ``oste backup``'s probe, an operator's shell).
@@ -25,10 +26,15 @@ from tortoise.backends.sqlite.client import SqliteTransactionContext
 from tortoise.connection import get_connections
 
 
-def guard_transaction_entry() -> None:
-    """Make the SQLite and pooled PostgreSQL transaction contexts give back their lock or connection
-    when entering them fails (idempotent)."""
+def guard_sqlite_entry() -> None:
+    """Make the SQLite transaction context give back its lock when entering it fails, and begin
+    ``IMMEDIATE`` (idempotent; ``SqliteDialect.guard_transactions``)."""
     SqliteTransactionContext.__aenter__ = _enter_sqlite  # type: ignore[method-assign]  # patched on purpose
+
+
+def guard_pooled_entry() -> None:
+    """Make the pooled (PostgreSQL) transaction context give back its connection when entering it fails
+    (idempotent; ``PostgresDialect.guard_transactions``)."""
     TransactionContextPooled.__aenter__ = _enter_pooled  # type: ignore[method-assign]  # patched on purpose
 
 

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from oste.errors import ConfigurationError, OsteError
-from oste.storage.dialects import dialect_for_url
 
 LOCK_SUFFIX = ".writer-lock"
 HOLDER_BYTES = 1024
@@ -33,25 +32,19 @@ class WriterLocked(OsteError):
     title = "SQLite file in use"
 
 
-def lock_path_of(url: str) -> Path | None:
-    """The writer lock file beside the SQLite database of ``url``; None for PostgreSQL and in-memory."""
-    path = dialect_for_url(url).file_of(url)
-    if path is None or not str(path) or str(path) == ":memory:":
-        return None
-    return path.with_name(path.name + LOCK_SUFFIX)
+def lock_path_of(database: Path) -> Path:
+    """The writer lock file beside the SQLite database file ``database``."""
+    return database.with_name(database.name + LOCK_SUFFIX)
 
 
 @contextlib.contextmanager
-def hold_writer_lock(url: str, holder: str) -> Iterator[None]:
-    """Hold the SQLite database's writer lock for the block, ``holder`` (e.g. ``oste serve on
-    http://127.0.0.1:8080``) written into it with this process's id and start time. No-op for
-    PostgreSQL. Raises ``WriterLocked`` naming the running holder when another process has it, and
-    ``ConfigurationError`` when the lock file cannot be created (a missing or read-only directory)."""
-    lock_path = lock_path_of(url)
-    if lock_path is None:
-        yield
-        return
-    database = lock_path.with_name(lock_path.name.removesuffix(LOCK_SUFFIX))
+def hold_writer_lock(database: Path, holder: str) -> Iterator[None]:
+    """Hold the writer lock of the SQLite file ``database`` for the block, ``holder`` (e.g. ``oste
+    serve on http://127.0.0.1:8080``) written into it with this process's id and start time (the
+    dialect's ``hold_writer_lock``). Raises ``WriterLocked`` naming the running holder when another
+    process has it, and ``ConfigurationError`` when the lock file cannot be created (a missing or
+    read-only directory)."""
+    lock_path = lock_path_of(database)
     try:
         descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:

@@ -9,9 +9,10 @@ first page; under the engine's steady writes it would never finish.) The copy is
 file beside PATH, checked (``PRAGMA integrity_check`` and OSTE's schema) and only then renamed to PATH,
 so PATH is never half written.
 
-Neither command opens the database through the ORM nor migrates it. PostgreSQL has better tools than a
-copy made from here (``pg_dump -Fc``, base backups with WAL archiving for point-in-time recovery): for a
-PostgreSQL URL both commands refuse and say so.
+Neither command opens the database through the ORM nor migrates it. Both are reached through the
+dialect (``SqliteDialect.backup`` and ``restore``). PostgreSQL has better tools than a copy made from
+here (``pg_dump -Fc``, base backups with WAL archiving for point-in-time recovery): for a PostgreSQL URL
+both commands refuse and say so (``PostgresDialect.backup``).
 """
 
 from __future__ import annotations
@@ -28,22 +29,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
-from oste.errors import OsteError
-from oste.storage.dialects import dialect_for_url, file_url
+from oste.storage.dialects import file_url
+from oste.storage.dialects.admin import BackupRefused
+from oste.storage.dialects.sqlite import SIDE_FILES
 from oste.storage.schema import read_version
 
 COPY_PAGES = 1024
 """Pages copied per step of the online backup (4 MiB with SQLite's default 4 KiB pages)."""
-SIDE_FILES = ("-wal", "-shm", "-journal")
-"""The files SQLite keeps beside a database file while it is open (or after a crash)."""
-GUIDE = 'deploy/README.md, section "Backups and restore"'
 EXISTS = "{path} exists: choose another name, or pass --force to replace it"
-
-
-class BackupRefused(OsteError):
-    """The backup or restore was not done; the message says why and what to do instead."""
-
-    title = "Backup refused"
 
 
 @dataclass(frozen=True)
@@ -72,28 +65,10 @@ class Snapshot:
         ) + (f"; {self.pending} migrations pending (applied when OSTE starts on it)" if self.pending else "")
 
 
-def sqlite_file(url: str, command: str) -> Path:
-    """The SQLite file of ``url``; for a PostgreSQL URL, BackupRefused saying which tool to use."""
-    path = dialect_for_url(url).file_of(url)
-    if path is None:
-        if command == "backup":
-            advice = (
-                "take a PostgreSQL backup with `pg_dump -Fc DBNAME > oste.dump` (consistent while OSTE "
-                "runs) or a base backup with WAL archiving for point-in-time recovery"
-            )
-        else:
-            advice = "restore a `pg_dump -Fc` dump with `pg_restore -d DBNAME oste.dump` into a new database"
-        raise BackupRefused(
-            f"`oste {command}` copies the embedded SQLite database only; {advice}: see {GUIDE}"
-        )
-    return path
-
-
-async def backup(url: str, path: Path, force: bool = False) -> Snapshot:
-    """Copy the SQLite database of ``url`` to ``path`` while it runs (a consistent snapshot), check the
-    copy and rename it into place. Refuses an existing ``path`` unless ``force``, and never writes to the
-    live database."""
-    database = sqlite_file(url, "backup")
+async def backup(database: Path, path: Path, force: bool = False) -> Snapshot:
+    """Copy the SQLite database file ``database`` to ``path`` while it runs (a consistent snapshot),
+    check the copy and rename it into place. Refuses an existing ``path`` unless ``force``, and never
+    writes to the live database."""
     path = await asyncio.to_thread(_destination, database, path, force)
     partial = await asyncio.to_thread(_temporary_beside, path)
     try:
@@ -114,10 +89,10 @@ class Restored:
     """The previous database file, renamed beside it (None: there was none)."""
 
 
-async def restore(url: str, backup_file: Path) -> Restored:
-    """Put ``backup_file`` (made by ``backup``) in place of the SQLite database of ``url``: check it first,
-    refuse while a process has the database open, keep the replaced file (and its log) beside it."""
-    database = sqlite_file(url, "restore")
+async def restore(database: Path, backup_file: Path) -> Restored:
+    """Put ``backup_file`` (made by ``backup``) in place of the SQLite database file ``database``: check
+    it first, refuse while a process has the database open, keep the replaced file (and its log) beside
+    it."""
     await asyncio.to_thread(_restorable, backup_file, database)
     partial = await asyncio.to_thread(_temporary_beside, database)
     try:

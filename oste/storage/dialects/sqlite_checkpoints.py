@@ -16,12 +16,12 @@ from a connection of its own, on a thread, every ``INTERVAL`` seconds:
   left and empties the file; when idle there is little left to copy. It never waits: with a writer
   or a reader in its way (a backup's snapshot) it copies what it can and tries at the next look.
 
-The checkpointer's connection opens the existing file after ``keep_sqlite_private`` made it private;
-SQLite gives the ``-wal`` and ``-shm`` files the database file's mode (0600). A backup's read
+The checkpointer's connection opens the existing file after ``SqliteDialect.keep_private`` made it
+private; SQLite gives the ``-wal`` and ``-shm`` files the database file's mode (0600). A backup's read
 transaction holds passive checkpoints back while it copies (the log grows meanwhile, as before); a
 restore refuses while any process has the file open, this connection included. When the database is
 closed the checkpointer stops first and closes its connection; the last connection SQLite closes copies
-what is left and removes the log.
+what is left and removes the log. ``SqliteDialect.opened`` starts it and ``closing`` stops it.
 """
 
 from __future__ import annotations
