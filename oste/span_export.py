@@ -4,9 +4,10 @@ The SDK's batch processor hands its batches to ``ProcessExporter`` on its backgr
 a span over OTLP is about 40 µs of Python (the protobuf messages built attribute by attribute, mostly),
 which on that thread ran under the interpreter lock the event loop firing everyone's requests needs:
 a sampled trace's attempts slowed every other fire of the node, by more than their CPU (the loop
-waits out the thread's switch interval). Here the thread only packs each span into a tuple of plain values (a few µs) and
-writes the batch to a pipe; ``python -m oste.span_export`` rebuilds the spans and exports them with the
-SDK's own OTLP exporter, configured by the same standard variables (it inherits the environment).
+waits out the thread's switch interval). Here the thread only packs each span into a tuple of plain
+values (a few µs) and writes the batch to a pipe; ``python -m oste.span_export`` rebuilds the spans
+and exports them with the SDK's own OTLP exporter, configured by the same standard variables (it
+inherits the environment).
 
 A child that dies loses the spans sent to it (a WARNING once, then the batches are dropped as a
 collector's outage drops them); tracing never stops a request. Imported only when tracing is on.
