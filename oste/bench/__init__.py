@@ -46,7 +46,7 @@ RESULT_FIELDS = (
     "problems",
 )
 """Every result (and so every ``--json`` document) has these fields; some workloads add their own
-(``scale``, ``cron``, ``api``)."""
+(``scale``, ``cron``, ``api``). ``api``'s ``limit`` is the bare create app (``oste.bench.creates``)."""
 
 
 async def run(options: BenchOptions, app_factory: Callable[..., Any] | None = None) -> dict[str, Any]:
@@ -95,7 +95,13 @@ def assemble(options: BenchOptions, outcome: dict[str, Any]) -> dict[str, Any]:
 
 
 def ratios(oste: dict[str, Any], limit: dict[str, Any] | None) -> dict[str, float | None]:
-    """OSTE's fires/s and lag percentiles divided by the limit's."""
+    """OSTE's fires/s and lag percentiles divided by the limit's (``api``: its creates/s and create
+    latency percentiles at concurrency)."""
+    if limit and "creates_per_s" in oste:
+        out = {"creates_per_s": ratio(oste["creates_per_s"], limit.get("creates_per_s"))}
+        for name in ("p50", "p95", "p99", "max"):
+            out[f"create_{name}"] = ratio(oste["create_ms"][name], (limit.get("create_ms") or {}).get(name))
+        return out
     if not limit or "lag_ms" not in oste:
         return {}
     out = {"fires_per_s": ratio(oste["fires_per_s"], limit["fires_per_s"])}

@@ -136,12 +136,6 @@ class OsteClient:
         await asyncio.gather(*(sender() for _ in range(max(1, min(concurrency, len(batches))))))
         return time.perf_counter() - started
 
-    async def create_one(self, n: int, due: float) -> float:
-        """Create one activity; returns the request's latency in seconds."""
-        started = time.perf_counter()
-        await self.call("POST", self.solution_path + "/activities", self.activity(n, due))
-        return time.perf_counter() - started
-
     async def count_activities(self, state: str | None = None) -> int:
         """How many activities the solution holds (in ``state``), by paging through the listing."""
         total, cursor = 0, None

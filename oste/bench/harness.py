@@ -55,6 +55,8 @@ class BenchOptions:
     recurring: int = 100
     cron: str = "* * * * *"
     singles: int = 1000
+    create_concurrency: int = 16
+    """``api``: clients sending single creates at once (after ``singles`` sent one at a time)."""
     types: int = 32
     workers: int = 1
     database_url: str | None = None

@@ -139,6 +139,27 @@ ROWS = (
 )
 
 
+CREATE_ROWS = (
+    ("creates/s", ("creates_per_s",)),
+    ("create p50 ms", ("create_ms", "p50")),
+    ("create p95 ms", ("create_ms", "p95")),
+    ("create p99 ms", ("create_ms", "p99")),
+    ("create max ms", ("create_ms", "max")),
+    ("one at a time p50 ms", ("sequential_ms", "p50")),
+    ("one at a time p99 ms", ("sequential_ms", "p99")),
+    ("created (201)", ("created",)),
+    ("stored", ("stored",)),
+    ("missing", ("missing",)),
+    ("duplicates", ("duplicates",)),
+    ("errors", ("errors",)),
+    ("429s waited out", ("too_many",)),
+    ("CPU µs/create: server", ("cpu_us_per_create", "server")),
+    ("CPU µs/create: database", ("cpu_us_per_create", "database")),
+    ("CPU µs/create: total", ("cpu_us_per_create", "total")),
+)
+"""``oste bench api``'s single creates: OSTE beside the bare create app (``oste.bench.creates``)."""
+
+
 def _dig(data: Mapping[str, Any] | None, path: Sequence[str]) -> Any:
     value: Any = data
     for part in path:
@@ -158,9 +179,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def delivery_table(title: str, oste: Mapping[str, Any], limit: Mapping[str, Any] | None) -> Table:
-    """OSTE beside the limit, with OSTE/limit ratios; when the limit ran in several processes, also
-    beside the one-process limit."""
+def delivery_table(
+    title: str,
+    oste: Mapping[str, Any],
+    limit: Mapping[str, Any] | None,
+    rows: Sequence[tuple[str, Sequence[str]]] = ROWS,
+) -> Table:
+    """OSTE beside the limit (``rows`` of figures), with OSTE/limit ratios; when the limit ran in
+    several processes, also beside the one-process limit."""
     table = Table(title=title, title_justify="left")
     processes = (limit or {}).get("processes") or 1
     single = (limit or {}).get("one_process")
@@ -170,7 +196,7 @@ def delivery_table(title: str, oste: Mapping[str, Any], limit: Mapping[str, Any]
         columns += ["limit, 1 process", "OSTE / 1 process"]
     for column in columns:
         table.add_column(column, justify="right" if column else "left")
-    for label, path in ROWS:
+    for label, path in rows:
         mine, theirs = _dig(oste, path), _dig(limit, path)
         both = isinstance(mine, float) and isinstance(theirs, float)
         row = [label, _fmt(mine), _fmt(theirs), _fmt(ratio(mine, theirs)) if both else ""]
@@ -235,6 +261,9 @@ def print_report(result: Mapping[str, Any], console: Console) -> None:
     oste = result.get("oste") or {}
     if "lag_ms" in oste:
         console.print(delivery_table("delivery", oste, result.get("limit")))
+    elif "creates_per_s" in oste:
+        title = f"single creates, {oste.get('concurrency')} at once (and one at a time)"
+        console.print(delivery_table(title, oste, result.get("limit"), CREATE_ROWS))
     elif oste and not result.get("timings"):
         console.print(facts_table("stored as asked", oste))
     own = result.get(result["workload"])

@@ -5,7 +5,9 @@
 - ``scale``: the burst on an empty store, then again with M future activities stored; the ratio, and
   how long the claim query takes with M stored.
 - ``cron``: K recurring activities on one schedule for D seconds; every occurrence must arrive.
-- ``api``: creation rate through the batch endpoint and single-create latency.
+- ``api``: creation rate through the batch endpoint (and per core of the API process), single
+  creates one at a time and ``--create-concurrency`` at once, beside the bare create app
+  (``oste.bench.creates``, ``oste.bench.create_limit``).
 - ``stats``, ``ui``, ``log-shipping``: OSTE's app in the bench's process on a database seeded in SQL
   (``oste.bench.served``): stats route and UI page latencies, log shipper throughput.
 - ``crash``: the burst with worker 1 SIGKILLed part-way (``oste.bench.crash``): duplicates against
@@ -26,9 +28,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from oste.bench import probe, served
+from oste.bench import creates, probe, served
 from oste.bench.client import COMPANY, SOLUTION
 from oste.bench.harness import Deployment, Harness, usage_summary
+from oste.bench.processes import ProcessUsage
 from oste.bench.report import Delivery, Key, key_of, latency_ms
 
 Result = dict[str, Any]
@@ -211,6 +214,8 @@ async def cron(harness: Harness) -> Result:
 async def api(harness: Harness) -> Result:
     opts = harness.options
     count = opts.count or DEFAULTS["api"]["count"]
+    at_once = opts.create_concurrency
+    warm_up = creates.WARM_UP_PER_CLIENT * at_once if opts.singles else 0
     async with harness.deployment() as deployment:
         client = deployment.client
         due = time.time() + FAR_FUTURE
@@ -219,41 +224,81 @@ async def api(harness: Harness) -> Result:
         batch_seconds = await client.create_batches(
             [(i, due) for i in range(count)], opts.batch_concurrency, bar.advance
         )
-        singles = await _singles(harness, deployment, count, due)
+        batch_usage = deployment.meter.end()
+        singles = creates.Creates.of(
+            [client.activity(n, due) for n in range(count, count + 2 * opts.singles + warm_up)],
+            opts.singles,
+            warm_up,
+        )
+        oste = await creates.measure(_oste_target(deployment), singles, at_once, harness.view)
         usage = [u.as_dict() for u in deployment.meter.end()]
         stored = await client.count_activities("scheduled")
-    expected = count + opts.singles
+    limit = None
+    if opts.run_limit and opts.singles:
+        limit = await creates.limit(opts.database_url, harness.work_dir, singles, at_once, harness.view)
+    expected = count + len(singles)
     facts = {
-        "batch_activities": count,
-        "batch_concurrency": opts.batch_concurrency,
-        "batch_per_s": round(count / batch_seconds, 1) if batch_seconds else None,
+        **_batch_facts(count, opts.batch_concurrency, batch_seconds, batch_usage),
         "singles": opts.singles,
-        "single_create_ms": latency_ms(singles),
+        "create_concurrency": opts.create_concurrency,
+        "single_create_ms": oste["sequential_ms"],
         "stored_after": stored,
     }
-    oste = {
-        "expected": expected,
-        "missing": max(0, expected - stored),
-        "duplicates": max(0, stored - expected),
-    }
+    notes = deployment.notes + _create_notes(oste, limit)
+    oste = {"expected": expected, "stored": stored, **oste}
+    oste |= {"missing": max(0, expected - stored), "duplicates": max(0, stored - expected)}
     return {
-        "params": {"count": count, "singles": opts.singles},
+        "params": {"count": count, "singles": opts.singles, "create_concurrency": opts.create_concurrency},
         "oste": oste,
-        "limit": None,
+        "limit": limit,
         "usage": usage,
         "api": facts,
-        "notes": deployment.notes,
+        "notes": notes,
     }
 
 
-async def _singles(harness: Harness, deployment: Deployment, offset: int, due: float) -> list[float]:
-    """Latencies of ``--singles`` single creates, one after another."""
-    bar = harness.view.phase("OSTE: single creates", harness.options.singles)
-    latencies = []
-    for i in range(harness.options.singles):
-        latencies.append(await deployment.client.create_one(offset + i, due))
-        bar.advance()
-    return latencies
+API_ROLES = ("api", "serve")
+"""The OSTE processes that answer the API: ``oste api`` (PostgreSQL) or ``oste serve`` (SQLite)."""
+
+
+def _batch_facts(count: int, concurrency: int, seconds: float, usage: Sequence[ProcessUsage]) -> Result:
+    """The batch phase's rate, and per core: activities per CPU second of the API process(es)."""
+    cpu = sum(u.cpu_s for u in usage if u.role in API_ROLES)
+    return {
+        "batch_activities": count,
+        "batch_concurrency": concurrency,
+        "batch_per_s": round(count / seconds, 1) if seconds else None,
+        "batch_api_cpu_s": round(cpu, 2),
+        "batch_per_s_per_core": round(count / cpu, 1) if cpu else None,
+    }
+
+
+def _oste_target(deployment: Deployment) -> creates.Target:
+    client = deployment.client
+    servers = [p.pid for p in deployment.processes.started if p.role in API_ROLES]
+    return creates.Target(
+        "OSTE",
+        client.base_url + client.solution_path + "/activities",
+        {"Authorization": f"Bearer {client.key}"},
+        lambda: servers,
+        deployment.url,
+    )
+
+
+def _create_notes(oste: Result, limit: Result | None) -> list[str]:
+    """What a reader of the figures should know: errors met, 429s waited out."""
+    notes = []
+    for who, figures in (("OSTE", oste), ("the limit", limit or {})):
+        if figures.get("first_error"):
+            notes.append(
+                f"{who}: {figures['errors']:,} single creates failed; the first: {figures['first_error']}"
+            )
+        if figures.get("too_many"):
+            notes.append(
+                f"{who}: {figures['too_many']:,} answers were 429 and waited out (OSTE_API_RATE_LIMIT): "
+                "the creates/s includes those waits"
+            )
+    return notes
 
 
 async def _crash(harness: Harness) -> Result:

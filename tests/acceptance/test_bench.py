@@ -28,8 +28,8 @@ SMALL = {
     "steady": ["--rate", "50", "--duration", "2"],
     "scale": ["--count", "200", "--stored", "2000", "--claim-probes", "20"],
     "cron": ["--recurring", "3", "--cron", "* * * * * *", "--duration", "4"],
-    "api": ["--count", "500", "--singles", "50"],
 }
+"""``api`` has a file of its own (test_bench_api.py): its limit is the bare create app."""
 SOAK = ["--minutes", "0.1", "--rate", "50"]
 """Six seconds of creation at 50/s: the whole lifecycle (API, firing, retries, dead letters, both log
 shippers, purge) in about 20 s."""
@@ -45,7 +45,6 @@ CRASH_TIMINGS = {
 OWN_FIELDS = {
     "scale": ("stored", "ratio_to_empty", "claim_query_ms", "empty_store"),
     "cron": ("recurring", "occurrences"),
-    "api": ("batch_per_s", "single_create_ms", "stored_after"),
 }
 DELIVERY_FIELDS = ("expected", "delivered", "missing", "duplicates", "unexpected", "fires_per_s", "lag_ms")
 
@@ -66,30 +65,26 @@ def check(result: dict, workload: str) -> None:
     assert result["workload"] == workload and result["ok"] is True
     oste = result["oste"]
     assert oste["missing"] == 0 and oste["duplicates"] == 0
-    if workload == "api":
-        assert result["limit"] is None
-        assert result["api"]["stored_after"] == oste["expected"]
+    for who in (oste, result["limit"]):
+        assert set(DELIVERY_FIELDS) <= set(who)
+        assert who["delivered"] == who["expected"] > 0
+        assert who["missing"] == who["duplicates"] == who["unexpected"] == 0
+        assert set(who["lag_ms"]) == {"p50", "p95", "p99", "max"}
+        cpu = who["cpu_us_per_fire"]
+        assert cpu["senders"] > 0 and cpu["receiver"] >= 0
+        assert cpu["total"] >= cpu["senders"] + cpu["receiver"] - 0.2
+    lag_ratios = {"fires_per_s", "lag_p50", "lag_p95", "lag_p99", "lag_max"}
+    if result["database"] == "postgresql":
+        assert oste["cpu_us_per_fire"]["database"] > 0
+        # the limit fires from as many processes as OSTE's workers, and from one process alone
+        limit = result["limit"]
+        assert limit["processes"] == result["workers"] == 2
+        single = limit["one_process"]
+        assert single["delivered"] == single["expected"] > 0 and single["duplicates"] == 0
+        assert set(result["ratios"]) == lag_ratios | {"fires_per_s_one_process"}
     else:
-        for who in (oste, result["limit"]):
-            assert set(DELIVERY_FIELDS) <= set(who)
-            assert who["delivered"] == who["expected"] > 0
-            assert who["missing"] == who["duplicates"] == who["unexpected"] == 0
-            assert set(who["lag_ms"]) == {"p50", "p95", "p99", "max"}
-            cpu = who["cpu_us_per_fire"]
-            assert cpu["senders"] > 0 and cpu["receiver"] >= 0
-            assert cpu["total"] >= cpu["senders"] + cpu["receiver"] - 0.2
-        lag_ratios = {"fires_per_s", "lag_p50", "lag_p95", "lag_p99", "lag_max"}
-        if result["database"] == "postgresql":
-            assert oste["cpu_us_per_fire"]["database"] > 0
-            # the limit fires from as many processes as OSTE's workers, and from one process alone
-            limit = result["limit"]
-            assert limit["processes"] == result["workers"] == 2
-            single = limit["one_process"]
-            assert single["delivered"] == single["expected"] > 0 and single["duplicates"] == 0
-            assert set(result["ratios"]) == lag_ratios | {"fires_per_s_one_process"}
-        else:
-            assert result["limit"]["processes"] == 1 and "one_process" not in result["limit"]
-            assert set(result["ratios"]) == lag_ratios
+        assert result["limit"]["processes"] == 1 and "one_process" not in result["limit"]
+        assert set(result["ratios"]) == lag_ratios
     for field in OWN_FIELDS.get(workload, ()):
         assert field in result[workload], field
     engines = [u for u in result["usage"] if u["role"] != "api"]
@@ -123,7 +118,7 @@ def test_bench_on_postgres_with_two_workers(workload: str, tmp_path: Path) -> No
 
 def test_help_names_every_workload() -> None:
     out = subprocess.run([*OSTE, "bench", "--help"], capture_output=True, text=True, check=True).stdout
-    for workload in [*SMALL, "soak", "crash", "hog"]:
+    for workload in [*SMALL, "api", "soak", "crash", "hog"]:
         assert workload in out
 
 
