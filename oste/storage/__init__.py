@@ -14,7 +14,8 @@ the composition root and handed down; each attribute is one part, its promises w
 ``storage.bulk``              ``BulkChange`` (``bulk.py``): cancel, requeue, update, run now or
                               delete by filter or id list
 ``storage.listing``           ``ActivityListing`` (``listing.py``): pages newest or oldest first,
-                              capped totals, the bounded parameter search
+                              capped totals, the bounded parameter search, short lists
+                              sorted by due time, last change or attempts
 ``storage.type_change()``     a new ``TypeRulesChange`` (``type_changes.py``): re-check what a type holds
 ``storage.log_shipping``      ``LogShippingStore`` (``log_shipping.py``): leases, batches, purging
 ``storage.dispatch``          ``DispatchStore`` (``dispatch.py``): the engine's nodes, partition
@@ -83,7 +84,7 @@ from oste.storage.dialects import backup as take_backup
 from oste.storage.dialects import restore as restore_backup
 from oste.storage.dispatch import DispatchStore
 from oste.storage.events import EVENT_RETENTION, Change, Event, EventLog
-from oste.storage.listing import ActivityListing
+from oste.storage.listing import ActivityListing, Listing
 from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, LogShippingStore
 from oste.storage.notices import ChangeHub, hub_for, listen_through
 from oste.storage.occurrences import DEFAULT_LOOKAHEAD, ExpandResult, RecurrenceStore, recurrence_of
@@ -124,6 +125,7 @@ __all__ = [
     "ExpandResult",
     "Granted",
     "HostObservation",
+    "Listing",
     "LogShippingStore",
     "Misfits",
     "Observation",

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from oste.domain.log_shipping import LogRecord, RollTarget, ShippingKind, ShippingState, ShippingStatus
     from oste.domain.parameters import ParameterRules
     from oste.domain.recurrence import Overlap
+    from oste.domain.sorting import ActivitySort
     from oste.domain.stats import Count, NodeStats, QueueDepth, ShippingBacklog, StatsReport, Throttled
     from oste.storage.activity_inserts import PreparedActivities
     from oste.storage.circuits import Breaker, HostObservation, Observation
@@ -516,8 +517,9 @@ class BulkChanges(Protocol):
 @runtime_checkable
 class ActivityPages(Protocol):
     """Pages of a solution's activities (``storage.listing``): newest or oldest first by id, totals
-    capped at ``cap`` (a ``Count`` that says when it stopped), and the bounded parameter search. Reads
-    only; no transaction of its own. Raises ``InvalidInput`` for a cursor it did not issue."""
+    capped at ``cap`` (a ``Count`` that says when it stopped), the bounded parameter search, and short
+    lists sorted by another column. Reads only; no transaction of its own. Raises ``InvalidInput`` for a
+    cursor it did not issue."""
 
     async def page(
         self,
@@ -544,6 +546,24 @@ class ActivityPages(Protocol):
         cap: int = ...,
     ) -> tuple[Listing, Count]:
         """``page`` and ``total`` of the same filter, a parameter search resolved once for both."""
+        ...
+
+    async def sorted_page_and_total(
+        self,
+        solution: r.Solution,
+        filters: r.ActivityFilter,
+        sort: ActivitySort,
+        limit: int,
+        cursor: str | None = None,
+    ) -> tuple[Listing, Count]:
+        """One page sorted by ``sort``'s column (ties broken by id the same way) after ``cursor``, and
+        the exact number matching, when the filter matches at most ``SORTABLE_AT_MOST`` (5,000)
+        activities. No index orders activities by these columns, so the bound caps what one list costs
+        the database: the matches are counted first, stopped at the bound + 1 (as ``total`` counts),
+        and past it ``TooManyToSort`` (an ``InvalidInput``) is raised with nothing more read; within it
+        the sort reads at most the bound + 1 rows (ids and the column), even when activities were added
+        since the count. Keyset-paged on (column, id): no activity is repeated or skipped across pages
+        while its column stays. ``InvalidInput`` for a cursor of another order."""
         ...
 
     async def last_errors(self, activities: list[r.Activity]) -> dict[uuid.UUID, str]:

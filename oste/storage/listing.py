@@ -9,24 +9,35 @@ candidates leave the database), then exactly (``ParameterMatch.matches``, the sa
 databases); older ones are not looked at, and the answer's ``Scan`` says so. The two are joined into
 one condition on the activity table, so listing, counting and bulk changes (``oste.storage.bulk``)
 share it; ``page_and_total`` resolves it once for both.
+
+A list sorted by another column than the id (``sorted_page_and_total``: the due time, the last change,
+the attempts) has no index to walk, so the database sorts what the filter matches: that is allowed only
+for a filter matching at most ``SORTABLE_AT_MOST`` activities, counted first with a bounded count, and
+the sort itself reads at most that many rows (plus one) whatever happened since the count.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+from tortoise import fields
 from tortoise.expressions import Q
 from tortoise.queryset import QuerySet
 
 from oste.domain import records as r
 from oste.domain.search import ParameterMatch
+from oste.domain.sorting import SORT_COLUMNS, ActivitySort, TooManyToSort
 from oste.domain.stats import Count
+from oste.errors import InvalidInput
 from oste.storage import models as m
 from oste.storage.database import raises_unavailable
-from oste.storage.dialects import Params, dialect_of, json_of, uuid_of
+from oste.storage.dialects import Params, Query, dialect_of, json_of, time_of, uuid_of
 from oste.storage.store import activity_record, decode_cursor, encode_cursor, matching_activities
 
 SEARCH_SCAN = 5_000
@@ -35,6 +46,11 @@ the object-id index cannot serve."""
 TOTAL_CAP = 1_000
 """A listing's total stops here (shown as "1,000+"): counting further would read on through every
 row a sparse filter skips."""
+SORTABLE_AT_MOST = 5_000
+"""The most activities a list sorted by a column other than its id may match (``SORT_COLUMNS``): no
+index orders them so, and the database sorts every match, so one tenant's page view costs the shared
+database a sort of at most this many narrow rows (id and the column: a few milliseconds), never of a
+solution's millions. Read when a list is sorted (a test may lower it)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,33 @@ class ActivityListing:
         query, scan = await activity_query(solution, filters)
         return await _page(solution, query, scan, limit, cursor, newest), await _total(query, cap)
 
+    async def sorted_page_and_total(
+        self,
+        solution: r.Solution,
+        filters: r.ActivityFilter,
+        sort: ActivitySort,
+        limit: int,
+        cursor: str | None = None,
+    ) -> tuple[Listing, Count]:
+        """One page sorted by ``sort`` (its column, ties broken by id the same way) after ``cursor``, and
+        how many match (exact), for a filter matching at most ``SORTABLE_AT_MOST`` activities.
+
+        The bound: the matches are counted first, stopped at ``SORTABLE_AT_MOST`` + 1 (``total``'s
+        count, through the filter's index: the listing index for a state); past the bound
+        ``TooManyToSort`` is raised and nothing more is read. Within it the page is read from at most
+        ``SORTABLE_AT_MOST`` + 1 matches (a subquery with that limit, so the sort stays bounded even
+        when activities were added since the count), only their ids and the column sorted, then the
+        page's rows by id. Keyset-paged on (column, id): the cursor is the last row's pair, so a next
+        page neither repeats nor skips an activity whose column did not change meanwhile. Raises
+        ``InvalidInput`` for a cursor of another sort, or not ours.
+        """
+        query, scan = await activity_query(solution, filters)
+        at_most = SORTABLE_AT_MOST
+        counted = await _total(query, at_most)
+        if counted.at_least:
+            raise TooManyToSort(sort, at_most)
+        return await _sorted_page(solution, query, scan, sort, limit, cursor, at_most), counted
+
     async def last_errors(self, activities: list[r.Activity]) -> dict[uuid.UUID, str]:
         """What went wrong in each activity's last attempt (its error, else its HTTP status), for the
         activities given (a page: one query over the execution index, one row per activity)."""
@@ -161,10 +204,91 @@ async def _page(
         last = decode_cursor(cursor)
         query = query.filter(id__lt=last) if newest else query.filter(id__gt=last)
     rows = await query.order_by("-id" if newest else "id").limit(limit + 1)
-    names = dict(await m.ActivityType.filter(solution_id=solution.id).values_list("id", "name"))
-    items = [activity_record(row, names.get(row.activity_type_id, "?")) for row in rows[:limit]]
     next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
-    return Listing(r.Page(items, next_cursor), scan)
+    return Listing(r.Page(await _records(solution, rows[:limit]), next_cursor), scan)
+
+
+async def _records(solution: r.Solution, rows: list[Any]) -> list[r.Activity]:
+    names = dict(await m.ActivityType.filter(solution_id=solution.id).values_list("id", "name"))
+    return [activity_record(row, names.get(row.activity_type_id, "?")) for row in rows]
+
+
+async def _sorted_page(
+    solution: r.Solution,
+    query: QuerySet,
+    scan: Scan | None,
+    sort: ActivitySort,
+    limit: int,
+    cursor: str | None,
+    at_most: int,
+) -> Listing:
+    """``limit`` activities of ``query`` after ``cursor`` in ``sort``'s order, sorted among at most
+    ``at_most`` + 1 of them (the caller counted them first)."""
+    column = _sortable(sort)
+    bounded = query.limit(at_most + 1).values("id", column)
+    inner = bounded.sql()  # builds the statement whose parameters are read next
+    _, values = bounded.query.get_parameterized_sql()
+    statement = Query(m.Activity._meta.db)
+    statement.values = list(values)
+    after = ""
+    if cursor:
+        value, last = _sort_cursor_of(cursor, sort)
+        beyond = "<" if sort.descending else ">"
+        after = (
+            f"WHERE {column} {beyond} {statement.add(value)} "
+            f"OR ({column} = {statement.add(value)} AND id {beyond} {statement.add(last)})"
+        )
+    way = "DESC" if sort.descending else "ASC"
+    keys = await statement.rows(
+        f"SELECT id, {column} FROM ({inner}) bounded {after} "
+        f"ORDER BY {column} {way}, id {way} LIMIT {int(limit) + 1}"
+    )
+    ids = [uuid_of(row["id"]) for row in keys[:limit]]
+    found = {row.id: row for row in await m.Activity.filter(solution_id=solution.id, id__in=ids)}
+    rows = [found[i] for i in ids if i in found]  # one deleted since the statement before is left out
+    next_cursor = _sort_cursor(sort, keys[limit - 1]) if len(keys) > limit else None
+    return Listing(r.Page(await _records(solution, rows), next_cursor), scan)
+
+
+def _sortable(sort: ActivitySort) -> str:
+    """The column of ``sort``, checked against the ones a list sorts by (it is written into SQL)."""
+    if sort.column not in SORT_COLUMNS or sort.column not in m.Activity._meta.fields_map:
+        raise InvalidInput.field("sort", f"cannot sort by {sort.column!r}")
+    return sort.column
+
+
+def _is_time(column: str) -> bool:
+    return isinstance(m.Activity._meta.fields_map[column], fields.DatetimeField)
+
+
+def _sort_cursor(sort: ActivitySort, row: dict[str, Any]) -> str:
+    """The cursor after ``row`` (its id and sorted column, raw): the sort, the column's value and the id."""
+    value = row[sort.column]
+    if _is_time(sort.column):
+        value = time_of(value).astimezone(UTC).isoformat()
+    text = json.dumps([sort.spelled, value, str(uuid_of(row["id"]))], separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _sort_cursor_of(cursor: str, sort: ActivitySort) -> tuple[Any, uuid.UUID]:
+    """The (value, id) a cursor of ``sort`` names; InvalidInput naming ``cursor`` for any other."""
+    try:
+        text = base64.urlsafe_b64decode((cursor + "=" * (-len(cursor) % 4)).encode()).decode()
+        spelled, value, last = json.loads(text)
+        if spelled != sort.spelled:
+            raise ValueError(spelled)
+        if _is_time(sort.column):
+            value = datetime.fromisoformat(value)
+            if value.tzinfo is None:
+                raise ValueError(value)
+            value = value.astimezone(UTC)
+        elif not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(value)
+        return value, uuid.UUID(last)
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidInput.field(
+            "cursor", "is not a cursor of this list's order; start again without it"
+        ) from None
 
 
 async def _total(query: QuerySet, cap: int) -> Count:

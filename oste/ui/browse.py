@@ -15,10 +15,12 @@ from oste.domain import records as r
 from oste.domain.log_shipping import ShippingKind
 from oste.domain.request_preview import preview_request
 from oste.domain.search import VIEWS
+from oste.domain.sorting import SORT_COLUMNS, ActivitySort, TooManyToSort, parse_sort
+from oste.domain.stats import Count
 from oste.errors import OsteError
 from oste.operations.filters import FORM_FIELDS, activity_filter
 from oste.operations.recurring import next_fire_at
-from oste.storage import recurrence_of
+from oste.storage import Listing, recurrence_of
 from oste.ui.context import (
     Viewer,
     company_in_path,
@@ -113,24 +115,57 @@ async def filters_of(
     return activity_filter(given, by_name, fields=FORM_FIELDS, now=store.clock.now()), types
 
 
+ID_ORDERS = ("newest", "oldest")
+"""The list's ``order`` in id order; any other value is a column's sort (``SORT_COLUMNS``)."""
+
+
+def order_of(value: str) -> tuple[bool, ActivitySort | None]:
+    """Whether id order is newest first, and the column sort ``order`` asks for (None: id order).
+    InvalidInput naming ``order`` for a value that is neither."""
+    if value in ("", *ID_ORDERS):
+        return value != "oldest", None
+    return True, parse_sort(value, "order")
+
+
+async def listing_of(
+    request: Request,
+    solution_: r.Solution,
+    filters: r.ActivityFilter,
+    newest: bool,
+    sort: ActivitySort | None,
+) -> tuple[Listing, Count, ActivitySort | None, str | None]:
+    """The page, its total and the sort it is in: a column's sort when the filter is short enough
+    (``oste.storage`` bounds it), else id order and the sentence saying why."""
+    pages = ui(request).storage.listing
+    cursor = request.query_params.get("cursor") or None
+    refused = None
+    if sort is not None:
+        try:
+            listing, total = await pages.sorted_page_and_total(solution_, filters, sort, PAGE_SIZE, cursor)
+        except TooManyToSort as exc:
+            refused = str(exc)  # its next pages carry an id order's cursor, and the order asked for
+        else:
+            return listing, total, sort, None
+    listing, total = await pages.page_and_total(solution_, filters, PAGE_SIZE, cursor, newest)
+    return listing, total, None, refused
+
+
 @page
 async def activities(request: Request, viewer: Viewer) -> Response:
     company_, found = await solution_in_path(request, viewer)
     values = filter_values(request.query_params)
-    newest = request.query_params.get("order", "newest") != "oldest"
-    error, listing, total = None, None, None
+    order = request.query_params.get("order", "")[:MAX_FIELD]
+    error, refused, listing, total, sorted_by = None, None, None, None, None
     try:
+        newest, sort = order_of(order)
         filters, types = await filters_of(request, found, values)
-        pages = ui(request).storage.listing
-        listing, total = await pages.page_and_total(
-            found, filters, PAGE_SIZE, request.query_params.get("cursor") or None, newest
-        )
+        listing, total, sorted_by, refused = await listing_of(request, found, filters, newest, sort)
     except (FilterError, OsteError) as exc:
-        error = str(exc)
+        error, newest = str(exc), order != "oldest"
         types = (await ui(request).store.list_activity_types(found, TYPES_SHOWN)).items
     query = {name: value for name, value in values.items() if value}
-    if not newest:
-        query["order"] = "oldest"
+    if order and order != "newest":
+        query["order"] = order
     items = listing.page.items if listing else []
     return await render(
         request,
@@ -143,6 +178,10 @@ async def activities(request: Request, viewer: Viewer) -> Response:
         scan=listing.scan if listing else None,
         total=total,
         newest=newest,
+        order=order or "newest",
+        sorted_by=sorted_by,
+        sort_columns=SORT_COLUMNS,
+        refused=refused,
         types=types,
         views=VIEWS,
         values=values,

@@ -1,5 +1,5 @@
 """The search box and the list views (``oste.domain.search``): what parses, what is refused (naming the
-field), the bounds, and how a parameter match compares."""
+field), the bounds, and how a parameter match compares; a list's sort (``oste.domain.sorting``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from oste.domain.search import MAX_PATH_DEPTH, MAX_SEARCH, ParameterMatch, parse_search, view_of
+from oste.domain.sorting import ActivitySort, TooManyToSort, parse_sort
 from oste.errors import InvalidInput
 
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
@@ -92,3 +93,20 @@ def test_what_the_database_prefilter_is_given() -> None:
         assert bounds[1] - bounds[0] <= abs(number) * 1e-8
     for text in ("Blue Moon", "2026-11-23", "1_000", "inf", "NaN", "0x10", "1e999", "", "+1", "01"):
         assert ParameterMatch(("n",), text).number_bounds() is None, text
+
+
+def test_a_sort_is_one_of_the_columns_either_way() -> None:
+    assert parse_sort("attempts") == ActivitySort("attempts", False)
+    assert parse_sort("-next_attempt_at") == ActivitySort("next_attempt_at", True)
+    assert parse_sort("-next_attempt_at").spelled == "-next_attempt_at"
+    assert ActivitySort("updated_at", True).described == "last change, latest first"
+    for bad in ("", "-", "id", "-id", "parameter", "scheduled_for; DROP TABLE activity", "x" * 400):
+        with pytest.raises(InvalidInput, match="order") as refused:
+            parse_sort(bad)
+        assert len(str(refused.value)) < 200
+    refusal = TooManyToSort(ActivitySort("next_attempt_at"), 5_000)
+    assert str(refusal) == (
+        "Sorting by due time is for lists of at most 5,000 activities: this filter matches more. "
+        "Narrow it by state, type, object or label."
+    )
+    assert refusal.errors[0].field == "sort"

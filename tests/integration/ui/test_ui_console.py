@@ -1,6 +1,7 @@
 """The UI as a console, over a real server without a browser: list views (due, retrying), order, total
-and search; bulk actions by selection and by filter with their dry run and confirmation; the type page
-and its limits; the dashboard's live JSON; and the API's bulk run-now and delete by id list."""
+and search; columns sorted by a click, within a bound; bulk actions by selection and by filter with
+their dry run and confirmation; the type page and its limits; the dashboard's live JSON; and the
+API's bulk run-now and delete by id list."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from oste.storage import listing
+from oste.ui import browse
 from tests.integration.api.conftest import Tenant
 from tests.integration.ui.conftest import Browser, UiWorld
 
@@ -185,3 +188,67 @@ async def test_the_dashboards_tables_come_live_with_its_tiles(world: UiWorld, co
     assert due >= 2 and future >= 3
     page = (await company.get("/ui/")).text
     assert live["tables"]["overview"].strip() in page  # the page shows the same tables as it loads
+
+
+def header_link(page: str, label: str) -> str:
+    """The query of a column header's sort link (the ``?…`` of its ``href``), unescaped."""
+    found = re.search(r'<th scope="col"[^>]*><a href="\?([^"]*)"[^>]*>' + re.escape(label), page)
+    assert found, page
+    return found.group(1).replace("&amp;", "&")
+
+
+async def test_columns_sort_by_a_click_within_a_bound_and_say_why_not_past_it(
+    world: UiWorld, admin: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = await world.api.tenant(paused=True)
+    base = ui_path(tenant)
+    delays = {1: "PT5H", 2: "PT1H", 3: "PT3H", 4: "PT2H", 5: "PT4H", 6: "PT1H"}  # 2 and 6 tie
+    body = {
+        "activities": [
+            tenant.activity(song, delay=delay, labels={"batch": "a" if song <= 3 else "b"})
+            for song, delay in delays.items()
+        ]
+    }
+    made = (await world.api.post(tenant.activities, body, expect=201)).json()["activities"]
+    due = sorted(made, key=lambda a: (a["scheduled_for"], a["id"]))
+    monkeypatch.setattr(browse, "PAGE_SIZE", 4)  # two pages of the six
+
+    page = (await admin.get(f"{base}/activities", params={"state": "scheduled"})).text
+    ascending = header_link(page, "Scheduled for")
+    assert "order=scheduled_for" in ascending and "state=scheduled" in ascending  # filters kept
+    first = (await admin.get(f"{base}/activities?{ascending}")).text
+    assert '<th scope="col" aria-sort="ascending"><a ' in first and "Scheduled for ↑</a>" in first
+    assert 'aria-sort="descending"' not in first  # the Activity column is not the order now
+    assert "matching · by scheduled time, earliest first" in first
+    assert 'value="scheduled_for" selected' in first  # the form keeps the order on a new filter
+    following = re.search(r'<a href="\?([^"]+)" rel="next">', first)
+    assert following, first
+    second = (await admin.get(f"{base}/activities?{following.group(1).replace('&amp;', '&')}")).text
+    assert ROW.findall(first) + ROW.findall(second) == [a["id"] for a in due]
+    assert 'rel="next"' not in second
+
+    descending = header_link(first, "Scheduled for")  # the same header again: the other way
+    assert "order=-scheduled_for" in descending
+    latest = (await admin.get(f"{base}/activities?{descending}")).text
+    assert 'aria-sort="descending"' in latest and "Scheduled for ↓</a>" in latest
+    assert ROW.findall(latest) == [a["id"] for a in reversed(due)][:4]
+    by_change = (await admin.get(f"{base}/activities?{header_link(first, 'Updated')}")).text
+    assert "by last change, latest first" in by_change  # the last change sorts latest first
+
+    monkeypatch.setattr(listing, "SORTABLE_AT_MOST", 3)  # six match: too many to sort
+    refused = await admin.get(f"{base}/activities", params={"state": "scheduled", "order": "scheduled_for"})
+    assert (
+        "Sorting by scheduled time is for lists of at most 3 activities: this filter matches more. "
+        "Narrow it by state, type, object or label." in refused.text
+    )
+    assert ROW.findall(refused.text) == [a["id"] for a in reversed(made)][:4]  # newest first, as ever
+    assert "matching · newest first" in refused.text and "Scheduled for ↑" not in refused.text
+    assert 'value="scheduled_for" selected' in refused.text  # narrowing the filter keeps asking for it
+    narrowed = await admin.get(
+        f"{base}/activities", params={"state": "scheduled", "order": "scheduled_for", "label": "batch:a"}
+    )
+    assert 'id="sort-refused"' not in narrowed.text
+    assert ROW.findall(narrowed.text) == [a["id"] for a in due if a["labels"] == {"batch": "a"}]
+    for bad in ("parameter", "-id", "x" * 400):
+        answer = await admin.get(f"{base}/activities", params={"order": bad})
+        assert 'class="flash error"' in answer.text and ROW.findall(answer.text) == [], bad
