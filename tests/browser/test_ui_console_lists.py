@@ -272,3 +272,36 @@ def test_phone_width_has_no_horizontal_scroll_and_bulk_works_without_scripts(
         assert due["next_attempt_at"] < due["scheduled_for"]
     finally:
         plain.close()
+
+
+def test_the_activity_list_sorts_by_a_column_at_both_widths(
+    desk: Any, browser: Any, api: Api, oste_server: Served
+) -> None:
+    tenant = api.tenant(songs={})
+    delays = ["PT3H", "PT1H", "PT5H", "PT2H", "PT4H"]
+    ids = [api.activities(tenant, "songs", range(n, n + 1), delay=d)[0] for n, d in enumerate(delays)]
+    by_due = [ids[i] for i in sorted(range(len(delays)), key=lambda i: delays[i])]
+    desk.goto(f"{tenant['ui']}/activities")
+    desk.get_by_role("link", name="Scheduled for", exact=True).click()
+    desk.wait_for_selector("th[aria-sort='ascending'] >> text=Scheduled for")
+    shown = desk.locator("table tbody tr td:nth-child(2) a").all_inner_texts()
+    assert [i[:8] for i in by_due] == [s[:8] for s in shown], shown
+    shot(desk, "sorted-1280")
+    desk.get_by_role("link", name="Scheduled for ↑").click()
+    desk.wait_for_selector("th[aria-sort='descending'] >> text=Scheduled for")
+    shown = desk.locator("table tbody tr td:nth-child(2) a").all_inner_texts()
+    assert [i[:8] for i in reversed(by_due)] == [s[:8] for s in shown], shown
+    assert desk.errors == []
+
+    phone = browser.new_context(base_url=oste_server.url, viewport=PHONE)
+    try:
+        small = phone.new_page()
+        sign_in(small, oste_server.admin_token)
+        small.goto(f"{tenant['ui']}/activities")
+        small.get_by_label("Order").select_option("scheduled_for")
+        small.get_by_role("button", name="Filter").click()
+        small.wait_for_url("**order=scheduled_for**")
+        assert "by scheduled time" in small.locator("#total").inner_text()
+        small.screenshot(path=str(Path(SCREENSHOTS) / "ui-console-sorted-390.png"), full_page=True)
+    finally:
+        phone.close()
