@@ -46,6 +46,8 @@ the object-id index cannot serve."""
 TOTAL_CAP = 1_000
 """A listing's total stops here (shown as "1,000+"): counting further would read on through every
 row a sparse filter skips."""
+SORT_CURSOR_MAX = 400
+"""The longest cursor of a sorted list read at all (the query string is the caller's)."""
 SORTABLE_AT_MOST = 5_000
 """The most activities a list sorted by a column other than its id may match (``SORT_COLUMNS``): no
 index orders them so, and the database sorts every match, so one tenant's page view costs the shared
@@ -273,6 +275,8 @@ def _sort_cursor(sort: ActivitySort, row: dict[str, Any]) -> str:
 def _sort_cursor_of(cursor: str, sort: ActivitySort) -> tuple[Any, uuid.UUID]:
     """The (value, id) a cursor of ``sort`` names; InvalidInput naming ``cursor`` for any other."""
     try:
+        if len(cursor) > SORT_CURSOR_MAX:  # ours are about 120 characters
+            raise ValueError(len(cursor))
         text = base64.urlsafe_b64decode((cursor + "=" * (-len(cursor) % 4)).encode()).decode()
         spelled, value, last = json.loads(text)
         if spelled != sort.spelled:
@@ -282,10 +286,10 @@ def _sort_cursor_of(cursor: str, sort: ActivitySort) -> tuple[Any, uuid.UUID]:
             if value.tzinfo is None:
                 raise ValueError(value)
             value = value.astimezone(UTC)
-        elif not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(value)
+        elif not isinstance(value, int) or isinstance(value, bool) or not -(2**31) <= value < 2**31:
+            raise ValueError(value)  # an integer column (32 bits), or the driver refuses it with a 500
         return value, uuid.UUID(last)
-    except (ValueError, TypeError, UnicodeDecodeError):
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError):
         raise InvalidInput.field(
             "cursor", "is not a cursor of this list's order; start again without it"
         ) from None

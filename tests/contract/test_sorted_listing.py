@@ -4,6 +4,9 @@ exact total; refused past the bound without sorting; a cursor of another order r
 
 from __future__ import annotations
 
+import base64
+import json
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -135,3 +138,33 @@ async def test_past_the_bound_a_sort_is_refused_and_a_foreign_cursor_too(
     assert id_cursor is not None
     with pytest.raises(InvalidInput, match="cursor"):
         await pages.sorted_page_and_total(solution, spring, sort, 4, id_cursor)
+
+
+async def test_a_crafted_cursor_is_refused_as_a_cursor_never_a_500(store: Store, clock: ManualClock) -> None:
+    # the cursor is the caller's text: an integer past the database's, a nesting deep enough to
+    # exhaust the parser, a long one — each is "not a cursor", never the driver's or parser's error
+    activity_type = await make_type(store, "https://x.example/{n}")
+    solution = await store.get_solution(await store.get_company("acme"), "songs")
+    await make_activities(store, activity_type, clock.now() + timedelta(hours=1), count=3)
+    sort = ActivitySort("attempts")
+
+    def encoded(value: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    crafted = [
+        encoded([sort.spelled, 2**70, str(uuid.uuid4())]),
+        encoded([sort.spelled, -(2**31) - 1, str(uuid.uuid4())]),
+        base64.urlsafe_b64encode(b"[" * 250 + b"]" * 250).decode(),
+        "A" * 100_000,
+    ]
+    for cursor in crafted:
+        with pytest.raises(InvalidInput, match="cursor"):
+            await ActivityListing().sorted_page_and_total(solution, r.ActivityFilter(), sort, 2, cursor)
+    early = encoded([ActivitySort("updated_at").spelled, "0001-01-01T00:00:00+01:00", str(uuid.uuid4())])
+    with pytest.raises(InvalidInput, match="cursor"):  # before year 1 in UTC
+        await ActivityListing().sorted_page_and_total(
+            solution, r.ActivityFilter(), ActivitySort("updated_at"), 2, early
+        )
+    fine = encoded([sort.spelled, 2**31 - 1, str(uuid.uuid4())])  # the column's largest value is a cursor
+    page, _ = await ActivityListing().sorted_page_and_total(solution, r.ActivityFilter(), sort, 2, fine)
+    assert page.page.items == []
