@@ -18,6 +18,7 @@ orjson text), so the rows read back through the models exactly as before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -228,8 +229,11 @@ async def write_prepared(prepared: PreparedActivities) -> list[r.Activity]:
     reached."""
     if not prepared.created:
         return []
+    # the rows, their labels and their created events, or none; the rows alone are one statement,
+    # atomic on its own (a transaction, or the caller's savepoint, would cost two more round trips)
+    alone = not prepared.labelled and prepared.events is None
     try:
-        async with in_transaction() as tx:  # the rows, their labels and their created events, or none
+        async with contextlib.nullcontext(m.Activity._meta.db) if alone else in_transaction() as tx:
             await dialect_of(tx).insert_prepared(tx, prepared.rows)
             if prepared.labelled:
                 await _insert_labels(tx, list(prepared.labelled), None)

@@ -37,6 +37,7 @@ from oste.domain.clock import Clock
 from oste.domain.ids import hash_secret, new_api_key, new_id, new_signing_secret
 from oste.domain.receiver_auth import auth_document, auth_from_document
 from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
+from oste.storage import lookups
 from oste.storage import models as m
 from oste.storage.activity_inserts import (
     PreparedActivities,
@@ -302,7 +303,9 @@ class Store:
 
     async def get_company(self, name: str) -> r.Company:
         """The company with this name. Raises NotFound."""
-        row = await self._one(m.Company.filter(name=name), f"company {name!r} not found")
+        row = await lookups.company_named(name)
+        if row is None:
+            raise NotFound(f"company {name!r} not found")
         return self._company(row)
 
     async def get_company_by_id(self, company_id: uuid.UUID) -> r.Company:
@@ -379,12 +382,8 @@ class Store:
 
     async def api_key_of(self, secret: str) -> tuple[r.Company, r.ApiKey] | None:
         """The company and the unrevoked key a secret belongs to, or None (one query)."""
-        row = await (
-            m.ApiKey.filter(key_hash=hash_secret(secret), revoked_at__isnull=True)
-            .select_related("company")
-            .first()
-        )
-        return None if row is None else (self._company(row.company), _api_key(row))
+        found = await lookups.key_and_company(hash_secret(secret))
+        return None if found is None else (self._company(found[1]), _api_key(found[0]))
 
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""
@@ -410,8 +409,10 @@ class Store:
         return to_record(r.Solution, row)
 
     async def get_solution(self, company: r.Company, name: str) -> r.Solution:
-        query = m.Solution.filter(company_id=company.id, name=name)
-        return to_record(r.Solution, await self._one(query, f"solution {name!r} not found"))
+        row = await lookups.solution_named(company.id, name)
+        if row is None:
+            raise NotFound(f"solution {name!r} not found")
+        return to_record(r.Solution, row)
 
     async def list_solutions(self, company: r.Company, limit: int, cursor: str | None = None) -> r.Page:
         query = m.Solution.filter(company_id=company.id)
@@ -463,8 +464,10 @@ class Store:
         return self._activity_type(row)
 
     async def get_activity_type(self, solution: r.Solution, name: str) -> r.ActivityType:
-        query = m.ActivityType.filter(solution_id=solution.id, name=name)
-        return self._activity_type(await self._one(query, f"activity type {name!r} not found"))
+        row = await lookups.activity_type_named(solution.id, name)
+        if row is None:
+            raise NotFound(f"activity type {name!r} not found")
+        return self._activity_type(row)
 
     async def get_activity_types(
         self, solution: r.Solution, names: Iterable[str]

@@ -11,6 +11,7 @@ are outages, and the refusal of ``oste backup`` with the tools to use instead.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -306,15 +307,37 @@ class PostgresDialect(Dialect):
         # Binary COPY: one statement, all rows or none, and the driver encodes each row's values
         # straight into the stream (an array parameter per column costs it an abstract-base-class
         # check per element, which made it most of the API process's time in a batch create).
+        # A few rows (a single create) go in one INSERT instead: a COPY is two round trips (the
+        # driver reads the columns' types first), an INSERT's prepared statement is cached.
         rows = prepared.records
         records = _paced(rows) if len(rows) > PACE else rows
         try:
             async with conn.acquire_connection() as raw:
-                await raw.copy_records_to_table(prepared.table, records=records, columns=prepared.names)
+                if len(rows) <= VALUES_ROWS:
+                    sql = _values_insert(prepared.table, prepared.names, len(rows))
+                    await raw.execute(sql, *[value for row in rows for value in row])
+                else:
+                    await raw.copy_records_to_table(prepared.table, records=records, columns=prepared.names)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise IntegrityError(str(exc)) from exc
         except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
             raise DBConnectionError(str(exc)) from exc
+
+
+VALUES_ROWS = 8
+"""Rows at most that ``insert_prepared`` writes with an INSERT rather than a COPY."""
+
+
+@functools.lru_cache(maxsize=64)
+def _values_insert(table: str, names: tuple[str, ...], count: int) -> str:
+    """``INSERT INTO table (names) VALUES (…), …`` for ``count`` rows of positional parameters."""
+    width = len(names)
+    rows = (
+        "(" + ", ".join(f"${row * width + column + 1}" for column in range(width)) + ")"
+        for row in range(count)
+    )
+    columns = ", ".join(f'"{name}"' for name in names)
+    return f'INSERT INTO "{table}" ({columns}) VALUES {", ".join(rows)}'
 
 
 def _pg_completion_columns(completions: Sequence[Completion], now: datetime) -> list[Any]:
