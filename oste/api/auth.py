@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from oste.api.callers import Principal
 from oste.api.context import ApiContext, ctx
-from oste.api.requests import slug_in_path
+from oste.api.requests import SLUG, slug_in_path
 from oste.domain import records as r
 from oste.domain.records import Company
 from oste.domain.tenancy import KEYS, READ, WRITE
@@ -37,12 +37,26 @@ async def authenticate(request: Request, c: ApiContext) -> Principal:
     refuse_if_throttled(c.throttle, address)
     if hmac.compare_digest(token.encode(), c.admin_token.encode()):
         return Principal()
-    found = await c.store.api_key_of(token) if token.startswith("oste_") else None
+    found = await _key_of(request, c, token) if token.startswith("oste_") else None
     if found is None:
         c.throttle.failed(address)
         raise Unauthorized("the bearer token is not the admin token nor a valid (unrevoked) API key")
     company, key = found
     return Principal(company, key.id, key.name, key.scopes, key.last_used_at)
+
+
+async def _key_of(request: Request, c: ApiContext, token: str) -> tuple[r.Company, r.ApiKey] | None:
+    """The company and key of ``token``. A path naming a solution (a valid slug) has it read in the
+    same query; ``solution_in_path`` uses it once every check of the key has passed."""
+    named = request.path_params.get("solution")
+    if named is None or not SLUG.fullmatch(named):
+        return await c.store.api_key_of(token)
+    found = await c.store.api_key_and_solution(token, named)
+    if found is None:
+        return None
+    company, key, solution = found
+    request.state.read_solution = (company.id, named, solution)
+    return company, key
 
 
 def bearer_token(request: Request) -> str:
@@ -125,8 +139,13 @@ async def company_in_path(request: Request) -> tuple[Principal, r.Company]:
 
 async def solution_in_path(request: Request) -> tuple[Principal, r.Solution]:
     who, company = await company_in_path(request)
-    solution = await ctx(request).store.get_solution(company, slug_in_path(request, "solution", "solution"))
-    return who, solution
+    name = slug_in_path(request, "solution", "solution")
+    read = getattr(request.state, "read_solution", None)  # read with the key (``_key_of``)
+    if read is not None and read[:2] == (company.id, name):
+        if read[2] is None:
+            raise NotFound(f"solution {name!r} not found")
+        return who, read[2]
+    return who, await ctx(request).store.get_solution(company, name)
 
 
 def actor_of(who: Principal) -> Actor:

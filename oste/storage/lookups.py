@@ -36,12 +36,17 @@ def _listed(model: type[Model]) -> str:
 def _statements(placeholders: tuple[str, str]) -> dict[str, str]:
     """The statements with a dialect's first two placeholders."""
     one, two = placeholders
-    key, company = _columns(m.ApiKey), _columns(m.Company)
-    joined = ", ".join([f'k."{c}" AS "k.{c}"' for c in key] + [f'c."{c}" AS "c.{c}"' for c in company])
+    key, company, solution = _columns(m.ApiKey), _columns(m.Company), _columns(m.Solution)
+    joined = [f'k."{c}" AS "k.{c}"' for c in key] + [f'c."{c}" AS "c.{c}"' for c in company]
+    with_solution = joined + [f's."{c}" AS "s.{c}"' for c in solution]
+    keyed = "FROM api_key k JOIN company c ON c.id = k.company_id"
+    # placeholders in the order their values are given (SQLite's are "?", bound in order)
     return {
-        "key": (
-            f"SELECT {joined} FROM api_key k JOIN company c ON c.id = k.company_id "
-            f"WHERE k.key_hash = {one} AND k.revoked_at IS NULL"
+        "key": f"SELECT {', '.join(joined)} {keyed} WHERE k.key_hash = {one} AND k.revoked_at IS NULL",
+        "key_solution": (
+            f"SELECT {', '.join(with_solution)} {keyed} "
+            f"LEFT JOIN solution s ON s.company_id = c.id AND s.name = {one} "
+            f"WHERE k.key_hash = {two} AND k.revoked_at IS NULL"
         ),
         "company": f"SELECT {_listed(m.Company)} FROM company WHERE name = {one}",
         "solution": f"SELECT {_listed(m.Solution)} FROM solution WHERE company_id = {one} AND name = {two}",
@@ -72,6 +77,20 @@ async def key_and_company(key_hash: str) -> tuple[m.ApiKey, m.Company] | None:
     if not rows:
         return None
     return _made(m.ApiKey, rows[0], "k."), _made(m.Company, rows[0], "c.")
+
+
+async def key_company_and_solution(
+    key_hash: str, solution: str
+) -> tuple[m.ApiKey, m.Company, m.Solution | None] | None:
+    """The unrevoked key with this hash, its company and the company's solution named ``solution``
+    (None when it has none such), in one statement; None when there is no such key. A request whose
+    path names a solution asks this, so authenticating it reads its solution in the same round trip."""
+    rows = await _rows("key_solution", solution, key_hash)
+    if not rows:
+        return None
+    row = rows[0]
+    found = _made(m.Solution, row, "s.") if row["s.id"] is not None else None
+    return _made(m.ApiKey, row, "k."), _made(m.Company, row, "c."), found
 
 
 async def company_named(name: str) -> m.Company | None:

@@ -385,6 +385,17 @@ class Store:
         found = await lookups.key_and_company(hash_secret(secret))
         return None if found is None else (self._company(found[1]), _api_key(found[0]))
 
+    async def api_key_and_solution(
+        self, secret: str, solution: str
+    ) -> tuple[r.Company, r.ApiKey, r.Solution | None] | None:
+        """``api_key_of``, and its company's solution named ``solution`` (None when it has none such),
+        in one query."""
+        found = await lookups.key_company_and_solution(hash_secret(secret), solution)
+        if found is None:
+            return None
+        key, company, named = found
+        return self._company(company), _api_key(key), None if named is None else to_record(r.Solution, named)
+
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""
         row = await m.Company.filter(
