@@ -142,6 +142,13 @@ class Tenants(Protocol):
         """The company and the unrevoked key a secret belongs to, or None (one query)."""
         ...
 
+    async def api_key_and_solution(
+        self, secret: str, solution: str
+    ) -> tuple[r.Company, r.ApiKey, r.Solution | None] | None:
+        """``api_key_of``, with the key's company's solution named ``solution`` (None when the company
+        has none of that name; never another company's), in the same query."""
+        ...
+
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""
         ...
