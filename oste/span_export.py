@@ -1,21 +1,20 @@
 """Spans exported from a process of their own, so that their encoding never holds this one's interpreter.
 
-Exporting a span over OTLP is about 40 µs of Python (the protobuf messages built attribute by
-attribute, mostly), which in the firing process ran under the interpreter lock the event loop firing
-everyone's requests needs. Here ``PipeSpanProcessor`` (the SDK's span processor interface, in place of
-its batch processor and its thread) packs each finished span into a tuple of plain values where it
-ends (a few µs) and writes batches to a pipe without ever waiting for it; ``python -m
-oste.span_export`` rebuilds the spans and exports them with the SDK's own OTLP exporter, configured
-by the same standard variables (it inherits the environment).
+The SDK's batch processor hands its batches to ``ProcessExporter`` on its background thread. Exporting
+a span over OTLP is about 40 µs of Python (the protobuf messages built attribute by attribute, mostly),
+which on that thread ran under the interpreter lock the event loop firing everyone's requests needs:
+a sampled trace's attempts slowed every other fire of the node, by more than their CPU (the loop
+waits out the thread's switch interval). Here the thread only packs each span into a tuple of plain
+values (a few µs) and writes the batch to a pipe; ``python -m oste.span_export`` rebuilds the spans
+and exports them with the SDK's own OTLP exporter, configured by the same standard variables (it
+inherits the environment).
 
 A child that dies loses the spans sent to it (a WARNING once, then the batches are dropped as a
-collector's outage drops them); a pipe or a collector that falls behind drops batches beyond a bound;
-tracing never stops nor slows a request. Imported only when tracing is on.
+collector's outage drops them); tracing never stops a request. Imported only when tracing is on.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import logging
@@ -26,11 +25,13 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
@@ -40,8 +41,6 @@ FRAME = struct.Struct("!I")
 """Each message on the pipe: its length, then that many bytes of pickle."""
 STOP_SECONDS = 10.0
 """How long ``shutdown`` waits for the child to export what it was sent before it is killed."""
-MAX_PENDING_BYTES = 16 * 2**20
-"""Bytes of batches at most that wait for the pipe; a batch beyond is dropped."""
 CHILD_QUEUE = 64
 """Batches at most the child holds while its exporter is busy (a slow collector); more are dropped."""
 
@@ -108,10 +107,8 @@ def read_frame(stream: IO[bytes]) -> Any:
     return pickle.loads(stream.read(size))  # our own parent's pipe, nothing else writes it
 
 
-class ExportProcess:
-    """``python -m oste.span_export``, and the pipe to it. ``send`` never blocks unless asked to: what
-    the pipe cannot take at once waits in ``pending`` (up to ``MAX_PENDING_BYTES``; a batch beyond is
-    dropped, as a collector's outage drops spans) and goes with the next ``send`` or ``drain``."""
+class ProcessExporter(SpanExporter):
+    """The SDK's span exporter interface, sending each batch to ``python -m oste.span_export``."""
 
     def __init__(self, protocol: str, resource: Resource, scope: tuple[str, str]) -> None:
         package_root = str(Path(__file__).resolve().parent.parent)
@@ -120,53 +117,33 @@ class ExportProcess:
         self._child = subprocess.Popen(
             [sys.executable, "-m", "oste.span_export"], stdin=subprocess.PIPE, env=env, close_fds=True
         )
-        assert self._child.stdin is not None
-        self._fd = self._child.stdin.fileno()
         self._lock = threading.Lock()
-        self.pending = bytearray()
-        self.broken = False
-        self.dropped = 0
-        self.send((protocol, dict(resource.attributes), resource.schema_url, scope), wait=True)
+        self._broken = False
+        self._send((protocol, dict(resource.attributes), resource.schema_url, scope))
 
-    def send(self, value: Any, wait: bool = False) -> bool:
-        """Frame ``value`` and write it (with what is pending before it); False when it was dropped
-        (the child is gone, or too much is pending)."""
-        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        with self._lock:
-            if self.broken:
-                return False
-            if len(self.pending) + len(data) > MAX_PENDING_BYTES:
-                self.dropped += 1
-                if self.dropped == 1:
-                    log.warning("tracing: the span exporter process falls behind; spans are dropped")
-                return False
-            self.pending += FRAME.pack(len(data)) + data
-            self._write(wait)
-            return not self.broken
-
-    def drain(self, wait: bool = False) -> bool:
-        """Write what is pending; True when nothing is left."""
-        with self._lock:
-            self._write(wait)
-            return not self.pending
-
-    def _write(self, wait: bool) -> None:
-        os.set_blocking(self._fd, wait)
+    def _send(self, value: Any) -> bool:
+        if self._broken:
+            return False
+        stdin = self._child.stdin
+        assert stdin is not None
         try:
-            while self.pending:
-                written = os.write(self._fd, self.pending)
-                del self.pending[:written]
-        except BlockingIOError:
-            pass  # the pipe is full: the rest goes with the next send or drain
+            with self._lock:
+                write_frame(stdin, value)
         except (BrokenPipeError, OSError, ValueError) as exc:
-            self.broken = True
-            self.pending.clear()
+            self._broken = True
             log.warning("tracing: the span exporter process stopped (%s); spans are dropped from now", exc)
+            return False
+        return True
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        sent = self._send([pack(span) for span in spans])
+        return SpanExportResult.SUCCESS if sent else SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return not self._broken
 
     def shutdown(self) -> None:
-        """Write what is pending, close the pipe and wait for the child to export what it holds (then
-        kill it). Blocking: run it off the event loop."""
-        self.drain(wait=True)
+        """Close the pipe and wait for the child to export what it holds (then kill it)."""
         stdin = self._child.stdin
         if stdin is not None and not stdin.closed:
             with self._lock, contextlib.suppress(OSError):
@@ -177,81 +154,6 @@ class ExportProcess:
             log.warning("tracing: the span exporter process did not finish in %.0f s; stopped", STOP_SECONDS)
             self._child.kill()
             self._child.wait()
-
-
-class PipeSpanProcessor(SpanProcessor):
-    """The SDK's span processor interface, in place of its batch processor: a finished sampled span is
-    packed where it ends (on the event loop, a few µs) and sent to the ``ExportProcess`` in batches of
-    ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, or ``OTEL_BSP_SCHEDULE_DELAY`` ms after the first span of a
-    batch (a timer on the running loop). It has no thread: the batch processor's woke for every batch
-    and, running Python beside the event loop, made the loop wait for the interpreter lock. At most
-    ``OTEL_BSP_MAX_QUEUE_SIZE`` spans wait; more are dropped."""
-
-    def __init__(self, process: ExportProcess) -> None:
-        self.process = process
-        self.delay = _setting("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
-        self.batch = max(1, _setting("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512))
-        self.queue = max(self.batch, _setting("OTEL_BSP_MAX_QUEUE_SIZE", 2048))
-        self._packed: list[tuple[Any, ...]] = []
-        self._lock = threading.Lock()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_loop: asyncio.AbstractEventLoop | None = None
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        return None
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.context is None or not span.context.trace_flags.sampled:
-            return
-        with self._lock:
-            if len(self._packed) >= self.queue:
-                return  # the exporter falls behind: dropped, as the batch processor drops them
-            self._packed.append(pack(span))
-            full = len(self._packed) >= self.batch
-        if full or not self._timed():
-            self._flush()
-
-    def _timed(self) -> bool:
-        """A flush is due on a running loop (scheduled now if not yet); False without a loop here."""
-        if self._timer is not None and self._timer_loop is not None and not self._timer_loop.is_closed():
-            return True
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        self._timer_loop, self._timer = loop, loop.call_later(self.delay, self._on_timer)
-        return True
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._flush()
-        if self.process.pending or self._packed:
-            self._timed()  # the pipe was full: try again later
-
-    def _flush(self, wait: bool = False) -> bool:
-        with self._lock:
-            batch, self._packed = self._packed, []
-        if batch:
-            return self.process.send(batch, wait)
-        return self.process.drain(wait)
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Send every span held, waiting for the pipe (blocking)."""
-        return self._flush(wait=True) and not self.process.broken
-
-    def shutdown(self) -> None:
-        self._flush(wait=True)
-        if self._timer is not None:
-            self._timer.cancel()
-        self.process.shutdown()
-
-
-def _setting(name: str, default: int) -> int:
-    """An ``OTEL_BSP_*`` integer as the SDK reads it (a value that is not one: the default)."""
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
 
 
 def main() -> int:
@@ -268,8 +170,7 @@ def main() -> int:
     scope = InstrumentationScope(scope_name, scope_version)
     exporter = importlib.import_module(EXPORTERS[protocol]).OTLPSpanExporter()
     batches: queue.Queue[Any] = queue.Queue()
-    reader = threading.Thread(target=_read_all, args=(stream, batches), daemon=True)
-    reader.start()
+    threading.Thread(target=_read_all, args=(stream, batches), daemon=True).start()
     try:
         while (batch := batches.get()) is not None:
             exporter.export([unpack(values, resource, scope) for values in batch])
@@ -280,8 +181,9 @@ def main() -> int:
 
 def _read_all(stream: IO[bytes], batches: queue.Queue[Any]) -> None:
     """The child's reader: the pipe is read as fast as the parent writes, whatever the exporter is
-    doing (a collector that is slow or down holds the exporter for its timeout), so the parent's
-    writes never wait; beyond ``CHILD_QUEUE`` waiting batches, a new one is dropped (one WARNING)."""
+    doing (a collector that is slow or down holds it for its timeout), so the parent's writes do not
+    wait on the collector; beyond ``CHILD_QUEUE`` waiting batches a new one is dropped (one WARNING),
+    as the batch processor drops spans when its queue is full."""
     dropped = 0
     try:
         while (batch := read_frame(stream)) is not None:

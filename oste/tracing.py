@@ -2,8 +2,8 @@
 
 Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set;
 the SDK is imported then only, so that without it nothing of it is loaded and an attempt pays one
-``None`` check. Spans go over OTLP in batches, encoded and sent by the SDK's exporter in a process of
-its own (``oste.span_export``: batched on the event loop, no thread), configured by the SDK's standard
+``None`` check. Spans go over OTLP through the SDK's batch processor, encoded and sent by the SDK's
+exporter in a process of its own (``oste.span_export``), configured by the SDK's standard
 variables: ``OTEL_SERVICE_NAME`` (default ``oste``), ``OTEL_RESOURCE_ATTRIBUTES``,
 ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG`` (default: parent-based, always on),
 ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT``, ``OTEL_BSP_*``, and
@@ -61,6 +61,7 @@ class Tracing:
 
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace import (
             NonRecordingSpan,
             SpanContext,
@@ -72,15 +73,15 @@ class Tracing:
             set_span_in_context,
         )
 
-        from oste.span_export import ExportProcess, PipeSpanProcessor
+        from oste.span_export import ProcessExporter
 
         resource = Resource.create({"service.version": __version__})  # OTEL_SERVICE_NAME, OTEL_RESOURCE_…
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
         self.provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER
         importlib.import_module(EXPORTERS[protocol])  # the protocol's exporter is installed (or ImportError)
-        process = ExportProcess(protocol, resource, ("oste", __version__))  # encodes in its own process
-        self.provider.add_span_processor(PipeSpanProcessor(process))
+        exporter = ProcessExporter(protocol, resource, ("oste", __version__))  # encodes in its own process
+        self.provider.add_span_processor(BatchSpanProcessor(exporter))
         self.tracer = self.provider.get_tracer("oste", __version__)
         self._span_context, self._non_recording, self._in_context = (
             SpanContext,

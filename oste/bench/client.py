@@ -8,6 +8,8 @@ whose ``uri_pattern`` points at the receiver, and activities in batches of up to
 from __future__ import annotations
 
 import asyncio
+import math
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -39,8 +41,10 @@ def instant(epoch: float) -> str:
 class OsteClient:
     """A partner of OSTE: one company, one solution, ``types`` activity types aimed at the receiver."""
 
-    def __init__(self, base_url: str, admin_token: str) -> None:
+    def __init__(self, base_url: str, admin_token: str, sampled_share: float | None = None) -> None:
         self.base_url = base_url
+        self.sampled_share = sampled_share
+        """Batch creates carry a ``traceparent``, sampled for this share of them, evenly (None: none)."""
         self.admin_token = admin_token
         self.key = admin_token
         self.types: list[str] = []
@@ -58,9 +62,17 @@ class OsteClient:
         await self._http.close()
 
     async def call(
-        self, method: str, path: str, body: Any = None, expect: int = 201, token: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        expect: int = 201,
+        token: str | None = None,
+        traceparent: str | None = None,
     ) -> Any:
         headers = {"Authorization": f"Bearer {token or self.key}"}
+        if traceparent is not None:
+            headers["traceparent"] = traceparent
         data = None
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -118,15 +130,16 @@ class OsteClient:
         """Create the activities ``(n, due)`` in batches of 1000, ``concurrency`` requests at once;
         returns the seconds it took."""
         batches = [items[i : i + BATCH] for i in range(0, len(items), BATCH)]
-        queue: asyncio.Queue[Sequence[tuple[int, float]]] = asyncio.Queue()
-        for batch in batches:
-            queue.put_nowait(batch)
+        queue: asyncio.Queue[tuple[int, Sequence[tuple[int, float]]]] = asyncio.Queue()
+        for index, batch in enumerate(batches):
+            queue.put_nowait((index, batch))
 
         async def sender() -> None:
             while not queue.empty():
-                batch = queue.get_nowait()
+                index, batch = queue.get_nowait()
                 body = {"activities": [self.activity(n, due) for n, due in batch]}
-                created = await self.call("POST", self.solution_path + "/activities", body)
+                trace = self.traceparent(index)
+                created = await self.call("POST", self.solution_path + "/activities", body, traceparent=trace)
                 if len(created["activities"]) != len(batch):
                     raise ApiError(f"a batch of {len(batch)} created {len(created['activities'])}")
                 if advance:
@@ -135,6 +148,15 @@ class OsteClient:
         started = time.perf_counter()
         await asyncio.gather(*(sender() for _ in range(max(1, min(concurrency, len(batches))))))
         return time.perf_counter() - started
+
+    def traceparent(self, index: int) -> str | None:
+        """The ``traceparent`` of batch ``index`` (a trace of its own), sampled for ``sampled_share`` of
+        the batches spread evenly (batch i is when ⌊(i+1)·share⌋ > ⌊i·share⌋); None without a share."""
+        if self.sampled_share is None:
+            return None
+        share = self.sampled_share
+        sampled = math.floor((index + 1) * share) > math.floor(index * share)
+        return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-{'01' if sampled else '00'}"
 
     async def count_activities(self, state: str | None = None) -> int:
         """How many activities the solution holds (in ``state``), by paging through the listing."""

@@ -57,6 +57,8 @@ class BenchOptions:
     singles: int = 1000
     create_concurrency: int = 16
     """``api``: clients sending single creates at once (after ``singles`` sent one at a time)."""
+    sampled_share: float | None = None
+    """Batch creates carry a W3C ``traceparent``, sampled for this share of them (None: none sent)."""
     types: int = 32
     workers: int = 1
     database_url: str | None = None
@@ -143,7 +145,7 @@ class Harness:
         opts = self.options
         async with fresh_database(opts.database_url, self.work_dir) as url:
             processes = OsteProcesses(url, opts.workers, self.work_dir)
-            client = OsteClient(processes.base_url, processes.admin_token)
+            client = OsteClient(processes.base_url, processes.admin_token, opts.sampled_share)
             try:
                 await processes.start()
                 if opts.postgres:

@@ -255,6 +255,15 @@ def add_bench_parser(commands: Any) -> None:
         help="api: clients sending the concurrent single creates at once (default 16)",
     )
     add(
+        "--sampled-share",
+        type=float,
+        default=None,
+        help="burst/steady/api batches: send each batch create with a W3C traceparent, sampled for this "
+        "share of the batches, evenly (0.1: every tenth): with tracing on and a parent-based sampler "
+        "(the default), exactly this share of the attempts is traced, where a ratio sampler's share "
+        "varies by a batch of 1,000 (default: no traceparent sent)",
+    )
+    add(
         "--types",
         type=int,
         default=32,
@@ -403,6 +412,9 @@ def _bench(args: argparse.Namespace) -> int:
     from oste.bench import BenchOptions, MissingDependency, run
     from oste.bench.report import print_report
 
+    if args.sampled_share is not None and not 0 <= args.sampled_share <= 1:
+        print(f"oste bench: --sampled-share must be within 0-1, got {args.sampled_share:g}", file=sys.stderr)
+        return 2
     options = BenchOptions(
         workload=args.workload,
         count=args.count,
@@ -414,6 +426,7 @@ def _bench(args: argparse.Namespace) -> int:
         cron=args.cron,
         singles=args.singles,
         create_concurrency=max(1, args.create_concurrency),
+        sampled_share=args.sampled_share,
         types=args.types,
         workers=args.workers,
         database_url=args.database_url,

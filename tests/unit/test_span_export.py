@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import io
 import logging
-import pickle
-import signal
-import time
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
@@ -27,8 +24,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from oste import span_export
-from oste.span_export import ExportProcess, PipeSpanProcessor, pack, read_frame, unpack, write_frame
+from oste.span_export import ProcessExporter, pack, read_frame, unpack, write_frame
 
 RESOURCE = Resource({"service.name": "oste", "service.version": "test"})
 
@@ -76,49 +72,19 @@ def test_a_dead_exporter_process_drops_spans_and_says_so_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
-    process = ExportProcess("http/protobuf", RESOURCE, ("oste", "test"))
-    processor = PipeSpanProcessor(process)
+    exporter = ProcessExporter("http/protobuf", RESOURCE, ("oste", "test"))
     spans = _finished_spans()
     try:
-        for span in spans:
-            processor.on_end(span)  # no running loop here: sent at once
-        assert not process.pending and not process.broken
-        process._child.kill()
-        process._child.wait()
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+        exporter._child.kill()
+        exporter._child.wait()
         caplog.set_level(logging.WARNING)
-        results = [process.send([pack(span) for span in spans]) for _ in range(3)]
-        while results[-1]:  # the pipe's buffer may take one more batch
-            results.append(process.send([pack(span) for span in spans]))
-        assert not results[-1]
-        assert not processor.force_flush()
+        results = [exporter.export(spans) for _ in range(3)]
+        while results[-1] is SpanExportResult.SUCCESS:  # the pipe's buffer may take one more batch
+            results.append(exporter.export(spans))
+        assert results[-1] is SpanExportResult.FAILURE
+        assert not exporter.force_flush()
         warnings = [r for r in caplog.records if "span exporter process stopped" in r.getMessage()]
         assert len(warnings) == 1
     finally:
-        processor.shutdown()
-
-
-def test_a_full_pipe_never_blocks_the_sender_and_bounds_what_waits(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A child that reads nothing (stopped): sends return at once, what the pipe cannot take waits up
-    to the bound, the rest is dropped with one WARNING; once the child reads again, it all arrives."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
-    batch = [pack(span) for span in _finished_spans()]
-    size = len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
-    monkeypatch.setattr(span_export, "MAX_PENDING_BYTES", 20 * size)
-    process = ExportProcess("http/protobuf", RESOURCE, ("oste", "test"))
-    try:
-        process._child.send_signal(signal.SIGSTOP)
-        caplog.set_level(logging.WARNING)
-        began = time.monotonic()
-        sent = [process.send(batch) for _ in range(2**16 // size + 100)]  # past the pipe's 64 KiB
-        assert time.monotonic() - began < 5.0  # none waited for the stopped reader
-        assert sent[0] and not sent[-1]
-        assert 0 < len(process.pending) <= span_export.MAX_PENDING_BYTES
-        assert [r.getMessage() for r in caplog.records if "falls behind" in r.getMessage()] != []
-        assert process.dropped == sent.count(False)
-        process._child.send_signal(signal.SIGCONT)
-        assert process.drain(wait=True) and not process.broken
-    finally:
-        process._child.kill()  # what it holds goes nowhere: no need to wait for its export
-        process.shutdown()
+        exporter.shutdown()
