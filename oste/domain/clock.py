@@ -46,9 +46,23 @@ class CorrectedClock:
     def __init__(self, base: Clock | None = None) -> None:
         self.base = base or SystemClock()
         self.offset = timedelta(0)
+        self.uncertainty = timedelta(0)
+        """How far the database's time may be ahead of ``now`` (the offset is a lower bound, measured
+        within this round trip)."""
 
     def now(self) -> datetime:
         return self.base.now() + self.offset
 
-    def correct(self, offset: timedelta) -> None:
+    def correct(self, offset: timedelta, uncertainty: timedelta = timedelta(0)) -> None:
         self.offset = offset
+        self.uncertainty = uncertainty
+
+
+def at_the_latest(clock: Clock) -> datetime:
+    """The latest the database's time can be now: a corrected clock's ``now`` is a lower bound of it,
+    short by up to its ``uncertainty``; any other clock's ``now``. A delay a receiver asks for
+    (``Retry-After``, a snooze) counted from an attempt's end stamped with this is never short in the
+    database's time, where the claim that fires again compares it."""
+    if isinstance(clock, CorrectedClock):
+        return clock.now() + clock.uncertainty
+    return clock.now()

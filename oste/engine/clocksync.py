@@ -72,7 +72,7 @@ class ClockSync:
         if round_trip > MAX_ROUND_TRIP and self._synced:  # too uncertain: keep the offset measured before
             return SyncResult(self.clock.offset.total_seconds(), round_trip, used=False)
         self._synced = True
-        self.clock.correct(offset)
+        self.clock.correct(offset, timedelta(seconds=round_trip))
         seconds = offset.total_seconds()
         if abs(seconds) > WARN_AFTER and not self._warned:
             log.warning(

@@ -30,7 +30,7 @@ from yarl import URL
 
 from oste.domain.bound_credentials import misplaced
 from oste.domain.claims import AttemptReport, Claim, Completion, Deferral, DispatchTarget
-from oste.domain.clock import Clock
+from oste.domain.clock import Clock, at_the_latest
 from oste.domain.delivery import (
     ABORT_HEADER,
     COMPLETION_HEADER,
@@ -482,9 +482,10 @@ class Executor:
         retry_after: float | None = None,
     ) -> AttemptReport:
         duration_ms = (time.perf_counter() - t0) * 1000.0
-        return AttemptReport(
-            outcome, started, self.clock.now(), duration_ms, status, error, excerpt, retry_after
-        )
+        # the end at the latest the database's time can be: what the receiver asked to wait (its
+        # Retry-After, a snooze) is counted from there, so the next attempt is never early
+        finished = at_the_latest(self.clock)
+        return AttemptReport(outcome, started, finished, duration_ms, status, error, excerpt, retry_after)
 
     def _failure(self, exc: Exception, timeout: float, started: datetime, t0: float) -> AttemptReport:
         refused = refusal_in(exc)
