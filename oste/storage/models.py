@@ -36,6 +36,18 @@ class WhereIndex(Index):
         return path, args, kwargs
 
 
+class UniqueWhereIndex(WhereIndex):
+    """A partial unique index: the rows matching ``where`` are unique on ``fields``; the others are not in
+    it at all (where a unique constraint indexes every row, NULL keys too)."""
+
+    def get_sql(self, schema_generator: Any, model: type[Model], safe: bool) -> str:
+        # ``INDEX_TYPE`` is the access method on PostgreSQL (``USING …``), not a place for UNIQUE
+        sql = super().get_sql(schema_generator, model, safe)
+        if not sql.startswith("CREATE INDEX "):
+            raise ValueError(f"unexpected index statement: {sql}")
+        return "CREATE UNIQUE INDEX " + sql.removeprefix("CREATE INDEX ")
+
+
 class Company(Model):
     _no_comments = True  # see the module's docstring
 
@@ -298,10 +310,20 @@ class Activity(Model):
 
     class Meta:
         table = "activity"
-        unique_together = (("solution_id", "idempotency_key"), ("recurring_activity_id", "occurrence_at"))
         # Every claim and every completion rewrites the row: on PostgreSQL each such update adds an
-        # entry to every index over the table, so the indexes of one phase hold only that phase's rows.
+        # entry to every index over the table, so the indexes of one phase hold only that phase's rows,
+        # and those of an optional key only the rows that have one (migration 0027).
         indexes = (
+            UniqueWhereIndex(
+                fields=("solution_id", "idempotency_key"),
+                name="activity_idempotency_idx",
+                where="idempotency_key IS NOT NULL",
+            ),
+            UniqueWhereIndex(
+                fields=("recurring_activity_id", "occurrence_at"),
+                name="activity_occurrence_idx",
+                where="recurring_activity_id IS NOT NULL",
+            ),
             WhereIndex(
                 fields=("next_attempt_at",), name="activity_scheduled_idx", where="state = 'scheduled'"
             ),
@@ -311,7 +333,9 @@ class Activity(Model):
                 name="activity_retrying_idx",
                 where="state = 'scheduled' AND attempts > 0",
             ),
-            Index(fields=("solution_id", "object_id"), name="activity_object_idx"),
+            WhereIndex(
+                fields=("solution_id", "object_id"), name="activity_object_idx", where="object_id IS NOT NULL"
+            ),
             WhereIndex(  # per-object flow control: an object's unfinished activities, in order
                 fields=("solution_id", "object_id", "state", "scheduled_for"),
                 name="activity_flow_idx",
