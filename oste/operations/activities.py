@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from oste.domain import records as r
+from oste.domain.audit import AuditEntry
 from oste.domain.bulk import BulkResult, UpdatePlan
 from oste.domain.delivery import token_activity
 from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES
 from oste.errors import Conflict, NotFound
 from oste.operations.actors import WRITE, Actor
 from oste.operations.context import OperationContext
-from oste.storage import QUOTA_FULL, Change
+from oste.storage import QUOTA_FULL, AtOnce, Change
 
 log = logging.getLogger("oste.operations")
 
@@ -67,7 +68,11 @@ class ActivityOperations:
         async def audited(created: r.Activity) -> None:  # in the insert's transaction
             await self._audit(actor, company, solution, "create", created.id)
 
-        done = await self.store.create_activity(item, audited, room)
+        def entry(activity_id: object) -> AuditEntry:  # the audit row, when written with the activity
+            return self.context.audit_entry(actor, company, solution, "create", "activity", activity_id)
+
+        at_once = AtOnce(entry, self.context.quotas.gate(company))
+        done = await self.store.create_activity(item, audited, room, at_once)
         if done.created or done.debounced:
             self.context.notify_due(done.activity.next_attempt_at)
         if done.replaced:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from oste.domain import records as r
 from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES, QuotaDefaults, check_room
-from oste.storage import Granted, QuotaRoom, Store
+from oste.storage import Granted, QuotaRoom, RoomGate, Store
 
 
 class Quotas:
@@ -40,6 +40,12 @@ class Quotas:
         which holds the company's row for the least time)."""
         expect_limit = self.of(company)[quota] is not None
         await self.room.take(company.id, quota, adding, expect_limit, written)
+
+    def gate(self, company: r.Company) -> RoomGate:
+        """What a single create needs to take its room under ``max_scheduled_activities`` in its
+        insert's own statement (``oste.storage.quotas.room_gate``; ``take``'s rules, read afresh)."""
+        limited = self.of(company)[MAX_SCHEDULED_ACTIVITIES] is not None
+        return RoomGate(company.id, limited, self.defaults.max_scheduled_activities)
 
     def freed(self, company: r.Company) -> None:
         """The company's work was cancelled or deleted here: a refusal remembered for it is forgotten."""

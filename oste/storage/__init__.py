@@ -54,6 +54,7 @@ from tortoise import connections
 from oste.domain.clock import Clock
 from oste.domain.tenancy import QuotaDefaults
 from oste.storage import changes as _changes
+from oste.storage.activity_inserts import AtOnce
 from oste.storage.audit import AuditLog
 from oste.storage.bulk import QUOTA_FULL, BulkChange
 from oste.storage.calendars import CalendarStore
@@ -89,7 +90,7 @@ from oste.storage.log_shipping import DEFAULT_PURGE_CHUNK, LogShippingStore
 from oste.storage.notices import ChangeHub, hub_for, listen_through
 from oste.storage.occurrences import DEFAULT_LOOKAHEAD, ExpandResult, RecurrenceStore, recurrence_of
 from oste.storage.overview import Overview, OverviewStore
-from oste.storage.quotas import Granted, QuotaRoom
+from oste.storage.quotas import Granted, QuotaRoom, RoomGate
 from oste.storage.stats import COUNT_CAP, RETENTION_MINUTES, StatsService, StatsStore
 from oste.storage.store import MAX_PAGE, Store
 from oste.storage.type_changes import RULE_FIELDS, Misfits, TypeRulesChange, changes_rules
@@ -110,6 +111,7 @@ __all__ = [
     "SCALE_OUT",
     "STORAGE_EXCEPTIONS",
     "ActivityListing",
+    "AtOnce",
     "AuditLog",
     "BackupRefused",
     "Breaker",
@@ -133,6 +135,7 @@ __all__ = [
     "OverviewStore",
     "QuotaRoom",
     "RecurrenceStore",
+    "RoomGate",
     "SessionRecord",
     "StatsService",
     "StatsStore",

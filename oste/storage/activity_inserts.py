@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,11 +31,14 @@ from tortoise.exceptions import DBConnectionError, IntegrityError
 from tortoise.transactions import in_transaction
 
 from oste.domain import records as r
+from oste.domain.audit import AuditEntry
 from oste.domain.ids import new_id
 from oste.errors import Conflict, Unavailable
 from oste.eventloop import pause, write_turn
 from oste.storage import models as m
-from oste.storage.dialects import PreparedRows, dialect_of
+from oste.storage.audit_rows import COLUMNS as AUDIT_COLUMNS
+from oste.storage.audit_rows import audit_values
+from oste.storage.dialects import Params, PreparedRows, dialect_of
 from oste.storage.events import (
     Change,
     record,
@@ -43,6 +46,7 @@ from oste.storage.events import (
     record_statement,
     subscribed_solutions,
 )
+from oste.storage.quotas import RoomGate, room_gate
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "uuid"),
@@ -73,6 +77,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("tracestate", "text"),
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
+COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 LABEL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("activity_id", "uuid"),
     ("solution_id", "uuid"),
@@ -247,6 +252,50 @@ async def write_prepared(prepared: PreparedActivities) -> list[r.Activity]:
         db = m.Activity._meta.db
         await dialect_of(db).discard_staged(db, prepared.rows)
     return list(prepared.created)
+
+
+@dataclass(frozen=True)
+class AtOnce:
+    """What a single create writes beside its activity when the database takes both in one statement
+    (``write_at_once``): its audit row, built for the new activity's id, and its room under the
+    company's quota."""
+
+    audit: Callable[[uuid.UUID], AuditEntry]
+    room: RoomGate
+
+
+async def write_at_once(item: r.NewActivity, now: datetime, also: AtOnce) -> r.Activity | None:
+    """Insert one new activity, its audit row and its room under the company's quota in one statement
+    (one round trip, where a transaction takes five: BEGIN, the three statements, COMMIT; the company's
+    row is held for that statement only); its record. None when it cannot, with nothing written: the
+    dialect has no such statement (SQLite), a transaction is open already, the activity has labels or an
+    idempotency key (a key's twin in flight would be waited for while the company's row is held), its
+    solution's events are streamed, or the quota's bound alone does not show room (the caller then
+    writes it the usual way, which counts and refuses). Raises Unavailable when the database cannot
+    be reached."""
+    db = m.Activity._meta.db
+    dialect = dialect_of(db)
+    if not dialect.gated_inserts or isinstance(db, TransactionalDBClient):
+        return None
+    if item.labels or item.idempotency_key is not None:
+        return None
+    now = _utc(now)
+    created = new_activity_record(item, now)
+    if created.solution_id in await subscribed_solutions(now):
+        return None
+    params = Params(dialect)
+    gate = room_gate(params, also.room)
+    inserts = [
+        ("activity", COLUMN_NAMES, _row(created, item.request_hash)),
+        ("audit", AUDIT_COLUMNS, audit_values(also.audit(created.id))),
+    ]
+    try:
+        written = await dialect.insert_gated(db, gate, params, inserts)
+    except IntegrityError:
+        raise Conflict(CONFLICT) from None  # a fresh id and no key: only a vanished type or solution
+    except DBConnectionError as exc:
+        raise Unavailable(f"the database is unreachable: {exc}") from None
+    return created if written else None
 
 
 async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list[r.Activity]:

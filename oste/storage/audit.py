@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import uuid
 
-import orjson
-
 from oste.domain import records as r
 from oste.domain.audit import AuditEntry, AuditFilter
 from oste.domain.clock import Clock
 from oste.domain.ids import first_id_at
 from oste.storage import models as m
+from oste.storage.audit_rows import COLUMNS, audit_values
 from oste.storage.database import raises_unavailable
 from oste.storage.dialects import Query
 from oste.storage.store import decode_cursor, encode_cursor, to_record
-
-_FIELDS = tuple(AuditEntry.__dataclass_fields__)
-"""The audit table's columns, as the entry names them."""
 
 
 @raises_unavailable
@@ -34,13 +30,9 @@ class AuditLog:
         """Store one entry (one INSERT, written by hand: every write through the API makes one, and
         Tortoise's ``create`` cost more than the statement)."""
         q = Query()
-        values = {name: getattr(entry, name) for name in _FIELDS}
-        if entry.details is not None:
-            values["details"] = orjson.dumps(entry.details).decode()
-        placeholders = ", ".join(q.add(value) for value in values.values())
-        await q.conn.execute_query(
-            f"INSERT INTO audit ({', '.join(values)}) VALUES ({placeholders})", q.values
-        )
+        placeholders = ", ".join(q.add(value) for value in audit_values(entry))
+        sql = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({placeholders})"
+        await q.conn.execute_query(sql, q.values)
 
     async def prune(self, retention: float, limit: int = 10_000) -> int:
         """Delete up to ``limit`` entries older than ``retention`` seconds (ids are UUIDv7, so the primary

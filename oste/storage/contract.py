@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from oste.domain.recurrence import Overlap
     from oste.domain.sorting import ActivitySort
     from oste.domain.stats import Count, NodeStats, QueueDepth, ShippingBacklog, StatsReport, Throttled
-    from oste.storage.activity_inserts import PreparedActivities
+    from oste.storage.activity_inserts import AtOnce, PreparedActivities
     from oste.storage.circuits import Breaker, HostObservation, Observation
     from oste.storage.dialects import Dialect
     from oste.storage.events import Change, Event
@@ -250,6 +250,7 @@ class Tenants(Protocol):
         new: r.NewActivity,
         then: Callable[[r.Activity], Awaitable[None]] | None = None,
         room: Callable[[], Awaitable[None]] | None = None,
+        at_once: AtOnce | None = None,
     ) -> r.Created:
         """``create_activity_once`` under the type's per-object ``on_new``, saying what happened:
         ``replace`` cancels the object's scheduled activities of the type in the same transaction
@@ -260,7 +261,12 @@ class Tenants(Protocol):
         serialised (exactly one pending survives concurrent ones); a replayed idempotency key answers
         what its first create did (a debounced create's key: while its activity is stored and is one
         of the newest 100 debounced into it, ``on_new.DEBOUNCED_KEYS_KEPT``; after that it is a new
-        create again)."""
+        create again).
+
+        ``at_once``: the audit row and the quota room ``then`` and ``room`` would write, for the
+        database to write with the activity in one statement where it can (``keep`` only, no
+        idempotency key or labels, no streamed events, room shown by the quota's bound; see
+        ``activity_inserts.write_at_once``); elsewhere ``then`` and ``room`` run as above."""
         ...
 
     async def create_activity_once(

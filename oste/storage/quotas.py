@@ -41,6 +41,13 @@ A company without a limit (``none``) is not serialised on PostgreSQL: its create
 operator's quota change takes ``FOR UPDATE`` (``reset_scheduled_bound``) and so waits for those
 creates to commit before a limit applies.
 
+A single create on PostgreSQL takes its room in its insert's own statement (``room_gate``, the gate of
+``Dialect.insert_gated``): the activity and its audit row are inserted only if the company's row says
+there is room on the bound alone (a limit: the bound raised in the same statement and still within it)
+or that there is no limit (the row read ``FOR KEY SHARE``), read afresh as above. The row is then held
+for that one statement only. When the gate answers no row, nothing is written and the create takes the
+transaction's path above (which counts, refuses, or resets a bound that a removed limit left behind).
+
 Follow-ons and dead-letter handlers need no room: each is written in the transaction that ends the
 activity causing it, so it takes that activity's place and the count never grows.
 """
@@ -63,7 +70,7 @@ from oste.domain.tenancy import (
     check_room,
 )
 from oste.errors import TooMany
-from oste.storage.dialects import Query, json_of
+from oste.storage.dialects import Params, Query, json_of
 
 REFUSAL_REUSE = 1.0
 """Seconds a process refuses a company's creates on the exact count of its last refusal."""
@@ -92,6 +99,38 @@ USAGE_NAMES = {
     MAX_CALENDARS: "calendars",
 }
 """Each counted quota's name in a company's ``usage``."""
+
+
+@dataclass(frozen=True)
+class RoomGate:
+    """What a create written in one statement needs to take its room (``room_gate``)."""
+
+    company_id: uuid.UUID
+    limited: bool
+    """The company as the request read it has a limit on scheduled activities."""
+    default_limit: int | None
+    """The deployment's ``max_scheduled_activities`` (a company that sets none)."""
+    adding: int = 1
+
+
+def room_gate(params: Params, gate: RoomGate) -> str:
+    """PostgreSQL: a statement answering the company's row if ``gate.adding`` scheduled activities fit
+    on its bound alone (which it raises), or if it has no limit and no bound (read ``FOR KEY SHARE``);
+    else nothing (the create then takes the transaction's path). The limit is the company's own
+    ``max_scheduled_activities`` where it names one (null: none), else the deployment's default."""
+    company = params.add(gate.company_id)
+    own, default = f"'{MAX_SCHEDULED_ACTIVITIES}'", params.add(gate.default_limit)
+    limit = f"CASE WHEN quotas ? {own} THEN (quotas ->> {own})::bigint ELSE {default}::bigint END"
+    if not gate.limited:
+        return (
+            f"SELECT id FROM company WHERE id = {company} AND scheduled_bound IS NULL AND {limit} IS NULL "
+            "FOR KEY SHARE"
+        )
+    adding = params.add(gate.adding)
+    return (
+        f"UPDATE company SET scheduled_bound = scheduled_bound + {adding}::int "
+        f"WHERE id = {company} AND scheduled_bound + {adding}::int <= {limit} RETURNING id"
+    )
 
 
 @dataclass(frozen=True)

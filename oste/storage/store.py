@@ -40,9 +40,11 @@ from oste.errors import Conflict, InvalidInput, NotFound, Unavailable
 from oste.storage import lookups
 from oste.storage import models as m
 from oste.storage.activity_inserts import (
+    AtOnce,
     PreparedActivities,
     insert_activities,
     prepare_activities,
+    write_at_once,
     write_prepared,
 )
 from oste.storage.calendars import with_calendars
@@ -609,13 +611,21 @@ class Store:
         new: r.NewActivity,
         then: Callable[[r.Activity], Awaitable[None]] | None = None,
         room: Callable[[], Awaitable[None]] | None = None,
+        at_once: AtOnce | None = None,
     ) -> r.Created:
         """``create_activity_once``, under its type's per-object ``on_new`` (``oste.storage.on_new``):
         ``replace`` cancels the object's scheduled activities of the type in the same transaction
         (``replaced``); ``debounce`` stores nothing new when the object has a pending one, which takes
         the new parameter and ``scheduled_for`` (``debounced``, ``created=False``; ``room`` is not
         taken, ``then`` runs with it). Creates of one object are serialised, so concurrent ones leave
-        exactly one pending. A replayed key answers what its first create answered."""
+        exactly one pending. A replayed key answers what its first create answered.
+
+        ``at_once``: what ``then`` and ``room`` write, for a create the database can take in one
+        statement (``write_at_once``); where it cannot, ``then`` and ``room`` run in the transaction."""
+        if at_once is not None and _on_new(new) == "keep":
+            done = await write_at_once(new, self.clock.now(), at_once)
+            if done is not None:
+                return r.Created(done, True)
         if new.idempotency_key is None:
             return await self._create_one(new, then, room)
         for _ in range(2):

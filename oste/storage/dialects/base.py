@@ -128,6 +128,9 @@ class Dialect(DialectAdmin):
     """True where a pool of connections lets other requests run while a transaction holds one (several
     completion batches write at once, a big insert pauses for others); False where the process has one
     connection and a transaction holds it (SQLite)."""
+    gated_inserts = False
+    """True where ``insert_gated`` writes rows of several tables in one statement behind a gate
+    (PostgreSQL's data-modifying ``WITH``); False where the caller writes them in a transaction."""
     settle_statement = ""
     """What ``settle_after_bulk_load`` runs: the work the database would have done in the background."""
 
@@ -267,6 +270,19 @@ class Dialect(DialectAdmin):
 
     async def insert_prepared(self, conn: BaseDBAsyncClient, prepared: PreparedRows) -> None:
         """Insert rows ``prepare_rows`` (or ``stage_rows``) made ready, atomically."""
+        raise NotImplementedError
+
+    async def insert_gated(
+        self,
+        conn: BaseDBAsyncClient,
+        gate: str,
+        params: Params,
+        inserts: Sequence[tuple[str, Sequence[str], Sequence[Any]]],
+    ) -> bool:
+        """Where ``gated_inserts``: insert one row into each of ``inserts``' tables (table, columns,
+        values) in one statement, atomic on its own, if and only if the ``gate`` (a statement answering
+        at most one row, its placeholders taken from ``params`` first) answers one; whether it did.
+        Raises IntegrityError (nothing is written) and DBConnectionError as the drivers' do."""
         raise NotImplementedError
 
     async def stage_rows(

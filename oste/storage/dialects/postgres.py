@@ -323,6 +323,32 @@ class PostgresDialect(Dialect):
         except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
             raise DBConnectionError(str(exc)) from exc
 
+    gated_inserts = True
+
+    async def insert_gated(
+        self,
+        conn: BaseDBAsyncClient,
+        gate: str,
+        params: Params,
+        inserts: Sequence[tuple[str, Sequence[str], Sequence[Any]]],
+    ) -> bool:
+        # WITH gate AS (…), i0 AS (INSERT … SELECT $… FROM gate), …: each insert reads the gate's row
+        # (so none runs without it), the parameters take their columns' types as in an INSERT VALUES,
+        # and the whole is one round trip in one implicit transaction
+        parts = [f"gate AS ({gate})"]
+        for index, (table, names, values) in enumerate(inserts):
+            columns = ", ".join(f'"{name}"' for name in names)
+            marks = ", ".join(params.add(value) for value in values)
+            parts.append(f'i{index} AS (INSERT INTO "{table}" ({columns}) SELECT {marks} FROM gate)')
+        sql = "WITH " + ", ".join(parts) + " SELECT count(*) FROM gate"
+        try:
+            async with conn.acquire_connection() as raw:
+                return bool(await raw.fetchval(sql, *params.values))
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise IntegrityError(str(exc)) from exc
+        except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
+            raise DBConnectionError(str(exc)) from exc
+
 
 VALUES_ROWS = 8
 """Rows at most that ``insert_prepared`` writes with an INSERT rather than a COPY."""
