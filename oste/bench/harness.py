@@ -80,6 +80,8 @@ class BenchOptions:
     """``nemesis``: the seed of the injection schedule (None: a random one, reported)."""
     output: Path | None = None
     """``soak``: where the per-minute table is saved too (CSV if the name ends in .csv, else JSON)."""
+    statements: Path | None = None
+    """``soak``: the CSV file of pg_stat_statements' list of what OSTE ran (PostgreSQL, preloaded)."""
     run_limit: bool = True
     progress: bool = True
     work_dir: Path | None = None

@@ -45,6 +45,7 @@ from oste.bench.client import BATCH, OsteClient, instant
 from oste.bench.harness import Deployment, Harness
 from oste.bench.processes import database_server_pids
 from oste.bench.report import latency_ms, percentile
+from oste.settings import Settings
 
 Result = dict[str, Any]
 DEFAULT_MINUTES = 10.0
@@ -55,6 +56,12 @@ TICK = 0.1
 SINGLE_EVERY = 10
 """One activity in ten is created on its own; the rest in batches, one per tenant and round."""
 SINGLES_AT_ONCE = 16
+BATCHES_AT_ONCE = Settings.max_heavy_requests_per_company
+"""Batch creates a tenant has in flight at most, as a partner following the docs sends them: a batch
+is a heavy request, and the API refuses a company's heavy requests past this cap (429; retried after
+``Retry-After`` by every tenant at once, the refusals themselves — each authenticated and its body
+read — took the API's CPU and the soak collapsed into a storm of them on a slow day). The queue in front
+counts in the batch's create latency."""
 TENANTS = (("soak-gold", 10), ("soak-silver", 3), ("soak-bronze", 1))
 """Companies (name, QoS level): each has one solution of the same QoS and the three types below."""
 ACTIVITY_TYPES = ("fire", "flaky", "dead")
@@ -243,6 +250,7 @@ class Creator:
         self.late = 0.0
         """The largest delay of a round behind its schedule (seconds)."""
         self._singles = asyncio.Semaphore(SINGLES_AT_ONCE)
+        self._batches = {tenant.path: asyncio.Semaphore(BATCHES_AT_ONCE) for tenant in tenants}
         self._tasks: set[asyncio.Task[None]] = set()
         self._error: BaseException | None = None
 
@@ -331,15 +339,21 @@ class Creator:
             self.window.late += self.ledger.answered(keys, time.time())
 
     async def _batch(self, tenant: Tenant, bodies: list[dict[str, Any]], keys: list[tuple[str, int]]) -> None:
-        began = time.perf_counter()
-        made = await self.client.call(
-            "POST", tenant.path + "/activities", {"activities": bodies}, token=tenant.key
-        )
+        began = time.perf_counter()  # from when it was due to be sent: a queue counts
+        async with self._batches[tenant.path]:
+            made = await self.client.call(
+                "POST", tenant.path + "/activities", {"activities": bodies}, token=tenant.key
+            )
         if len(made["activities"]) != len(bodies):
             raise RuntimeError(f"a batch of {len(bodies)} created {len(made['activities'])}")
         self.window.batches.append(time.perf_counter() - began)
         self.window.created += len(bodies)
         self.window.late += self.ledger.answered(keys, time.time())
+
+
+BENCH = "/* oste bench */ "
+"""The comment that marks the bench's own statements (left out of the statements' list)."""
+_THIS_DATABASE = "(SELECT oid FROM pg_database WHERE datname = current_database())"
 
 
 class Sizes:
@@ -357,14 +371,38 @@ class Sizes:
         if not self.postgres:
             return False
         conn = await self._connection()
-        return str(await conn.fetchval("SHOW autovacuum")) == "off"
+        return str(await conn.fetchval(BENCH + "SHOW autovacuum")) == "off"
+
+    async def track_statements(self) -> bool:
+        """PostgreSQL with ``pg_stat_statements`` preloaded: create the extension in this database and
+        reset its counts of this database (others are left alone); whether it could."""
+        if not self.postgres:
+            return False
+        conn = await self._connection()
+        preloaded = str(await conn.fetchval(BENCH + "SHOW shared_preload_libraries"))
+        if "pg_stat_statements" not in [name.strip() for name in preloaded.split(",")]:
+            return False
+        await conn.execute(BENCH + "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        await conn.execute(BENCH + f"SELECT pg_stat_statements_reset(0, {_THIS_DATABASE}, 0)")
+        return True
+
+    async def statements(self) -> list[dict[str, Any]]:
+        """Every statement OSTE's processes ran in this database since ``track_statements``, most
+        called first: calls, rows, mean and total execution time (the bench's own left out)."""
+        conn = await self._connection()
+        rows = await conn.fetch(
+            BENCH + "SELECT calls, rows, round(mean_exec_time::numeric * 1000) AS mean_us, "
+            "round(total_exec_time::numeric) AS total_ms, query FROM pg_stat_statements "
+            f"WHERE dbid = {_THIS_DATABASE} AND query NOT LIKE '{BENCH.strip()}%' ORDER BY calls DESC"
+        )
+        return [dict(row) for row in rows]
 
     async def vacuum(self) -> None:
         """What autovacuum would have done: ``VACUUM (ANALYZE)`` of the database, the tables the
         lifecycle churns (activities, executions, the audit trail) and the small ones written all the
         time (the log shippers' cursors, partition leases, nodes)."""
         conn = await self._connection()
-        await conn.execute("VACUUM (ANALYZE)")
+        await conn.execute(BENCH + "VACUUM (ANALYZE)")
         self.vacuums += 1
 
     async def _connection(self) -> asyncpg.Connection:
@@ -382,12 +420,13 @@ class Sizes:
     async def _postgres(self) -> dict[str, Any]:
         conn = await self._connection()
         rows = await conn.fetch(
-            "SELECT relname, pg_table_size(relid) AS table_bytes, pg_indexes_size(relid) AS index_bytes, "
+            BENCH
+            + "SELECT relname, pg_table_size(relid) AS table_bytes, pg_indexes_size(relid) AS index_bytes, "
             "n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables "
             "WHERE relname IN ('activity', 'execution', 'audit')"
         )
-        database = await conn.fetchval("SELECT pg_database_size(current_database())")
-        wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
+        database = await conn.fetchval(BENCH + "SELECT pg_database_size(current_database())")
+        wal = await conn.fetchval(BENCH + "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
         figures: dict[str, Any] = {"db_mb": _mb(database), "wal_written_mb": _mb(float(wal))}
         if self.vacuums:
             figures["bench_vacuums"] = self.vacuums
@@ -536,6 +575,34 @@ def save(rows: list[dict[str, Any]], path: Path) -> None:
         path.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
 
 
+async def _tracking(sizes: Sizes, path: Path | None, notes: list[str]) -> bool:
+    """Whether the statements are counted for ``--statements`` (a note says why not)."""
+    if path is None:
+        return False
+    if await sizes.track_statements():
+        return True
+    notes.append(
+        "--statements: no list was written (PostgreSQL without pg_stat_statements in "
+        "shared_preload_libraries, or SQLite)"
+    )
+    return False
+
+
+async def _list_statements(sizes: Sizes, path: Path | None) -> None:
+    if path is not None:
+        save_statements(await sizes.statements(), path)
+
+
+def save_statements(statements: list[dict[str, Any]], path: Path) -> None:
+    """The statements' list as CSV (calls, rows, mean_us, total_ms, query on one line)."""
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["calls", "rows", "mean_us", "total_ms", "query"])
+        for row in statements:
+            query = " ".join(str(row["query"]).split())
+            writer.writerow([row["calls"], row["rows"], row["mean_us"], row["total_ms"], query])
+
+
 def period_of(minutes: float) -> float:
     """A minute; for runs under two minutes, a third of the run (at least 2 s)."""
     return 60.0 if minutes >= 2 else max(2.0, minutes * 60 / 3)
@@ -556,6 +623,7 @@ async def soak(harness: Harness) -> Result:
         usage = Usage(deployment)
         creator = Creator(deployment.client, tenants, rate, ledger)
         vacuuming = await sizes.autovacuum_off()
+        tracking = await _tracking(sizes, opts.statements, deployment.notes)
         if vacuuming:
             deployment.notes.append(
                 "autovacuum is off on this PostgreSQL server: the bench ran VACUUM (ANALYZE) of the database "
@@ -611,6 +679,7 @@ async def soak(harness: Harness) -> Result:
             await asyncio.sleep(SETTLE)  # any request fired twice
             await sample(final=True)
             left = await _purged(sizes, deployment, PURGED_WITHIN)
+            await _list_statements(sizes, opts.statements if tracking else None)
         finally:
             if not creating.done():
                 creating.cancel()
@@ -636,6 +705,7 @@ async def soak(harness: Harness) -> Result:
         **verdict,
         "uncertain": len(ledger.uncertain),
         "saved_to": str(opts.output) if opts.output else None,
+        "statements_to": str(opts.statements) if tracking else None,
     }
     return {
         "params": {"rate": rate, "minutes": minutes},

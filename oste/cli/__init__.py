@@ -236,6 +236,11 @@ def add_bench_parser(commands: Any) -> None:
     add("--seed", type=int, help="nemesis: the seed of its fault schedule (default: random, reported)")
     add("--kill-at", type=float, help="crash: share of the burst delivered when worker 1 is killed (0.3)")
     add("--output", help="soak: a file the per-minute table is saved to as well (.csv, else JSON)")
+    add(
+        "--statements",
+        help="soak on PostgreSQL with pg_stat_statements preloaded: a CSV file of every statement OSTE ran "
+        "(calls, rows, mean and total time)",
+    )
     add("--duration", type=float, help="steady/cron: seconds the workload lasts")
     add("--stored", type=int, default=1_000_000, help="scale: future activities stored first")
     add("--claim-probes", type=int, default=200, help="scale: claim queries timed (default 200)")
@@ -435,6 +440,7 @@ def _bench(args: argparse.Namespace) -> int:
         kill_at=args.kill_at,
         minutes=args.minutes,
         output=Path(args.output) if args.output else None,
+        statements=Path(args.statements) if args.statements else None,
         batch_concurrency=args.batch_concurrency,
         lead=args.lead,
         timeout=args.timeout,

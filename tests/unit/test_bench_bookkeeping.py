@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from oste.bench.client import instant
 from oste.bench.report import key_of, verdict_line
-from oste.bench.soak import due_after, summary
+from oste.bench.soak import due_after, save_statements, summary
 
 HALF_MS_EDGE = 1764054899.8185003 - 2.0
 """Created 2 s before an instant within half a microsecond of a half millisecond."""
@@ -85,3 +87,25 @@ def test_a_crash_report_says_what_was_doubled_rather_than_nothing() -> None:
     assert verdict_line(burst) == "OK: nothing missing, nothing doubled"
     failed = {"ok": False, "problems": ["OSTE: 3 missing"], "oste": {"duplicates": 0}}
     assert verdict_line(failed) == "FAILED: OSTE: 3 missing"
+
+
+def test_the_statements_list_is_one_line_per_statement(tmp_path: Path) -> None:
+    listed = [
+        {
+            "calls": 12,
+            "rows": 12,
+            "mean_us": 41,
+            "total_ms": 0,
+            "query": "SELECT id\n  FROM activity\tWHERE id = $1",
+        },
+        {"calls": 3, "rows": 0, "mean_us": 900, "total_ms": 3, "query": 'UPDATE "node" SET x = $1'},
+    ]
+    path = tmp_path / "statements.csv"
+    save_statements(listed, path)
+    with path.open() as saved:
+        rows = list(csv.DictReader(saved))
+    assert [row["query"] for row in rows] == [
+        "SELECT id FROM activity WHERE id = $1",
+        'UPDATE "node" SET x = $1',
+    ]
+    assert [(row["calls"], row["mean_us"]) for row in rows] == [("12", "41"), ("3", "900")]
