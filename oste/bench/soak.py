@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import csv
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -594,13 +595,37 @@ async def _list_statements(sizes: Sizes, path: Path | None) -> None:
 
 
 def save_statements(statements: list[dict[str, Any]], path: Path) -> None:
-    """The statements' list as CSV (calls, rows, mean_us, total_ms, query on one line)."""
+    """The statements' list as CSV, one line per statement: those that differ only in how many values
+    an ``IN (…)`` list or a ``VALUES`` holds are one (``statement_family``), their counts summed; the
+    mean is over all their calls. Most time first."""
+    families: dict[str, dict[str, Any]] = {}
+    for row in statements:
+        name = statement_family(str(row["query"]))
+        family = families.setdefault(name, {"calls": 0, "rows": 0, "total_ms": 0.0, "variants": 0})
+        family["calls"] += int(row["calls"])
+        family["rows"] += int(row["rows"])
+        family["total_ms"] += float(row["total_ms"])
+        family["variants"] += 1
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["calls", "rows", "mean_us", "total_ms", "query"])
-        for row in statements:
-            query = " ".join(str(row["query"]).split())
-            writer.writerow([row["calls"], row["rows"], row["mean_us"], row["total_ms"], query])
+        writer.writerow(["calls", "rows", "mean_us", "total_ms", "variants", "query"])
+        for name, family in sorted(families.items(), key=lambda item: -item[1]["total_ms"]):
+            calls = family["calls"]
+            mean = round(family["total_ms"] * 1000 / calls) if calls else 0
+            writer.writerow(
+                [calls, family["rows"], mean, round(family["total_ms"]), family["variants"], name]
+            )
+
+
+_PLACEHOLDERS = re.compile(r"\$\d+(?:, \$\d+)*")
+_VALUE_ROWS = re.compile(r"\(\$\.\.\.\)(?:, \(\$\.\.\.\))+")
+
+
+def statement_family(query: str) -> str:
+    """A statement on one line with every run of placeholders as ``$...`` (so an ``IN`` list or a
+    multi-row ``VALUES`` of any length reads the same)."""
+    one_line = " ".join(query.split())
+    return _VALUE_ROWS.sub("($...)", _PLACEHOLDERS.sub("$...", one_line))
 
 
 def period_of(minutes: float) -> float:

@@ -89,23 +89,43 @@ def test_a_crash_report_says_what_was_doubled_rather_than_nothing() -> None:
     assert verdict_line(failed) == "FAILED: OSTE: 3 missing"
 
 
-def test_the_statements_list_is_one_line_per_statement(tmp_path: Path) -> None:
+def test_the_statements_list_is_one_line_per_statement_family(tmp_path: Path) -> None:
     listed = [
-        {
-            "calls": 12,
-            "rows": 12,
-            "mean_us": 41,
-            "total_ms": 0,
-            "query": "SELECT id\n  FROM activity\tWHERE id = $1",
-        },
         {"calls": 3, "rows": 0, "mean_us": 900, "total_ms": 3, "query": 'UPDATE "node" SET x = $1'},
+        {
+            "calls": 10,
+            "rows": 20,
+            "mean_us": 100,
+            "total_ms": 1,
+            "query": "DELETE FROM a\n WHERE id IN ($1, $2)",
+        },
+        {
+            "calls": 30,
+            "rows": 90,
+            "mean_us": 100,
+            "total_ms": 3,
+            "query": "DELETE FROM a WHERE id IN ($1, $2, $3)",
+        },
+        {
+            "calls": 2,
+            "rows": 6,
+            "mean_us": 50,
+            "total_ms": 0.1,
+            "query": "INSERT INTO b VALUES ($1, $2), ($3, $4)",
+        },
+        {"calls": 1, "rows": 1, "mean_us": 50, "total_ms": 0.05, "query": "INSERT INTO b VALUES ($1, $2)"},
     ]
     path = tmp_path / "statements.csv"
     save_statements(listed, path)
     with path.open() as saved:
         rows = list(csv.DictReader(saved))
     assert [row["query"] for row in rows] == [
-        "SELECT id FROM activity WHERE id = $1",
-        'UPDATE "node" SET x = $1',
+        "DELETE FROM a WHERE id IN ($...)",
+        'UPDATE "node" SET x = $...',
+        "INSERT INTO b VALUES ($...)",
     ]
-    assert [(row["calls"], row["mean_us"]) for row in rows] == [("12", "41"), ("3", "900")]
+    assert [(row["calls"], row["rows"], row["mean_us"], row["variants"]) for row in rows] == [
+        ("40", "110", "100", "2"),
+        ("3", "0", "1000", "1"),
+        ("3", "7", "50", "2"),
+    ]
