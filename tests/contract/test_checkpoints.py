@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import stat
+import threading
 from pathlib import Path
 
 from tortoise import Tortoise
@@ -112,4 +113,41 @@ async def test_a_readers_snapshot_never_makes_the_checkpointer_block_writers(sql
             await checker.stop()
     finally:
         reader.close()
+        await close_database()
+
+
+async def test_stopping_waits_for_a_checkpoint_running_on_its_thread(sqlite_url: str) -> None:
+    """Cancelling the task that awaits a checkpoint does not stop the thread running it; closing the
+    connection under it crashed the process (a segmentation fault in a test worker). The close waits
+    for the checkpoint, and a checkpoint that starts after the stop opens nothing."""
+    path = Path(sqlite_url.removeprefix("sqlite://"))
+    await migrated(sqlite_url)
+    await open_database(sqlite_url)
+    await checkpoints.stop_checkpointer()
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    class Slow(Checkpointer):
+        def _checkpoint_now(self) -> str:
+            entered.set()
+            release.wait(30)
+            mode = super()._checkpoint_now()
+            order.append("checkpointed")
+            return mode
+
+    try:
+        await _write(100)
+        checker = Slow(path)
+        running = asyncio.create_task(checker.run_once())
+        assert await asyncio.to_thread(entered.wait, 30)
+        stopping = asyncio.create_task(checker.stop())
+        await asyncio.to_thread(release.set)
+        await stopping
+        order.append("stopped")
+        assert await running == "PASSIVE"
+        assert order == ["checkpointed", "stopped"]  # the close waited for the checkpoint on the thread
+        assert checker._connection is None
+        assert await asyncio.to_thread(checker._checkpoint) is None  # stopped: nothing is opened again
+        assert checker._connection is None
+    finally:
         await close_database()

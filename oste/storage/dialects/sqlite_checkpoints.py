@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import threading
 from pathlib import Path
 
 log = logging.getLogger("oste.storage.checkpoints")
@@ -64,21 +65,27 @@ class Checkpointer:
         self._connection: sqlite3.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._version: int | None = None
+        self._using = threading.Lock()
+        """Held by the thread that uses or closes the connection: cancelling the task that awaits a
+        checkpoint does not stop the thread running it, and closing a connection while another thread
+        runs a statement on it crashes the process (a segmentation fault in SQLite's module)."""
+        self._stopped = False
+        """Set by ``stop``: a checkpoint scheduled on the thread before then opens nothing."""
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="oste-sqlite-checkpointer")
 
     async def stop(self) -> None:
-        """Stop looking and close the connection (a checkpoint running on the thread finishes first)."""
+        """Stop looking and close the connection (a checkpoint running on the thread finishes first:
+        the close waits for it)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await asyncio.to_thread(connection.close)
+        self._stopped = True
+        await asyncio.to_thread(self._close)
 
     async def run_once(self) -> str | None:
         """Look at the log and checkpoint it if it holds anything; the mode run (None: nothing to do)."""
@@ -102,7 +109,12 @@ class Checkpointer:
 
     def _checkpoint(self) -> str | None:
         """On the thread: PASSIVE while commits come, TRUNCATE when none came since the last look
-        (``PRAGMA data_version`` changes with every other connection's commit) or the log is large."""
+        (``PRAGMA data_version`` changes with every other connection's commit) or the log is large.
+        None once stopped."""
+        with self._using:
+            return None if self._stopped else self._checkpoint_now()
+
+    def _checkpoint_now(self) -> str:
         if self._connection is None:
             self._connection = sqlite3.connect(
                 self.database, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
@@ -115,9 +127,10 @@ class Checkpointer:
         return mode
 
     def _close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
+        with self._using:
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                connection.close()
 
 
 _RUNNING: list[Checkpointer] = []
