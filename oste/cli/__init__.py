@@ -238,8 +238,8 @@ def add_bench_parser(commands: Any) -> None:
     add("--output", help="soak: a file the per-minute table is saved to as well (.csv, else JSON)")
     add(
         "--statements",
-        help="soak on PostgreSQL with pg_stat_statements preloaded: a CSV file of every statement OSTE ran "
-        "(calls, rows, mean and total time)",
+        help="soak: a CSV file of every statement OSTE ran (calls, rows, mean and total time), where the "
+        "server preloads pg_stat_statements",
     )
     add("--duration", type=float, help="steady/cron: seconds the workload lasts")
     add("--stored", type=int, default=1_000_000, help="scale: future activities stored first")
