@@ -15,6 +15,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from oste.bench.processes import drop_database
 from oste.domain.clock import SystemClock
 from oste.engine.runtime import Engine
 from oste.storage.database import close_database, migrate, open_database
@@ -67,11 +68,7 @@ async def fresh_postgres_database() -> AsyncIterator[str]:
     try:
         yield f"{PG_ADMIN_DSN.rsplit('/', 1)[0]}/{name}"
     finally:
-        conn = await asyncpg.connect(PG_ADMIN_DSN)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
+        await drop_database(PG_ADMIN_DSN, name)  # retried while another test's tablespace is full
 
 
 _TEMPLATES: dict[str, str] = {}
@@ -101,9 +98,9 @@ async def migrated(url: str) -> None:
         await conn.close()
     if tables:
         return
+    await drop_database(PG_ADMIN_DSN, name)
     conn = await asyncpg.connect(PG_ADMIN_DSN)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     finally:
         await conn.close()
@@ -137,11 +134,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
 
     async def drop() -> None:
-        conn = await asyncpg.connect(PG_ADMIN_DSN)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
+        await drop_database(PG_ADMIN_DSN, name)
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(lambda: asyncio.run(drop())).result()

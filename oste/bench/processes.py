@@ -73,11 +73,29 @@ async def fresh_database(server_url: str | None, work_dir: Path) -> AsyncIterato
     try:
         yield urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
     finally:
-        conn = await asyncpg.connect(_without_query(admin), timeout=10, statement_cache_size=0)
+        await drop_database(_without_query(admin), name)
+
+
+DROP_PATIENCE = 60.0
+"""Seconds a database's drop is retried while the server cannot take a checkpoint."""
+
+
+async def drop_database(admin_dsn: str, name: str, patience: float = DROP_PATIENCE) -> None:
+    """``DROP DATABASE … WITH (FORCE)``, retried while the server answers "checkpoint request failed"
+    (the drop asks for a checkpoint, which fails while another database's tablespace is full: the
+    disk-full test fills one on purpose) until ``patience`` seconds have passed."""
+    deadline = time.monotonic() + patience
+    while True:
+        conn = await asyncpg.connect(admin_dsn, timeout=10, statement_cache_size=0)
         try:
             await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except asyncpg.InternalServerError as exc:
+            if "checkpoint" not in str(exc) or time.monotonic() >= deadline:
+                raise
         finally:
             await conn.close()
+        await asyncio.sleep(0.5)  # the full tablespace is freed by its owner; look again
 
 
 def _without_query(url: str) -> str:
