@@ -311,17 +311,12 @@ class PostgresDialect(Dialect):
         # driver reads the columns' types first), an INSERT's prepared statement is cached.
         rows = prepared.records
         records = _paced(rows) if len(rows) > PACE else rows
-        try:
-            async with conn.acquire_connection() as raw:
-                if len(rows) <= VALUES_ROWS:
-                    sql = _values_insert(prepared.table, prepared.names, len(rows))
-                    await raw.execute(sql, *[value for row in rows for value in row])
-                else:
-                    await raw.copy_records_to_table(prepared.table, records=records, columns=prepared.names)
-        except asyncpg.IntegrityConstraintViolationError as exc:
-            raise IntegrityError(str(exc)) from exc
-        except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
-            raise DBConnectionError(str(exc)) from exc
+        async with _raw(conn) as raw:
+            if len(rows) <= VALUES_ROWS:
+                sql = _values_insert(prepared.table, prepared.names, len(rows))
+                await raw.execute(sql, *[value for row in rows for value in row])
+            else:
+                await raw.copy_records_to_table(prepared.table, records=records, columns=prepared.names)
 
     gated_inserts = True
 
@@ -341,13 +336,21 @@ class PostgresDialect(Dialect):
             marks = ", ".join(params.add(value) for value in values)
             parts.append(f'i{index} AS (INSERT INTO "{table}" ({columns}) SELECT {marks} FROM gate)')
         sql = "WITH " + ", ".join(parts) + " SELECT count(*) FROM gate"
-        try:
-            async with conn.acquire_connection() as raw:
-                return bool(await raw.fetchval(sql, *params.values))
-        except asyncpg.IntegrityConstraintViolationError as exc:
-            raise IntegrityError(str(exc)) from exc
-        except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
-            raise DBConnectionError(str(exc)) from exc
+        async with _raw(conn) as raw:
+            return bool(await raw.fetchval(sql, *params.values))
+
+
+@asynccontextmanager
+async def _raw(conn: BaseDBAsyncClient) -> AsyncIterator[Any]:
+    """The driver's connection under ``conn``, its errors as Tortoise's: IntegrityError (a constraint;
+    nothing was written) and DBConnectionError (the connection was lost)."""
+    try:
+        async with conn.acquire_connection() as raw:
+            yield raw
+    except asyncpg.IntegrityConstraintViolationError as exc:
+        raise IntegrityError(str(exc)) from exc
+    except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
+        raise DBConnectionError(str(exc)) from exc
 
 
 VALUES_ROWS = 8
