@@ -322,24 +322,37 @@ class DispatchStore:
         claims: list[Claim] = []
         groups = [late[start : start + TYPES_CHECKED] for start in range(0, len(late), TYPES_CHECKED)]
         for group in groups or [[]]:
-            p = Params(self.strategy)
-            lease = (
-                f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
-                f"lease_expires_at = {p.add(lease_until)}, updated_at = {p.add(now)}"
-            )
-            past = [f"expires_at <= {p.add(now)}"]
-            for type_id, lateness in group:
-                cutoff = now - timedelta(seconds=float(lateness))
-                past.append(f"(activity_type_id = {p.uid(type_id)} AND scheduled_for <= {p.add(cutoff)})")
-            pick = f"WHERE state = 'scheduled' AND ({' OR '.join(past)}) LIMIT {p.add(limit - len(claims))}"
-            sql = self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS)
+            sql, values = self._expiry_statement(owner, token, lease_until, now, group, limit - len(claims))
             async with self._db():
-                rows = await self._conn().execute_query_dict(sql, p.values)
+                rows = await self._conn().execute_query_dict(sql, values)
             if rows:
                 claims += await self._claims_of(rows, owner, token, lease_until, now)
             if len(claims) >= limit:
                 break
         return claims
+
+    def _expiry_statement(
+        self,
+        owner: str,
+        token: uuid.UUID,
+        lease_until: datetime,
+        now: datetime,
+        late_types: Sequence[tuple[uuid.UUID, float]],
+        limit: int,
+    ) -> tuple[str, list[Any]]:
+        """The expiry sweep's claim: scheduled activities whose ``expires_at`` passed (the expiry
+        index's rows), or of ``late_types`` (id, max lateness in seconds) due longer ago than that."""
+        p = Params(self.strategy)
+        lease = (
+            f"state = 'running', claimed_by = {p.add(owner)}, claim_token = {p.uid(token)}, "
+            f"lease_expires_at = {p.add(lease_until)}, updated_at = {p.add(now)}"
+        )
+        past = [f"expires_at <= {p.add(now)}"]
+        for type_id, lateness in late_types:
+            cutoff = now - timedelta(seconds=float(lateness))
+            past.append(f"(activity_type_id = {p.uid(type_id)} AND scheduled_for <= {p.add(cutoff)})")
+        pick = f"WHERE state = 'scheduled' AND ({' OR '.join(past)}) LIMIT {p.add(limit)}"
+        return self.strategy.update_picked("activity", "id", lease, pick, _CLAIM_COLUMNS), p.values
 
     async def _claims_of(
         self, rows: list[dict[str, Any]], owner: str, token: uuid.UUID, lease_until: datetime, now: datetime

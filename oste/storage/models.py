@@ -348,7 +348,11 @@ class Activity(Model):
             WhereIndex(
                 fields=("state", "finished_at"), name="activity_ended_idx", where="finished_at IS NOT NULL"
             ),
-            WhereIndex(fields=("expires_at",), name="activity_expiring_idx", where="state = 'scheduled'"),
+            WhereIndex(  # ``expires_at <= …`` implies it: see migration 0028
+                fields=("expires_at",),
+                name="activity_expiring_idx",
+                where="state = 'scheduled' AND expires_at IS NOT NULL",
+            ),
         )
 
 
