@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -281,6 +282,45 @@ class ParameterRules:
         if not self.object_id_ref:
             return None
         return ":".join(_scalar_text(parameter[name]) for name in self.object_id_ref)
+
+
+def schema_key(schema: dict[str, Any] | None) -> bytes | None:
+    """A parameter schema as the key ``rules_for`` caches by (its JSON, keys sorted)."""
+    return None if schema is None else orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+
+
+RULES_KEPT_BYTES = 2 * 1024 * 1024
+"""Schema JSON the rules ``rules_for`` keeps may hold in all (each rule counted at least 1 KiB): about
+2,000 types of ordinary schemas, or 32 of the largest a tenant may store (64 KiB each, whose parsed
+schema, compiled check and validator take some tens of times that)."""
+
+_kept: OrderedDict[tuple[str, bytes | None, tuple[str, ...]], ParameterRules] = OrderedDict()
+_kept_bytes = 0
+
+
+def _weight(schema: bytes | None) -> int:
+    return max(1024, len(schema or b""))
+
+
+def rules_for(uri_pattern: str, schema: bytes | None, object_id_ref: tuple[str, ...]) -> ParameterRules:
+    """The rules of a type with these values, built once per distinct values in a process: a create
+    then finds the schema's compiled check, the pattern's placeholders and the schema's verdict made
+    (building them for every create cost about a tenth of its Python). ``schema`` is ``schema_key``'s.
+    Rules are a function of these values alone, so a type edited since is other values. The least
+    recently used are dropped past ``RULES_KEPT_BYTES``."""
+    global _kept_bytes
+    key = (uri_pattern, schema, object_id_ref)
+    rules = _kept.get(key)
+    if rules is not None:
+        _kept.move_to_end(key)
+        return rules
+    rules = ParameterRules(uri_pattern, None if schema is None else orjson.loads(schema), object_id_ref)
+    _kept[key] = rules
+    _kept_bytes += _weight(schema)
+    while _kept_bytes > RULES_KEPT_BYTES and len(_kept) > 1:
+        (_, dropped, _), _ = _kept.popitem(last=False)
+        _kept_bytes -= _weight(dropped)
+    return rules
 
 
 class ParameterTooCostly(InvalidInput):

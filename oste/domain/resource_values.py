@@ -16,7 +16,13 @@ from oste.domain import records as r
 from oste.domain.bound_credentials import check_type_move
 from oste.domain.delivery import check_status_lists, status_item
 from oste.domain.fields import parse_duration
-from oste.domain.parameters import ParameterRules, check_parameter_schema, uri_placeholders
+from oste.domain.parameters import (
+    ParameterRules,
+    check_parameter_schema,
+    rules_for,
+    schema_key,
+    uri_placeholders,
+)
 from oste.domain.receiver_auth import check_auth
 from oste.domain.redaction import MIN_SECRET_LENGTH
 from oste.domain.uris import check_target_uri
@@ -348,9 +354,9 @@ def _check_consistency(values: dict[str, Any], current: r.ActivityType | None, e
 
 
 def rules_of(activity_type: r.ActivityType) -> ParameterRules:
-    return ParameterRules(
-        activity_type.uri_pattern, activity_type.parameter_schema, activity_type.object_id_ref
-    )
+    """The type's parameter rules (built once per process for the same values: ``rules_for``)."""
+    schema = schema_key(activity_type.parameter_schema)
+    return rules_for(activity_type.uri_pattern, schema, tuple(activity_type.object_id_ref))
 
 
 def solution_values(data: dict[str, Any], creating: bool) -> dict[str, Any]:

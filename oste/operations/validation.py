@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import multiprocessing
 import os
 import uuid
@@ -41,7 +40,7 @@ import orjson
 from oste.domain.calendar_zones import check_fires_on_calendar
 from oste.domain.calendars import BusinessCalendar, Roll
 from oste.domain.json_values import check_storable, refuse_duplicate_keys
-from oste.domain.parameters import ParameterRules, ParameterTooCostly
+from oste.domain.parameters import ParameterRules, ParameterTooCostly, rules_for, schema_key
 from oste.domain.schedule import Schedule
 from oste.errors import FieldError, InvalidInput, TooMany, Unavailable
 
@@ -95,7 +94,7 @@ async def check_parameter(
             return rules.check(parameter, field, INLINE_STEPS)
         except ParameterTooCostly:
             pass  # worth a worker's full allowance
-    schema = orjson.dumps(rules.parameter_schema, option=orjson.OPT_SORT_KEYS)
+    schema = schema_key(rules.parameter_schema)
     args = (rules.uri_pattern, schema, rules.object_id_ref, orjson.dumps(parameter), field)
     return _answer(await off_loop(company, checked_parameter, *args))
 
@@ -159,14 +158,9 @@ def checked_parameter(
     """In a worker: ``("ok", object_id)`` or ``("invalid", (detail, errors))`` (plain values: they are
     sent back between processes)."""
     try:
-        return ("ok", _rules(uri_pattern, schema, object_id_ref).check(orjson.loads(parameter), field))
+        return ("ok", rules_for(uri_pattern, schema, object_id_ref).check(orjson.loads(parameter), field))
     except InvalidInput as exc:
         return ("invalid", (exc.detail, [(e.field, e.reason) for e in exc.errors]))
-
-
-@functools.lru_cache(maxsize=64)
-def _rules(uri_pattern: str, schema: bytes, object_id_ref: tuple[str, ...]) -> ParameterRules:
-    return ParameterRules(uri_pattern, orjson.loads(schema), object_id_ref)
 
 
 def _answer(result: tuple[str, Any]) -> Any:

@@ -6,15 +6,19 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oste.domain import parameters
+from oste.domain.parameter_schema import MAX_SCHEMA_BYTES
 from oste.domain.parameters import (
     ParameterRules,
     check_parameter_schema,
     check_slug,
     fill_uri,
     join_path,
+    rules_for,
+    schema_key,
     uri_placeholders,
 )
 from oste.errors import InvalidInput
@@ -316,3 +320,40 @@ def test_fill_uri_fills_every_placeholder_including_repeats_and_query() -> None:
 def test_fill_uri_encodes_any_text_as_quote_does(value: str) -> None:
     expected = quote(value, safe="") if value.strip(".") or not value else "%2E" * len(value)
     assert fill_uri("https://example.com/a/{X}/b", {"X": value}) == f"https://example.com/a/{expected}/b"
+
+
+# --- the rules kept per process (issue 38) ---------------------------------------------------------
+
+
+def _schema(size: int, required: str = "n") -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": [required],
+        "properties": {required: {"type": "string"}},
+        "description": "x" * size,
+    }
+
+
+def test_rules_are_built_once_per_values_and_an_edited_type_gets_its_new_rules() -> None:
+    pattern = "https://receiver.example/songs/{n}"
+    first = rules_for(pattern, schema_key(_schema(10)), ("n",))
+    assert rules_for(pattern, schema_key(_schema(10)), ("n",)) is first  # the compiled check kept
+    edited = rules_for(pattern, schema_key(_schema(10, required="m")), ("m",))
+    assert edited is not first
+    with pytest.raises(InvalidInput):
+        edited.check({"n": "1"})  # the edited schema's rule, not the first one's
+    assert first.check({"n": "1"}) == "1"
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=MAX_SCHEMA_BYTES - 200), min_size=1, max_size=80))
+def test_the_rules_kept_stay_within_their_budget(sizes: list[int]) -> None:
+    """Whatever schemas a tenant's types carry, the rules kept hold at most ``RULES_KEPT_BYTES`` of
+    schema JSON (each counted at least 1 KiB), and the newest is always kept."""
+    for index, size in enumerate(sizes):
+        schema = schema_key(_schema(size))
+        newest = rules_for(f"https://receiver.example/{index}/{{n}}", schema, ("n",))
+        kept = sum(max(1024, len(key[1] or b"")) for key in parameters._kept)
+        assert kept <= parameters.RULES_KEPT_BYTES or len(parameters._kept) == 1
+        assert kept == parameters._kept_bytes
+        assert next(reversed(parameters._kept.values())) is newest
