@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from urllib.parse import quote
 import orjson
 
 from oste.domain.fastschema import Check, compile_check
+from oste.domain.memo import BoundedMemo
 from oste.domain.parameter_schema import (
     MAX_VALIDATION_STEPS,
     ValidationTooCostly,
@@ -294,12 +294,11 @@ RULES_KEPT_BYTES = 2 * 1024 * 1024
 2,000 types of ordinary schemas, or 32 of the largest a tenant may store (64 KiB each, whose parsed
 schema, compiled check and validator take some tens of times that)."""
 
-_kept: OrderedDict[tuple[str, bytes | None, tuple[str, ...]], ParameterRules] = OrderedDict()
-_kept_bytes = 0
+RuleKey = tuple[str, bytes | None, tuple[str, ...]]
 
-
-def _weight(schema: bytes | None) -> int:
-    return max(1024, len(schema or b""))
+_RULES: BoundedMemo[RuleKey, ParameterRules] = BoundedMemo(
+    RULES_KEPT_BYTES, lambda key: max(1024, len(key[1] or b""))
+)
 
 
 def rules_for(uri_pattern: str, schema: bytes | None, object_id_ref: tuple[str, ...]) -> ParameterRules:
@@ -308,19 +307,10 @@ def rules_for(uri_pattern: str, schema: bytes | None, object_id_ref: tuple[str, 
     (building them for every create cost about a tenth of its Python). ``schema`` is ``schema_key``'s.
     Rules are a function of these values alone, so a type edited since is other values. The least
     recently used are dropped past ``RULES_KEPT_BYTES``."""
-    global _kept_bytes
-    key = (uri_pattern, schema, object_id_ref)
-    rules = _kept.get(key)
-    if rules is not None:
-        _kept.move_to_end(key)
-        return rules
-    rules = ParameterRules(uri_pattern, None if schema is None else orjson.loads(schema), object_id_ref)
-    _kept[key] = rules
-    _kept_bytes += _weight(schema)
-    while _kept_bytes > RULES_KEPT_BYTES and len(_kept) > 1:
-        (_, dropped, _), _ = _kept.popitem(last=False)
-        _kept_bytes -= _weight(dropped)
-    return rules
+    return _RULES.get(
+        (uri_pattern, schema, object_id_ref),
+        lambda: ParameterRules(uri_pattern, None if schema is None else orjson.loads(schema), object_id_ref),
+    )
 
 
 class ParameterTooCostly(InvalidInput):

@@ -137,6 +137,20 @@ def _api_key(row: m.ApiKey) -> r.ApiKey:
     return to_record(r.ApiKey, row, scopes=tuple(row.scopes.split(",")) if row.scopes else ())
 
 
+def _key_records(key: m.ApiKey, company: m.Company) -> tuple[r.Company, r.ApiKey]:
+    return Store._company(company), _api_key(key)
+
+
+def _key_solution_records(
+    key: m.ApiKey, company: m.Company, named: m.Solution | None
+) -> tuple[r.Company, r.ApiKey, r.Solution | None]:
+    return Store._company(company), _api_key(key), None if named is None else _solution_record(named)
+
+
+def _solution_record(row: m.Solution) -> r.Solution:
+    return to_record(r.Solution, row)
+
+
 def recurring_record(row: Any, type_name: str) -> r.RecurringActivity:
     """A recurring activity's record from its row (the backlog's instants parsed)."""
     backlog = tuple(datetime.fromisoformat(t) for t in (row.backlog or []))
@@ -305,10 +319,10 @@ class Store:
 
     async def get_company(self, name: str) -> r.Company:
         """The company with this name. Raises NotFound."""
-        row = await lookups.company_named(name)
-        if row is None:
+        found = await lookups.company_named(name, self._company)
+        if found is None:
             raise NotFound(f"company {name!r} not found")
-        return self._company(row)
+        return found
 
     async def get_company_by_id(self, company_id: uuid.UUID) -> r.Company:
         row = await self._one(m.Company.filter(id=company_id), "company not found")
@@ -384,19 +398,14 @@ class Store:
 
     async def api_key_of(self, secret: str) -> tuple[r.Company, r.ApiKey] | None:
         """The company and the unrevoked key a secret belongs to, or None (one query)."""
-        found = await lookups.key_and_company(hash_secret(secret))
-        return None if found is None else (self._company(found[1]), _api_key(found[0]))
+        return await lookups.key_and_company(hash_secret(secret), _key_records)
 
     async def api_key_and_solution(
         self, secret: str, solution: str
     ) -> tuple[r.Company, r.ApiKey, r.Solution | None] | None:
         """``api_key_of``, and its company's solution named ``solution`` (None when it has none such),
         in one query."""
-        found = await lookups.key_company_and_solution(hash_secret(secret), solution)
-        if found is None:
-            return None
-        key, company, named = found
-        return self._company(company), _api_key(key), None if named is None else to_record(r.Solution, named)
+        return await lookups.key_company_and_solution(hash_secret(secret), solution, _key_solution_records)
 
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""
@@ -422,10 +431,10 @@ class Store:
         return to_record(r.Solution, row)
 
     async def get_solution(self, company: r.Company, name: str) -> r.Solution:
-        row = await lookups.solution_named(company.id, name)
-        if row is None:
+        found = await lookups.solution_named(company.id, name, _solution_record)
+        if found is None:
             raise NotFound(f"solution {name!r} not found")
-        return to_record(r.Solution, row)
+        return found
 
     async def list_solutions(self, company: r.Company, limit: int, cursor: str | None = None) -> r.Page:
         query = m.Solution.filter(company_id=company.id)
@@ -477,10 +486,10 @@ class Store:
         return self._activity_type(row)
 
     async def get_activity_type(self, solution: r.Solution, name: str) -> r.ActivityType:
-        row = await lookups.activity_type_named(solution.id, name)
-        if row is None:
+        found = await lookups.activity_type_named(solution.id, name, self._activity_type)
+        if found is None:
             raise NotFound(f"activity type {name!r} not found")
-        return self._activity_type(row)
+        return found
 
     async def get_activity_types(
         self, solution: r.Solution, names: Iterable[str]

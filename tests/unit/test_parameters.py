@@ -353,7 +353,7 @@ def test_the_rules_kept_stay_within_their_budget(sizes: list[int]) -> None:
     for index, size in enumerate(sizes):
         schema = schema_key(_schema(size))
         newest = rules_for(f"https://receiver.example/{index}/{{n}}", schema, ("n",))
-        kept = sum(max(1024, len(key[1] or b"")) for key in parameters._kept)
-        assert kept <= parameters.RULES_KEPT_BYTES or len(parameters._kept) == 1
-        assert kept == parameters._kept_bytes
-        assert next(reversed(parameters._kept.values())) is newest
+        kept = parameters._RULES
+        assert kept.weight <= parameters.RULES_KEPT_BYTES or len(kept) == 1
+        assert kept.weight == sum(max(1024, len(key[1] or b"")) for key in kept._kept)
+        assert kept.newest() is newest
