@@ -9,6 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.engine_support import Receiver, eventually
@@ -92,8 +93,21 @@ async def test_cancelling_the_head_releases_the_next(engine_api: Api, receiver: 
     assert second["state"] == "scheduled" and second["waiting_for"] == made[0]["id"]
     await api.delete(f"{tenant.activities}/{made[0]['id']}", expect=200)  # cancel
     await all_ended(api, tenant, 2)
-    assert watch.arrivals[1] == [0, 1, 2]
+    assert watch.arrivals[1] == [0, 1, 2], sent(receiver)
     assert max(watch.most.values()) == 1
+
+
+def sent(receiver: Receiver) -> list[tuple[Any, ...]]:
+    """What the receiver got, for a failure's message: each request's ``n``, activity, attempt and
+    arrival time (a request seen twice tells a repeated attempt from a retry or another test's)."""
+    seen = []
+    for hit in receiver.hits:
+        headers = {name.lower(): value for name, value in hit.headers.items()}
+        body = orjson.loads(hit.body)
+        parameter = body.get("parameter", body)
+        attempt = (headers.get("oste-activity-id"), headers.get("oste-attempt"))
+        seen.append((parameter.get("n"), *attempt, round(hit.at, 3)))
+    return seen
 
 
 async def test_a_bulk_update_of_scheduled_for_reorders_an_object(engine_api: Api, receiver: Receiver) -> None:
