@@ -93,7 +93,10 @@ async def test_cancelling_the_head_releases_the_next(engine_api: Api, receiver: 
     assert second["state"] == "scheduled" and second["waiting_for"] == made[0]["id"]
     await api.delete(f"{tenant.activities}/{made[0]['id']}", expect=200)  # cancel
     await all_ended(api, tenant, 2)
-    assert watch.arrivals[1] == [0, 1, 2], sent(receiver)
+    seen, ours = sent(receiver), {a["id"] for a in made}
+    # this test's own requests: the head once, then the rest in order (a request of another test's
+    # engine, still sending while its receiver's port was taken again by this one, is not ours)
+    assert [n for n, activity, _, _ in seen if activity in ours] == [0, 1, 2], seen
     assert max(watch.most.values()) == 1
 
 
