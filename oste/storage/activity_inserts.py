@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,8 +36,9 @@ from oste.domain.ids import new_id
 from oste.errors import Conflict, Unavailable
 from oste.eventloop import pause, write_turn
 from oste.storage import models as m
-from oste.storage.audit_rows import COLUMNS as AUDIT_COLUMNS
+from oste.storage.audit_rows import TYPED_COLUMNS as AUDIT_COLUMNS
 from oste.storage.audit_rows import audit_values
+from oste.storage.create_groups import CreateGroups
 from oste.storage.dialects import Params, PreparedRows, dialect_of
 from oste.storage.events import (
     Change,
@@ -272,7 +273,8 @@ async def write_at_once(item: r.NewActivity, now: datetime, also: AtOnce) -> r.A
     idempotency key (a key's twin in flight would be waited for while the company's row is held), its
     solution's events are streamed, or the quota's bound alone does not show room (the caller then
     writes it the usual way, which counts and refuses). Raises Unavailable when the database cannot
-    be reached."""
+    be reached. Concurrent ones of one company go together (``oste.storage.create_groups``): one
+    statement, one flush, one hold of the company's row for all of them."""
     db = m.Activity._meta.db
     dialect = dialect_of(db)
     if not dialect.gated_inserts or isinstance(db, TransactionalDBClient):
@@ -283,19 +285,29 @@ async def write_at_once(item: r.NewActivity, now: datetime, also: AtOnce) -> r.A
     created = new_activity_record(item, now)
     if created.solution_id in await subscribed_solutions(now):
         return None
-    params = Params(dialect)
-    gate = room_gate(params, also.room)
-    inserts = [
-        ("activity", COLUMN_NAMES, _row(created, item.request_hash)),
-        ("audit", AUDIT_COLUMNS, audit_values(also.audit(created.id))),
-    ]
-    try:
-        written = await dialect.insert_gated(db, gate, params, inserts)
-    except IntegrityError:
-        raise Conflict(CONFLICT) from None  # a fresh id and no key: only a vanished type or solution
-    except DBConnectionError as exc:
-        raise Unavailable(f"the database is unreachable: {exc}") from None
+    rows = (_row(created, item.request_hash), audit_values(also.audit(created.id)))
+    key = (id(db), also.room)
+
+    async def write(group: list[tuple[tuple[Any, ...], list[Any]]]) -> bool:
+        params = Params(dialect)
+        gate = room_gate(params, replace(also.room, adding=also.room.adding * len(group)))
+        activities: list[Sequence[Any]] = [activity for activity, _ in group]
+        audits: list[Sequence[Any]] = [audit for _, audit in group]
+        inserts = [("activity", COLUMNS, activities), ("audit", AUDIT_COLUMNS, audits)]
+        try:
+            return await dialect.insert_gated(db, gate, params, inserts)
+        except IntegrityError:
+            raise Conflict(CONFLICT) from None  # a fresh id and no key: only a vanished type or solution
+        except DBConnectionError as exc:
+            raise Unavailable(f"the database is unreachable: {exc}") from None
+
+    written = await _GROUPS.write(key, rows, write)
     return created if written else None
+
+
+GROUP_MOST = 64
+"""Single creates of one company at most in one statement (``oste.storage.create_groups``)."""
+_GROUPS: CreateGroups[tuple[tuple[Any, ...], list[Any]]] = CreateGroups(GROUP_MOST)
 
 
 async def insert_activities(new: Sequence[r.NewActivity], now: datetime) -> list[r.Activity]:

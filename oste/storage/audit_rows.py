@@ -12,6 +12,11 @@ from oste.domain.audit import AuditEntry
 
 COLUMNS = tuple(AuditEntry.__dataclass_fields__)
 """The audit table's columns, as the entry names them."""
+_TYPES = {"id": "uuid", "company_id": "uuid", "solution_id": "uuid", "at": "timestamptz"}
+_TYPES |= {"api_key_id": "uuid", "details": "jsonb"}
+TYPED_COLUMNS = tuple((name, _TYPES.get(name, "text")) for name in COLUMNS)
+"""``COLUMNS`` with their PostgreSQL types (the others are text), for a statement that sends each
+column's values as one array (``Dialect.insert_gated``)."""
 
 
 def audit_values(entry: AuditEntry) -> list[Any]:

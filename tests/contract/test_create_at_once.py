@@ -6,6 +6,7 @@ nothing and leaves the create to the transaction's path, which counts and refuse
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -18,7 +19,7 @@ from oste.domain.audit import AuditEntry
 from oste.domain.ids import new_id
 from oste.domain.tenancy import MAX_SCHEDULED_ACTIVITIES
 from oste.storage import models as m
-from oste.storage.activity_inserts import AtOnce, write_at_once
+from oste.storage.activity_inserts import _GROUPS, AtOnce, write_at_once
 from oste.storage.dialects import dialect_of
 from oste.storage.quotas import RoomGate
 from oste.storage.store import Store
@@ -161,3 +162,27 @@ async def test_the_store_falls_back_to_the_transaction_and_its_exact_count(store
     done = await store.create_activity(new_activity(activity_type), then, room, at_once)
     assert done.created
     assert wrote == (["audit", "room"] if gated(store) else ["audit", "room"] * 2)
+
+
+async def test_concurrent_creates_of_a_company_go_in_fewer_statements_within_its_bound(store: Store) -> None:
+    """Forty creates at once (``oste.storage.create_groups``): each one written has its audit row, the
+    bound rises by exactly what was written and never past the limit; those a group's bound could not
+    take are left to the transaction's path (None), none half-written; fewer statements than creates."""
+    company, activity_type = await setup(store)
+    await set_company(company, {MAX_SCHEDULED_ACTIVITIES: 1000}, 0)
+    at_once = AtOnce(audit_of(company), RoomGate(company.id, True, None))
+    before = _GROUPS.statements
+    made = await asyncio.gather(*(write_at_once(new_activity(activity_type), T0, at_once) for _ in range(40)))
+    if not gated(store):  # SQLite: its creates are transactions
+        assert made == [None] * 40 and await stored(company) == (0, 0)
+        return
+    assert all(a is not None for a in made) and await stored(company) == (40, 40)
+    assert await bound(company) == 40
+    assert _GROUPS.statements - before < 40
+
+    await set_company(company, {MAX_SCHEDULED_ACTIVITIES: 45}, 40)  # room for 5 on the bound
+    made = await asyncio.gather(*(write_at_once(new_activity(activity_type), T0, at_once) for _ in range(40)))
+    written = sum(a is not None for a in made)
+    assert written <= 5  # a group larger than the room is refused whole (left to the transaction)
+    assert await stored(company) == (40 + written, 40 + written)
+    assert await bound(company) == 40 + written

@@ -277,12 +277,13 @@ class Dialect(DialectAdmin):
         conn: BaseDBAsyncClient,
         gate: str,
         params: Params,
-        inserts: Sequence[tuple[str, Sequence[str], Sequence[Any]]],
+        inserts: Sequence[tuple[str, Sequence[tuple[str, str]], Sequence[Sequence[Any]]]],
     ) -> bool:
-        """Where ``gated_inserts``: insert one row into each of ``inserts``' tables (table, columns,
-        values) in one statement, atomic on its own, if and only if the ``gate`` (a statement answering
-        at most one row, its placeholders taken from ``params`` first) answers one; whether it did.
-        Raises IntegrityError (nothing is written) and DBConnectionError as the drivers' do."""
+        """Where ``gated_inserts``: insert ``inserts``' rows (table, its columns with their types, the
+        rows' values in that order) in one statement, atomic on its own, if and only if the ``gate``
+        (a statement answering at most one row, its placeholders taken from ``params`` first) answers
+        one; whether it did. Raises IntegrityError (nothing is written) and DBConnectionError as the
+        drivers' do."""
         raise NotImplementedError
 
     async def stage_rows(

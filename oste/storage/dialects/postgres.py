@@ -325,19 +325,29 @@ class PostgresDialect(Dialect):
         conn: BaseDBAsyncClient,
         gate: str,
         params: Params,
-        inserts: Sequence[tuple[str, Sequence[str], Sequence[Any]]],
+        inserts: Sequence[tuple[str, Sequence[tuple[str, str]], Sequence[Sequence[Any]]]],
     ) -> bool:
-        # WITH gate AS (…), i0 AS (INSERT … SELECT $… FROM gate), …: each insert reads the gate's row
-        # (so none runs without it), the parameters take their columns' types as in an INSERT VALUES,
-        # and the whole is one round trip in one implicit transaction
+        # WITH gate AS (…), i0 AS (INSERT … SELECT u.* FROM gate, unnest($…::uuid[], …) AS u), …:
+        # each insert reads the gate's row (so none runs without it), a column's values go as one
+        # array of its type (one statement text whatever the number of rows: prepared once per
+        # connection), and the whole is one round trip in one implicit transaction
         parts = [f"gate AS ({gate})"]
-        for index, (table, names, values) in enumerate(inserts):
-            columns = ", ".join(f'"{name}"' for name in names)
-            marks = ", ".join(params.add(value) for value in values)
-            parts.append(f'i{index} AS (INSERT INTO "{table}" ({columns}) SELECT {marks} FROM gate)')
+        for index, (table, columns, rows) in enumerate(inserts):
+            names = ", ".join(f'"{name}"' for name, _ in columns)
+            arrays = ", ".join(
+                f"{params.add([row[i] for row in rows])}::{_array_type(sql_type)}"
+                for i, (_, sql_type) in enumerate(columns)
+            )
+            rows_in = f"SELECT u.* FROM gate, unnest({arrays}) AS u"
+            parts.append(f'i{index} AS (INSERT INTO "{table}" ({names}) {rows_in})')
         sql = "WITH " + ", ".join(parts) + " SELECT count(*) FROM gate"
         async with _raw(conn) as raw:
             return bool(await raw.fetchval(sql, *params.values))
+
+
+def _array_type(sql_type: str) -> str:
+    """The cast of a column's values sent as one array (JSON goes as text, as ``json_param`` sends it)."""
+    return "text[]::jsonb[]" if sql_type == "jsonb" else f"{sql_type}[]"
 
 
 @asynccontextmanager
