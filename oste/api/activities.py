@@ -14,9 +14,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from oste.api import render
-from oste.api.auth import key_alive, solution_in_path, solution_scope
+from oste.api.auth import key_alive, solution_in_path, solution_scope, type_read
 from oste.api.context import body, ctx, self_audited
-from oste.api.requests import check_storable, paging, parse_uuid
+from oste.api.requests import check_storable, name_before_auth, paging, parse_uuid
 from oste.api.tenants import SOLUTION, created, json, solution_path
 from oste.api.tracing import caller_trace
 from oste.api.waiting import changed_activity, wait_params
@@ -44,10 +44,15 @@ MAX_BATCH = schemas.ACTIVITY_BATCH["properties"]["activities"]["maxItems"]
 
 @self_audited
 async def create(request: Request) -> Response:
+    # a single create's type is read with its key, in one round trip (a batch's types in one more)
+    request.state.type_named = await name_before_auth(request, "activity_type")
     actor, company, solution = await solution_scope(request)
     api = ctx(request)
     data = await body(request)
     cache = TypeCache(api.store, solution, api.max_parameter_bytes)
+    read = type_read(request, solution)
+    if read is not None:
+        cache.seed(*read)
     now = api.store.clock.now()
     if isinstance(data, dict) and "activities" in data:
         async with api.shares.heavy(request, company):  # one of the company's heavy requests

@@ -47,16 +47,35 @@ async def authenticate(request: Request, c: ApiContext) -> Principal:
 
 async def _key_of(request: Request, c: ApiContext, token: str) -> tuple[r.Company, r.ApiKey] | None:
     """The company and key of ``token``. A path naming a solution (a valid slug) has it read in the
-    same query; ``solution_in_path`` uses it once every check of the key has passed."""
+    same query; ``solution_in_path`` uses it once every check of the key has passed. So is the activity
+    type a single create names (``request.state.type_named``, set by its handler): ``read_type``."""
     named = request.path_params.get("solution")
     if named is None or not SLUG.fullmatch(named):
         return await c.store.api_key_of(token)
-    found = await c.store.api_key_and_solution(token, named)
-    if found is None:
-        return None
-    company, key, solution = found
+    type_named = getattr(request.state, "type_named", None)
+    if type_named is not None:
+        with_type = await c.store.api_key_solution_and_type(token, named, type_named)
+        if with_type is None:
+            return None
+        company, key, solution, activity_type = with_type
+        if solution is not None:
+            request.state.read_type = (solution.id, type_named, activity_type)
+    else:
+        found = await c.store.api_key_and_solution(token, named)
+        if found is None:
+            return None
+        company, key, solution = found
     request.state.read_solution = (company.id, named, solution)
     return company, key
+
+
+def type_read(request: Request, solution: r.Solution) -> tuple[str, r.ActivityType | None] | None:
+    """The activity type (name, record or None when the solution has none such) read with the caller's
+    key for this solution (``_key_of``), if it was."""
+    read = getattr(request.state, "read_type", None)
+    if read is None or read[0] != solution.id:
+        return None
+    return read[1], read[2]
 
 
 def bearer_token(request: Request) -> str:

@@ -60,6 +60,32 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     return _decoded(await _read(request, max_bytes))
 
 
+PEEK_BYTES = 8 * 1024
+"""The largest body ``name_before_auth`` reads before its caller is authenticated: decoding it costs a
+caller without a key about as much as the key's statement does."""
+
+
+async def name_before_auth(request: Request, member: str) -> str | None:
+    """The name (``SLUG``) a small JSON object body holds in ``member``, read before the caller is
+    authenticated so that the key's statement can read what it names in the same round trip (a single
+    create's activity type); None when the body is not a small JSON object holding such a name. Never
+    refuses the body: what is wrong with it is answered after authentication, as for any request (only a
+    body that does not arrive in time, or a client that leaves, ends the request here)."""
+    declared = request.headers.get("content-length")
+    if not (declared and declared.isascii() and declared.isdigit() and 0 < int(declared) <= PEEK_BYTES):
+        return None
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        return None
+    raw = await request.body()  # kept by the request: ``read_json`` reads these bytes again
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    value = data.get(member) if isinstance(data, dict) else None
+    return value if isinstance(value, str) and SLUG.fullmatch(value) else None
+
+
 async def _read(request: Request, max_bytes: int) -> bytes:
     chunks: list[bytes] = []
     size = 0

@@ -66,6 +66,15 @@ class TypeCache:
         self.rules: dict[str, Any] = {}
         self.unknown: set[str] = set()
 
+    def seed(self, name: str, activity_type: r.ActivityType | None) -> None:
+        """Take the type called ``name`` as read by this request already (None: the solution has none
+        such), so that ``get`` does not read it again."""
+        if activity_type is None:
+            self.unknown.add(name)
+            return
+        self.types[name] = activity_type
+        self.rules[name] = rules_of(activity_type)
+
     async def prefetch(self, items: Sequence[Any]) -> None:
         """Look up every type the items name in one query (unknown names are reported by ``get``)."""
         names = {

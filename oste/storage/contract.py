@@ -149,6 +149,13 @@ class Tenants(Protocol):
         has none of that name; never another company's), in the same query."""
         ...
 
+    async def api_key_solution_and_type(
+        self, secret: str, solution: str, activity_type: str
+    ) -> tuple[r.Company, r.ApiKey, r.Solution | None, r.ActivityType | None] | None:
+        """``api_key_and_solution``, with that solution's activity type named ``activity_type`` (None
+        when the solution has none of that name, or is None), in the same query."""
+        ...
+
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""
         ...

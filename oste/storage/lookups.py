@@ -38,20 +38,26 @@ def _listed(model: type[Model]) -> str:
 
 
 @functools.cache
-def _statements(placeholders: tuple[str, str]) -> dict[str, str]:
-    """The statements with a dialect's first two placeholders."""
-    one, two = placeholders
+def _statements(placeholders: tuple[str, str, str]) -> dict[str, str]:
+    """The statements with a dialect's first three placeholders."""
+    one, two, three = placeholders
     key, company, solution = _columns(m.ApiKey), _columns(m.Company), _columns(m.Solution)
     joined = [f'k."{c}" AS "k.{c}"' for c in key] + [f'c."{c}" AS "c.{c}"' for c in company]
     with_solution = joined + [f's."{c}" AS "s.{c}"' for c in solution]
+    with_type = with_solution + [f't."{c}" AS "t.{c}"' for c in _columns(m.ActivityType)]
     keyed = "FROM api_key k JOIN company c ON c.id = k.company_id"
+    named_solution = f"LEFT JOIN solution s ON s.company_id = c.id AND s.name = {one}"
     # placeholders in the order their values are given (SQLite's are "?", bound in order)
     return {
         "key": f"SELECT {', '.join(joined)} {keyed} WHERE k.key_hash = {one} AND k.revoked_at IS NULL",
         "key_solution": (
-            f"SELECT {', '.join(with_solution)} {keyed} "
-            f"LEFT JOIN solution s ON s.company_id = c.id AND s.name = {one} "
+            f"SELECT {', '.join(with_solution)} {keyed} {named_solution} "
             f"WHERE k.key_hash = {two} AND k.revoked_at IS NULL"
+        ),
+        "key_solution_type": (
+            f"SELECT {', '.join(with_type)} {keyed} {named_solution} "
+            f"LEFT JOIN activity_type t ON t.solution_id = s.id AND t.name = {two} "
+            f"WHERE k.key_hash = {three} AND k.revoked_at IS NULL"
         ),
         "company": f"SELECT {_listed(m.Company)} FROM company WHERE name = {one}",
         "solution": f"SELECT {_listed(m.Solution)} FROM solution WHERE company_id = {one} AND name = {two}",
@@ -64,7 +70,7 @@ def _statements(placeholders: tuple[str, str]) -> dict[str, str]:
 async def _rows(name: str, *values: Any) -> list[dict[str, Any]]:
     conn = connections.get("default")
     dialect = dialect_of(conn)
-    sql = _statements((dialect.placeholder(1), dialect.placeholder(2)))[name]
+    sql = _statements((dialect.placeholder(1), dialect.placeholder(2), dialect.placeholder(3)))[name]
     encoded = [dialect.encode_uuid(v) if isinstance(v, uuid.UUID) else v for v in values]
     return list(await conn.execute_query_dict(sql, encoded))
 
@@ -131,6 +137,28 @@ async def key_company_and_solution(
         return records(_made(m.ApiKey, row, "k."), _made(m.Company, row, "c."), found)
 
     return _remembered("key_solution", row, make, records)
+
+
+async def key_company_solution_and_type(
+    key_hash: str,
+    solution: str,
+    activity_type: str,
+    records: Callable[[m.ApiKey, m.Company, m.Solution | None, m.ActivityType | None], T],
+) -> T | None:
+    """``key_company_and_solution``, and the solution's activity type named ``activity_type`` (None
+    when it has none such, or there is no such solution), in one statement. A single create whose body
+    names its type asks this, so authenticating it reads its type in the same round trip."""
+    rows = await _rows("key_solution_type", solution, activity_type, key_hash)
+    if not rows:
+        return None
+    row = rows[0]
+
+    def make() -> T:
+        found = _made(m.Solution, row, "s.") if row["s.id"] is not None else None
+        named = _made(m.ActivityType, row, "t.") if row["t.id"] is not None else None
+        return records(_made(m.ApiKey, row, "k."), _made(m.Company, row, "c."), found, named)
+
+    return _remembered("key_solution_type", row, make, records)
 
 
 async def company_named(name: str, record: Callable[[m.Company], T]) -> T | None:

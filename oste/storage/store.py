@@ -147,6 +147,13 @@ def _key_solution_records(
     return Store._company(company), _api_key(key), None if named is None else _solution_record(named)
 
 
+def _key_solution_type_records(
+    key: m.ApiKey, company: m.Company, named: m.Solution | None, activity_type: m.ActivityType | None
+) -> tuple[r.Company, r.ApiKey, r.Solution | None, r.ActivityType | None]:
+    found = None if activity_type is None else Store._activity_type(activity_type)
+    return *_key_solution_records(key, company, named), found
+
+
 def _solution_record(row: m.Solution) -> r.Solution:
     return to_record(r.Solution, row)
 
@@ -406,6 +413,15 @@ class Store:
         """``api_key_of``, and its company's solution named ``solution`` (None when it has none such),
         in one query."""
         return await lookups.key_company_and_solution(hash_secret(secret), solution, _key_solution_records)
+
+    async def api_key_solution_and_type(
+        self, secret: str, solution: str, activity_type: str
+    ) -> tuple[r.Company, r.ApiKey, r.Solution | None, r.ActivityType | None] | None:
+        """``api_key_and_solution``, and that solution's activity type named ``activity_type`` (None
+        when it has none such), in one query."""
+        return await lookups.key_company_solution_and_type(
+            hash_secret(secret), solution, activity_type, _key_solution_type_records
+        )
 
     async def company_for_api_key(self, secret: str) -> r.Company | None:
         """The company an unrevoked key belongs to, or None."""

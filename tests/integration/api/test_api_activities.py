@@ -365,3 +365,40 @@ async def test_unknown_activities_are_not_found(api: Api) -> None:
     assert_problem(await api.get(elsewhere), 404)
     assert_problem(await api.delete(elsewhere), 404)
     assert (await api.get(f"{tenant.activities}/{activity['id']}", expect=200)).json()["state"] == "scheduled"
+
+
+async def test_a_single_create_reads_its_type_with_its_key_and_keeps_every_check(api: Api) -> None:
+    """A single create's type is read in its key's statement (``lookups.key_company_solution_and_type``):
+    still only its own solution's type, a type's edit seen by the next create, the key checked before
+    anything wrong with the body is answered, and a body too big to read before the key still works."""
+    tenant = await api.tenant(retries=2)
+    other = await api.tenant()
+    body = tenant.activity(song=3)
+    made = (await api.post(tenant.activities, body, token=tenant.key, expect=201)).json()
+    assert made["activity_type"] == tenant.activity_type and made["retries"] == 2
+
+    await api.patch(f"{tenant.types}/{tenant.activity_type}", {"retries": 5}, expect=200)
+    edited = (await api.post(tenant.activities, body, token=tenant.key, expect=201)).json()
+    assert edited["retries"] == 5  # read afresh, not what this process read before
+
+    foreign = tenant.activity(song=3) | {"activity_type": other.activity_type}
+    if other.activity_type != tenant.activity_type:  # another company's type: as if it did not exist
+        problem = assert_problem(await api.post(tenant.activities, foreign, token=tenant.key), 422)
+        assert [e["field"] for e in problem["errors"]] == ["activity_type"]
+    missing = tenant.activity(song=3) | {"activity_type": "no-such-type"}
+    problem = assert_problem(await api.post(tenant.activities, missing, token=tenant.key), 422)
+    assert [e["field"] for e in problem["errors"]] == ["activity_type"]
+
+    malformed = {"Content-Type": "application/json"}
+    for token in (None, "oste_not-a-key", other.key):  # no key, a wrong key, another company's key
+        answer = await api.post(
+            tenant.activities, content=b'{"activity_type": ', token=token, headers=malformed
+        )
+        assert answer.status_code in (401, 404), answer.text
+    assert (
+        await api.post(tenant.activities, content=b'{"activity_type": ', token=tenant.key, headers=malformed)
+    ).status_code == 400
+
+    large = {"activity_type": tenant.activity_type, "parameter": {"SongId": 3, "Note": "n" * 9000}}
+    made_large = (await api.post(tenant.activities, large, token=tenant.key, expect=201)).json()  # > 8 KiB
+    assert made_large["activity_type"] == tenant.activity_type and made_large["retries"] == 5
