@@ -8,7 +8,9 @@ fixed statement, built once per dialect, whose rows become model instances the w
 executor makes them (``Model._init_from_db``), so every column reads back exactly as a query-built
 read would: the records are the same, the cost is the statement's. The records made of a row are kept
 per process (``_remembered``): the same row again, as every request of a key reads it, is not turned into
-models and records again; the statement still runs every time.
+models and records again; the statement still runs every time. The key's statement reads the solution
+its path names (``key_company_and_solution``), and a single create's also the type its body names
+(``key_company_solution_and_type``): one round trip where there were three.
 """
 
 from __future__ import annotations
