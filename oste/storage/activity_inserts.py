@@ -78,7 +78,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("tracestate", "text"),
 )
 """The columns a new activity sets, with their PostgreSQL types; the others start NULL."""
-COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 LABEL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("activity_id", "uuid"),
     ("solution_id", "uuid"),
