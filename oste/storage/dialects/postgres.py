@@ -67,21 +67,24 @@ _PG_COMPLETE = (
     "$11::timestamptz[], $12::float8[], $13::int[], $14::text[], $15::text[], $16::text[]) "
     "AS v(id, token, state, retries, attempts, outcome, next_at, finished_at, "
     "execution_id, started_at, ended_at, duration_ms, http_status, error, excerpt, node)), "
-    "locked AS MATERIALIZED (SELECT a.id FROM activity a "
-    "JOIN v ON a.id = v.id AND a.claim_token = v.token "
-    "WHERE a.state = 'running' ORDER BY a.id FOR UPDATE OF a), "
-    f"done AS (UPDATE activity SET {SET_COMPLETED.format(table='activity', now='$17')} FROM v, locked "
-    "WHERE activity.id = v.id AND activity.id = locked.id AND activity.claim_token = v.token "
-    "AND activity.state = 'running' RETURNING activity.id) "
+    "locked AS MATERIALIZED (SELECT l.id FROM (SELECT id, token FROM v ORDER BY id) k CROSS JOIN LATERAL "
+    "(SELECT a.id FROM activity a WHERE a.id = k.id AND a.claim_token = k.token AND a.state = 'running' "
+    "FOR UPDATE) l), "
+    f"done AS (UPDATE activity SET {SET_COMPLETED.format(table='activity', now='$17')} "
+    "FROM v JOIN locked ON locked.id = v.id WHERE activity.id = locked.id RETURNING activity.id) "
     f"INSERT INTO execution ({', '.join(name for name, _ in EXECUTION_COLUMNS)}) "
     "SELECT v.execution_id, v.id, v.attempts, v.started_at, v.ended_at, v.duration_ms, v.outcome, "
     "v.http_status, v.error, v.excerpt, v.node FROM v JOIN done ON done.id = v.id "
     "RETURNING activity_id"
 )
 """Completions in one statement on PostgreSQL: the activities still claimed under their tokens get
-their next state, and exactly those get their execution row. One array parameter per column of ``v``
-(``_pg_completion_columns``): binary arrays cost the server less than parsing the batch as JSON text,
-and in a scale-out deployment the server is what every worker shares."""
+their next state, and exactly those get their execution row. Each activity is found and locked by its
+id alone, in id order (no deadlock between two writers), its token and state checked on the locked row;
+the update then finds it by its id again. No part can be planned as a scan of every running activity
+(the ``state`` index), which PostgreSQL chose when its statistics counted few running (always, when
+they are read between bursts): a batch then read every claimed row to complete a few. One array
+parameter per column of ``v`` (``_pg_completion_columns``): binary arrays cost the server less than
+parsing the batch as JSON text, and in a scale-out deployment the server is what every worker shares."""
 
 
 class PostgresDialect(Dialect):

@@ -1,0 +1,58 @@
+"""Issue 38: PostgreSQL finds a completion batch's activities by their ids, whatever its statistics
+say. Statistics read between bursts count few running activities; the completion once let the planner
+read every running activity through the ``state`` index to complete a few of them."""
+
+from __future__ import annotations
+
+import pytest
+from tortoise.transactions import in_transaction
+
+from oste.domain import records as r
+from oste.domain.claims import AttemptReport
+from oste.domain.delivery import conclude
+from oste.domain.partitions import ALL_PARTITIONS
+from oste.storage.dialects.postgres import _PG_COMPLETE
+from oste.storage.dispatch import DispatchStore
+from oste.storage.store import Store
+from tests.factories import T0, make_activities, make_type
+
+pytestmark = pytest.mark.timeout(60)
+
+STATE_INDEXES = ("activity_type_state_idx", "activity_listing_idx", "activity_leased_idx")
+"""Indexes that would lead a completion to every running (or leased) activity."""
+
+
+async def _generic_plan(sql: str, count: int) -> str:
+    """The plan a prepared statement settles on (parameters unknown), sequential scans off as a big
+    table would have them (the test's table is tiny)."""
+    async with in_transaction() as conn:
+        await conn.execute_script("SET LOCAL plan_cache_mode = force_generic_plan")
+        await conn.execute_script("SET LOCAL enable_seqscan = off")
+        await conn.execute_script(f"PREPARE complete AS {sql}")
+        try:
+            nulls = ", ".join("NULL" for _ in range(count))
+            rows = await conn.execute_query_dict(f"EXPLAIN EXECUTE complete({nulls})")
+        finally:
+            await conn.execute_script("DEALLOCATE complete")
+    return "\n".join(row["QUERY PLAN"] for row in rows)
+
+
+async def test_a_completion_finds_its_activities_by_id_not_by_state(
+    store: Store, dispatch: DispatchStore, database_url: str
+) -> None:
+    if database_url.startswith("sqlite"):
+        pytest.skip("a PostgreSQL statement: SQLite completes through its own (sqlite.py)")
+    activity_type = await make_type(store, "https://receiver.example/x")
+    await make_activities(store, activity_type, T0, count=400)
+    async with in_transaction() as conn:  # statistics taken before the burst: nothing running
+        await conn.execute_script("ANALYZE activity")
+    claims = await dispatch.claim_due("n1", ALL_PARTITIONS, 400, 30, T0)
+    assert len(claims) == 400
+    plan = await _generic_plan(_PG_COMPLETE, 17)
+    assert "activity_pkey" in plan, plan
+    assert not [name for name in STATE_INDEXES if name in plan], plan
+    report = AttemptReport(r.Outcome.OK, T0, T0, 1.0, 200, None, "fine")
+    done = await dispatch.complete([conclude(claim, report, "n1") for claim in claims[:10]])
+    assert done.applied == 10  # the statement the plan is of still completes exactly its batch
+    stale = await dispatch.complete([conclude(claims[0], report, "n1")])
+    assert (stale.applied, stale.stale) == (0, 1)  # a second completion under a spent token changes nothing
