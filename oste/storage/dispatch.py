@@ -387,6 +387,10 @@ class DispatchStore:
         async with self._db():
             if flows:
                 rows = await self._claim_flows(sql, values, token, now)
+            elif self.strategy.due_in_order_sql:
+                async with in_transaction(self.connection) as conn:
+                    await conn.execute_script(self.strategy.due_in_order_sql)
+                    rows = await conn.execute_query_dict(sql, values)
             else:
                 rows = await self._conn().execute_query_dict(sql, values)
         if not rows:
@@ -448,6 +452,8 @@ class DispatchStore:
         its claims against the store as it is now, handing back those that break their object's rule
         (``oste.storage.flows``). Returns the rows kept."""
         async with in_transaction(self.connection) as conn:
+            if self.strategy.due_in_order_sql:
+                await conn.execute_script(self.strategy.due_in_order_sql)
             rows = await conn.execute_query_dict(sql, values)
             with_object = [row["id"] for row in rows if row.get("object_id") is not None]
             if not with_object:

@@ -143,6 +143,10 @@ class Dialect(DialectAdmin):
     (PostgreSQL's data-modifying ``WITH``); False where the caller writes them in a transaction."""
     settle_statement = ""
     """What ``settle_after_bulk_load`` runs: the work the database would have done in the background."""
+    due_in_order_sql = ""
+    """Run in a claim's transaction before its pick (empty: nothing to run, no transaction needed): what
+    makes the database walk the due index in due order and stop at the claim's limit, whatever its
+    statistics say of how many are due."""
 
     def cast(self, sql_type: str) -> str:
         """A parameter's cast to ``sql_type`` where the dialect needs it (``::uuid``), else nothing."""

@@ -1,8 +1,11 @@
-"""Issue 38: PostgreSQL finds a completion batch's activities by their ids, whatever its statistics
-say. Statistics read between bursts count few running activities; the completion once let the planner
-read every running activity through the ``state`` index to complete a few of them."""
+"""Issue 38: PostgreSQL's plans of the engine's two hot statements, whatever its statistics say.
+Statistics read between bursts count few due and few running activities: a claim then read and sorted
+every due activity to take a few hundred, and a completion read every running one to complete a few."""
 
 from __future__ import annotations
+
+import uuid
+from datetime import timedelta
 
 import pytest
 from tortoise.transactions import in_transaction
@@ -35,6 +38,26 @@ async def _generic_plan(sql: str, count: int) -> str:
         finally:
             await conn.execute_script("DEALLOCATE complete")
     return "\n".join(row["QUERY PLAN"] for row in rows)
+
+
+async def test_a_claim_walks_the_due_index_in_order_and_stops_at_its_limit(
+    store: Store, dispatch: DispatchStore, database_url: str
+) -> None:
+    if database_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL's planner; SQLite's claim plan: tests/contract/test_flow_claims.py")
+    activity_type = await make_type(store, "https://receiver.example/x")
+    await make_activities(store, activity_type, T0, count=5000)  # no statistics yet: a new database
+    horizon = T0 + timedelta(seconds=1)
+    sql, values = dispatch._claim_statement("n1", uuid.uuid4(), T0, T0, ALL_PARTITIONS[::2], 100, horizon, ())
+    async with in_transaction() as conn:
+        # the test's table is small: make reading it all look cheap, as statistics without the burst do
+        await conn.execute_script("SET LOCAL random_page_cost = 100")
+        await conn.execute_script(dispatch.strategy.due_in_order_sql)
+        rows = await conn.execute_query_dict("EXPLAIN " + sql, values)
+    plan = "\n".join(row["QUERY PLAN"] for row in rows)
+    assert "Index Scan using activity_scheduled_idx" in plan, plan
+    assert "Sort" not in plan and "Bitmap" not in plan, plan  # not every due activity read and sorted
+    assert len(await dispatch.claim_due("n1", ALL_PARTITIONS, 100, 30, horizon)) == 100
 
 
 async def test_a_completion_finds_its_activities_by_id_not_by_state(
