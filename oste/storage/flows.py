@@ -5,7 +5,8 @@ An activity type's ``per_object`` (columns ``per_object_*`` of ``activity_type``
 of the same object (``object_id``; with scope ``solution``, those of every type of the solution whose
 ``per_object`` has scope ``solution``) go out together: ``fifo`` one at a time in ``scheduled_for``
 then id order, or at most ``max_concurrency`` at once. The rules are conditions over the object's
-unfinished activities (the partial index ``activity_flow_idx``), evaluated in the claim statement
+unfinished activities (the index ``activity_object_idx``, whose state column leads each condition
+straight to the object's running or scheduled ones), evaluated in the claim statement
 itself, so a held activity never fills a claim batch (no head-of-line blocking across objects) and
 the condition holds whichever node claims.
 
@@ -40,8 +41,7 @@ ANY_FLOW_TYPE = "SELECT 1 AS found FROM activity_type WHERE per_object_scope IS 
 """Whether some type has per-object flow control (the flow claim runs only then)."""
 
 UNFINISHED = "o.finished_at IS NULL"
-"""Repeated in every condition over an object's activities: ``activity_flow_idx``'s predicate, which
-SQLite uses only when the query states it."""
+"""Repeated in every condition over an object's activities (each also names the states it counts)."""
 
 
 def peers(a: str) -> str:

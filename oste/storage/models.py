@@ -333,13 +333,10 @@ class Activity(Model):
                 name="activity_retrying_idx",
                 where="state = 'scheduled' AND attempts > 0",
             ),
-            WhereIndex(
-                fields=("solution_id", "object_id"), name="activity_object_idx", where="object_id IS NOT NULL"
-            ),
-            WhereIndex(  # per-object flow control: an object's unfinished activities, in order
+            WhereIndex(  # an object's activities; flow control: its running ones, its scheduled in order
                 fields=("solution_id", "object_id", "state", "scheduled_for"),
-                name="activity_flow_idx",
-                where="object_id IS NOT NULL AND finished_at IS NULL",
+                name="activity_object_idx",
+                where="object_id IS NOT NULL",
             ),
             Index(fields=("activity_type_id", "state"), name="activity_type_state_idx"),
             WhereIndex(
