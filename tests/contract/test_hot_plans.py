@@ -20,7 +20,9 @@ from oste.storage.store import Store
 from tests.contract.test_flow_claims import FIFO
 from tests.factories import T0, make_activities, make_activity_type, make_type, new_activity
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("database_url", ["postgres"], indirect=True)]
+"""PostgreSQL's planner only: SQLite's claim plans are held by tests/contract/test_flow_claims.py, and it
+completes through a statement of its own (``sqlite.py``)."""
 
 STATE_INDEXES = ("activity_type_state_idx", "activity_listing_idx", "activity_leased_idx")
 """Indexes that would lead a completion to every running (or leased) activity."""
@@ -42,10 +44,8 @@ async def _generic_plan(sql: str, count: int) -> str:
 
 
 async def test_a_claim_walks_the_due_index_in_order_and_stops_at_its_limit(
-    store: Store, dispatch: DispatchStore, database_url: str
+    store: Store, dispatch: DispatchStore
 ) -> None:
-    if database_url.startswith("sqlite"):
-        pytest.skip("PostgreSQL's planner; SQLite's claim plan: tests/contract/test_flow_claims.py")
     activity_type = await make_type(store, "https://receiver.example/x")
     await make_activities(store, activity_type, T0, count=5000)  # no statistics yet: a new database
     horizon = T0 + timedelta(seconds=1)
@@ -62,10 +62,8 @@ async def test_a_claim_walks_the_due_index_in_order_and_stops_at_its_limit(
 
 
 async def test_a_completion_finds_its_activities_by_id_not_by_state(
-    store: Store, dispatch: DispatchStore, database_url: str
+    store: Store, dispatch: DispatchStore
 ) -> None:
-    if database_url.startswith("sqlite"):
-        pytest.skip("a PostgreSQL statement: SQLite completes through its own (sqlite.py)")
     activity_type = await make_type(store, "https://receiver.example/x")
     await make_activities(store, activity_type, T0, count=400)
     async with in_transaction() as conn:  # statistics taken before the burst: nothing running
@@ -83,13 +81,11 @@ async def test_a_completion_finds_its_activities_by_id_not_by_state(
 
 
 async def test_a_flow_claim_counts_each_object_by_its_state_in_the_index(
-    store: Store, dispatch: DispatchStore, database_url: str
+    store: Store, dispatch: DispatchStore
 ) -> None:
     """Migration 0029: with two indexes of an object's activities, PostgreSQL took the one without the
     state for the flow claim's counts and read every activity of each object it walked past (a burst
     of 100 objects of 200 activities in order fell from about 1,800 to 430 fires/s)."""
-    if database_url.startswith("sqlite"):
-        pytest.skip("PostgreSQL's planner; SQLite's flow claim plan: tests/contract/test_flow_claims.py")
     activity_type = await make_activity_type(store, per_object=FIFO)
     items = [
         new_activity(activity_type, T0 + timedelta(milliseconds=n), parameter={"SongId": n % 20})
