@@ -1,6 +1,7 @@
-"""Issue 38: PostgreSQL's plans of the engine's two hot statements, whatever its statistics say.
-Statistics read between bursts count few due and few running activities: a claim then read and sorted
-every due activity to take a few hundred, and a completion read every running one to complete a few."""
+"""Issue 38: PostgreSQL's plans of the engine's hot statements, whatever its statistics say. Statistics
+read between bursts (or none, in a new database) count few due and few running activities: a claim then
+read and sorted every due activity to take a few hundred, a completion read every running one to
+complete a few, and a flow claim read every activity of each object it walked past."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ activities run and whether an earlier one is still scheduled. With two indexes o
 columns, PostgreSQL without statistics on them (a new database, or tables it has not analysed yet)
 judged them equal and, since migration 0027 rebuilt the object index, took that one: it reads every
 activity the object ever had, finished ones too, where the flow index went straight to the running
-ones. A burst of 100 objects of 200 activities in order went from about 1,800 to 430 fires/s. The one index
-serves both: its state column takes each question straight to the running or the scheduled activities,
-and a listing of an object's activities reads its leading columns. Every write of an activity with an
-object maintains one index less.
+ones. A burst of 100 objects of 200 activities in order went from about 1,800 to 430 fires/s. The one
+index serves both: its state column takes each question straight to the running or the scheduled
+activities, and a listing of an object's activities reads its leading columns. Every write of an
+activity with an object maintains one index less.
 """
 
 from tortoise import migrations
