@@ -35,18 +35,30 @@ def _columns(model: type[Model]) -> tuple[str, ...]:
     return tuple(sorted(model._meta.db_fields))
 
 
+UNREAD = {"company": frozenset({"scheduled_bound"})}
+"""Columns no record reads that change on their own: each gated create raises its company's
+``scheduled_bound`` (``oste.storage.quotas``). They are selected as NULL, so a row read again after
+another create is the same row and ``_remembered`` finds its records."""
+
+
+def _selected(model: type[Model], alias: str = "", prefix: str = "") -> list[str]:
+    """The model's columns as a lookup reads them: ``alias``."column" AS "``prefix``column"."""
+    unread = UNREAD.get(model._meta.db_table, frozenset())
+    read = [("NULL" if c in unread else f'{alias}"{c}"', c) for c in _columns(model)]
+    return [f'{value} AS "{prefix}{c}"' for value, c in read]
+
+
 def _listed(model: type[Model]) -> str:
-    return ", ".join(f'"{c}"' for c in _columns(model))
+    return ", ".join(_selected(model))
 
 
 @functools.cache
 def _statements(placeholders: tuple[str, str, str]) -> dict[str, str]:
     """The statements with a dialect's first three placeholders."""
     one, two, three = placeholders
-    key, company, solution = _columns(m.ApiKey), _columns(m.Company), _columns(m.Solution)
-    joined = [f'k."{c}" AS "k.{c}"' for c in key] + [f'c."{c}" AS "c.{c}"' for c in company]
-    with_solution = joined + [f's."{c}" AS "s.{c}"' for c in solution]
-    with_type = with_solution + [f't."{c}" AS "t.{c}"' for c in _columns(m.ActivityType)]
+    joined = _selected(m.ApiKey, "k.", "k.") + _selected(m.Company, "c.", "c.")
+    with_solution = joined + _selected(m.Solution, "s.", "s.")
+    with_type = with_solution + _selected(m.ActivityType, "t.", "t.")
     keyed = "FROM api_key k JOIN company c ON c.id = k.company_id"
     named_solution = f"LEFT JOIN solution s ON s.company_id = c.id AND s.name = {one}"
     # placeholders in the order their values are given (SQLite's are "?", bound in order)

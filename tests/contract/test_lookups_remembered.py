@@ -1,10 +1,12 @@
 """The records of the lookups every request makes are kept per process for the same row
 (``oste.storage.lookups._remembered``), on both databases: the same row gives the same record without
 making it again, and any change to the row — a key revoked, a company paused or given other quotas, a
-type edited — is read by the very next lookup."""
+type edited — is read by the very next lookup. The company's ``scheduled_bound``, which every create
+under a limit raises and no record holds, is not read: creates do not make the records anew."""
 
 from __future__ import annotations
 
+from oste.storage import models as m
 from oste.storage.store import Store
 from tests.factories import make_activity_type, make_company, make_solution
 
@@ -24,6 +26,25 @@ async def test_an_unchanged_row_gives_the_record_made_before(store: Store) -> No
         lambda: store.get_solution(company, solution.name),
     ):
         assert await lookup() is await lookup()
+
+
+async def test_creates_raising_the_scheduled_bound_do_not_make_the_records_anew(store: Store) -> None:
+    company = await make_company(store)
+    company = await store.update_company(company, {"quotas": {"max_scheduled_activities": 100}})
+    solution = await make_solution(store, company)
+    await make_activity_type(store, solution, name="ring")
+    _, secret = await store.create_api_key(company, "k")
+    first = await store.api_key_solution_and_type(secret, solution.name, "ring")
+    named = await store.get_company(company.name)
+
+    # what each gated create does to the company's row (oste.storage.quotas.room_gate)
+    for bound in (3, 4):
+        assert await m.Company.filter(id=company.id).update(scheduled_bound=bound) == 1
+
+    again = await store.api_key_solution_and_type(secret, solution.name, "ring")
+    assert first is not None and again is not None
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    assert await store.get_company(company.name) is named
 
 
 async def test_a_changed_row_is_read_at_once(store: Store) -> None:
