@@ -231,6 +231,7 @@ def create_app(
     from starlette.applications import Starlette
 
     from oste.api import EXCEPTION_HANDLERS, api_routes
+    from oste.api.routing import SegmentRouter
     from oste.ui import mount as ui_routes
 
     set_up_metrics()
@@ -274,6 +275,7 @@ def create_app(
     api, ui = face_contexts(settings, operations, admin_token, throttle)
     routes = [*api_routes(), *ui_routes(ui)]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
+    app.router = SegmentRouter(routes, lifespan=lifespan)  # before the first request builds the stack
     app.state.api = api
     app.state.engine = engine
     _add_middleware(app, settings, api.shares)
