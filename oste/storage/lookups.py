@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from tortoise import connections
@@ -26,6 +26,7 @@ from tortoise.models import Model
 from oste.domain.memo import BoundedMemo
 from oste.storage import models as m
 from oste.storage.dialects import dialect_of
+from oste.storage.dialects.base import Query
 
 M = TypeVar("M", bound=Model)
 T = TypeVar("T")
@@ -187,3 +188,27 @@ async def activity_type_named(
     solution_id: uuid.UUID, name: str, record: Callable[[m.ActivityType], T]
 ) -> T | None:
     return _record_of("type", m.ActivityType, await _rows("type", solution_id, name), record)
+
+
+async def activity_types_named(
+    solution_id: uuid.UUID, names: Iterable[str], record: Callable[[m.ActivityType], T]
+) -> dict[str, T]:
+    """``record`` of each of the solution's activity types among ``names``, by name (names it has none
+    of are left out), in one statement: a batch's types. Their records are kept as ``activity_type_named``
+    keeps a single create's (the same row gives the same record, whichever read it)."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    q = Query()
+    rows = await q.rows(
+        f"SELECT {_listed(m.ActivityType)} FROM activity_type WHERE solution_id = {q.add(solution_id)} "
+        f"AND {q.strategy.in_list('name', wanted, q, 'text')}"
+    )
+    return {
+        row["name"]: _remembered("type", row, functools.partial(_record_made, row, record), record)
+        for row in rows
+    }
+
+
+def _record_made(row: dict[str, Any], record: Callable[[m.ActivityType], T]) -> T:
+    return record(_made(m.ActivityType, row))

@@ -511,8 +511,7 @@ class Store:
         self, solution: r.Solution, names: Iterable[str]
     ) -> dict[str, r.ActivityType]:
         """The solution's activity types among ``names``, by name (missing names are left out)."""
-        rows = await m.ActivityType.filter(solution_id=solution.id, name__in=list(set(names)))
-        return {row.name: self._activity_type(row) for row in rows}
+        return await lookups.activity_types_named(solution.id, names, self._activity_type)
 
     async def list_activity_types(
         self, solution: r.Solution, limit: int, cursor: str | None = None

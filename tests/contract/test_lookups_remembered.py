@@ -66,3 +66,24 @@ async def test_a_changed_row_is_read_at_once(store: Store) -> None:
     await store.revoke_api_key(company, key.id)
     assert await store.api_key_and_solution(secret, solution.name) is None
     assert await store.api_key_of(secret) is None
+
+
+async def test_a_batch_reads_its_types_in_one_statement_and_finds_their_records(store: Store) -> None:
+    company = await make_company(store)
+    solution = await make_solution(store, company)
+    ring = await make_activity_type(store, solution, name="ring")
+    await make_activity_type(store, solution, name="call")
+    other = await make_solution(store, company)
+    await make_activity_type(store, other, name="mail")  # another solution's: never found here
+
+    found = await store.get_activity_types(solution, ["ring", "call", "mail", "nope", "ring"])
+    assert sorted(found) == ["call", "ring"]
+    assert found["ring"] == ring
+    assert found["ring"] is await store.get_activity_type(solution, "ring")  # one record per row
+    again = await store.get_activity_types(solution, ["call", "ring"])
+    assert again["call"] is found["call"] and again["ring"] is found["ring"]
+    assert await store.get_activity_types(solution, []) == {}
+
+    edited = await store.update_activity_type(ring, {"retries": ring.retries + 1})
+    assert (await store.get_activity_types(solution, ["ring"]))["ring"] == edited
+
