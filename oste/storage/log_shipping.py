@@ -136,17 +136,22 @@ class LogShippingStore:
         another owner's lease has not expired. Creates the row on first use."""
         now = _utc(self.clock.now())
         rows = m.ShippingState.filter(solution_id=target.solution_id, kind=str(target.kind))
-        if not await self._guarded(rows.exists()):
+        free = Q(owner__isnull=True) | Q(owner=owner) | Q(lease_expires_at__lt=now)
+
+        async def take() -> int:
+            until = now + timedelta(seconds=seconds)
+            return int(await self._guarded(rows.filter(free).update(owner=owner, lease_expires_at=until)))
+
+        # taken, renewed or held by another owner: two statements (every roll, and after every batch)
+        if not await take():
+            if await self._guarded(rows.exists()):
+                return None
             with contextlib.suppress(IntegrityError):  # another node created it at the same moment
                 await m.ShippingState.create(
                     id=new_id(), solution_id=target.solution_id, kind=str(target.kind)
                 )
-        free = Q(owner__isnull=True) | Q(owner=owner) | Q(lease_expires_at__lt=now)
-        taken = await self._guarded(
-            rows.filter(free).update(owner=owner, lease_expires_at=now + timedelta(seconds=seconds))
-        )
-        if not taken:
-            return None
+            if not await take():
+                return None
         return _state(await rows.get())
 
     async def release_lease(self, target: RollTarget, owner: str) -> None:

@@ -86,4 +86,3 @@ async def test_a_batch_reads_its_types_in_one_statement_and_finds_their_records(
 
     edited = await store.update_activity_type(ring, {"retries": ring.retries + 1})
     assert (await store.get_activity_types(solution, ["ring"]))["ring"] == edited
-
