@@ -114,12 +114,14 @@ def _remembered(name: str, row: dict[str, Any], make: Callable[[], T], records: 
     return _RECORDS.get((name, records, tuple(row.values())), make)
 
 
+def _kept(name: str, model: type[M], row: dict[str, Any], record: Callable[[M], T]) -> T:
+    """``record`` of the row's model (remembered)."""
+    return _remembered(name, row, lambda: record(_made(model, row)), record)
+
+
 def _record_of(name: str, model: type[M], rows: list[dict[str, Any]], record: Callable[[M], T]) -> T | None:
     """``record`` of the first row's model (remembered), or None without rows."""
-    if not rows:
-        return None
-    row = rows[0]
-    return _remembered(name, row, lambda: record(_made(model, row)), record)
+    return _kept(name, model, rows[0], record) if rows else None
 
 
 async def key_and_company(key_hash: str, records: Callable[[m.ApiKey, m.Company], T]) -> T | None:
@@ -204,11 +206,4 @@ async def activity_types_named(
         f"SELECT {_listed(m.ActivityType)} FROM activity_type WHERE solution_id = {q.add(solution_id)} "
         f"AND {q.strategy.in_list('name', wanted, q, 'text')}"
     )
-    return {
-        row["name"]: _remembered("type", row, functools.partial(_record_made, row, record), record)
-        for row in rows
-    }
-
-
-def _record_made(row: dict[str, Any], record: Callable[[m.ActivityType], T]) -> T:
-    return record(_made(m.ActivityType, row))
+    return {row["name"]: _kept("type", m.ActivityType, row, record) for row in rows}
